@@ -1,0 +1,65 @@
+// ZeroMQ transport for control messages: the controller binds a ROUTER, each worker
+// connects a DEALER. A wire message is [identity (ROUTER side only)] [Message]
+// [attachment frames...]; the attachment sizes are declared inside the Message.
+//
+// Receiving never trusts the peer: a frame that is not a valid Message, carries the
+// wrong number or sizes of attachments, or exceeds the size limit is dropped, counted
+// and logged, and receive() goes on waiting. Not thread-safe: one thread per channel.
+#pragma once
+
+#include "core/protocol.h"
+
+#include <zmq.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+struct ChannelOptions {
+  size_t max_message_bytes = 64u << 20;
+};
+
+struct Envelope {
+  std::string peer;  // ZeroMQ routing id of the sender (ROUTER side), empty on DEALER side
+  Message message;
+  std::vector<std::string> attachments;
+};
+
+class Channel {
+ public:
+  enum class Kind { router, dealer };
+  Channel(zmq::context_t& context, Kind kind, const ChannelOptions& options = {});
+
+  // ROUTER: binds, returning the resolved endpoint (tcp://127.0.0.1:* picks a free port).
+  std::string bind(const std::string& address);
+  void connect(const std::string& address);
+
+  // Waits up to timeout_ms (0: do not wait) for one valid message.
+  std::optional<Envelope> receive(int timeout_ms);
+  // ROUTER: `peer` names the destination. Returns false when the peer is gone.
+  bool send(const std::string& peer, const Message& message, const std::vector<std::string>& attachments = {});
+  bool send(const Message& message, const std::vector<std::string>& attachments = {}) {
+    return send("", message, attachments);
+  }
+
+  uint64_t rejected_count() const { return rejected_count_; }
+  const std::string& last_rejection() const { return last_rejection_; }
+  zmq::socket_t& socket() { return socket_; }
+
+ private:
+  bool parse(std::vector<zmq::message_t>& frames, Envelope& out);
+  void reject(const std::string& peer, const std::string& why);
+
+  Kind kind_;
+  ChannelOptions options_;
+  zmq::socket_t socket_;
+  uint64_t rejected_count_ = 0;
+  std::string last_rejection_;
+};
+
+// A printable form of a ZeroMQ routing id (binary by default).
+std::string peer_label(const std::string& peer);
+
+}  // namespace tandem

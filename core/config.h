@@ -1,0 +1,156 @@
+// The experiment config: plain structs, one per YAML section.
+//
+// Every knob's default lives here; its name, unit, help text and validation are
+// declared once in core/config_schema.h, which the loader, the writer (`tandem
+// validate`) and the docs all use. Cross-field rules live in core/config_rules.cpp.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+struct ExperimentConfig {
+  std::string name = "quickstart";
+  int64_t seed = 1;
+  int64_t steps = 200;
+  int64_t checkpoint_every = 50;
+  int64_t keep_checkpoints = 2;
+};
+
+struct ModelConfig {
+  std::string path = "builtin:tiny";
+  std::string dtype = "float32";
+};
+
+struct DataConfig {
+  std::string train = "builtin:addition";
+  std::string prompt_key = "prompt";
+  int64_t batch_size = 32;  // prompts per step
+  bool shuffle = true;
+};
+
+struct ClipConfig {
+  double low = 0.2;
+  double high = 0.28;
+  double dual_c = 0.0;  // 0: dual clip off
+};
+
+struct KlConfig {
+  double coef = 0.001;
+  std::string estimator = "k3";
+  std::string in = "loss";
+  bool adaptive = false;
+  double target = 0.01;
+};
+
+struct AlgorithmConfig {
+  std::string advantage = "grpo";
+  int64_t group_size = 8;
+  bool normalize_std = true;
+  double gamma = 1.0;
+  double lam = 1.0;
+  std::string policy_loss = "ppo_clip";
+  std::string loss_agg = "token_mean";
+  ClipConfig clip;
+  KlConfig kl;
+  double entropy_coef = 0.0;
+};
+
+struct RolloutConfig {
+  int64_t workers = 2;
+  std::string device = "cpu";
+  int64_t max_new_tokens = 16;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int64_t top_k = 0;  // 0: off
+  int64_t kv_cache_mb = 256;
+};
+
+struct OptimizerConfig {
+  std::string name = "adamw";
+  double lr = 1.0e-4;
+  double weight_decay = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1.0e-8;
+  double grad_clip = 1.0;  // 0: off
+  std::string schedule = "constant";
+  int64_t warmup_steps = 0;
+};
+
+struct LearnerConfig {
+  int64_t workers = 1;
+  std::string device = "cpu";
+  std::string sharding = "ddp";
+  int64_t epochs = 1;
+  int64_t mini_batches = 1;
+  int64_t micro_batch_size = 8;  // samples per forward/backward
+  OptimizerConfig optimizer;
+};
+
+struct RewardConfig {
+  std::string name;    // required
+  std::string plugin;  // empty: built-in reward
+  double weight = 1.0;
+};
+
+struct WeightSyncConfig {
+  std::string method = "auto";
+  int64_t bucket_mb = 256;
+};
+
+struct LauncherConfig {
+  std::string kind = "local";
+  double register_timeout_s = 60.0;
+  double heartbeat_interval_s = 0.5;
+  double heartbeat_timeout_s = 10.0;
+  double command_timeout_s = 600.0;
+  double shutdown_grace_s = 5.0;
+  int64_t max_message_mb = 64;
+  std::string transport = "ipc";  // how workers reach the controller on one host
+};
+
+struct LoggingConfig {
+  std::string console = "progress";
+  bool jsonl = true;
+  std::string level = "info";  // log file level
+};
+
+struct Config {
+  ExperimentConfig experiment;
+  ModelConfig model;
+  DataConfig data;
+  AlgorithmConfig algorithm;
+  RolloutConfig rollout;
+  LearnerConfig learner;
+  std::vector<RewardConfig> reward = {RewardConfig{"math_answer", "", 1.0}};
+  WeightSyncConfig weight_sync;
+  std::string placement = "colocated";
+  LauncherConfig launcher;
+  LoggingConfig logging;
+};
+
+// A loaded config plus where each key came from, for messages about it later.
+struct LoadedConfig {
+  Config config;
+  std::string source;                          // file path, or "<text>"
+  std::map<std::string, std::string> origins;  // key path -> "file:line:col" or "--set k=v"
+  // Where a key path was set, or the source file when it was left at its default.
+  std::string origin_of(const std::string& key_path) const;
+};
+
+// Loads YAML from a file (or text), applies `--set key.path=value` overrides, validates
+// every field and the cross-field rules. Throws ConfigError (core/config_error.h) with
+// every problem found, each naming file:line:col (or the --set), key path, found, allowed.
+LoadedConfig load_config_file(const std::string& path, const std::vector<std::string>& overrides = {});
+LoadedConfig load_config_text(const std::string& yaml_text, const std::string& source_name,
+                              const std::vector<std::string>& overrides = {});
+
+// The fully resolved config as YAML (defaults included). With `explain`, each key
+// carries a comment with its meaning and unit. load_config_text(to_yaml(c)) == c.
+std::string config_to_yaml(const Config& config, bool explain = false);
+
+}  // namespace tandem

@@ -1,0 +1,384 @@
+// YAML -> Config: reads every declared knob, collects every problem, then checks the
+// cross-field rules. Unknown and duplicate keys are errors; nothing is silently ignored.
+#include "core/config.h"
+#include "core/config_error.h"
+#include "core/config_rules.h"
+#include "core/config_schema.h"
+#include "core/text.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace tandem {
+namespace {
+
+// Shared by all readers of one load: where things came from, and what went wrong.
+struct LoadContext {
+  std::string source;
+  std::map<std::string, std::string> override_origins;  // key path -> "--set k=v"
+  std::map<std::string, std::string> origins;           // key path -> where it was set
+  std::vector<std::string> problems;
+
+  std::string where(const std::string& path, const YAML::Mark& mark) const {
+    auto it = override_origins.find(path);
+    if (it != override_origins.end()) return it->second;
+    if (mark.is_null()) return source;
+    return fmt::format("{}:{}:{}", source, mark.line + 1, mark.column + 1);
+  }
+  void problem(const std::string& where, const std::string& path, const std::string& what) {
+    problems.push_back(fmt::format("{}: {}: {}", where, path, what));
+  }
+};
+
+std::string join_path(const std::string& prefix, const std::string& key) {
+  return prefix.empty() ? key : prefix + "." + key;
+}
+
+// How a found value reads in a message: scalars quoted unless numeric, else its kind.
+std::string describe_found(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null: return "nothing (null)";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Scalar: {
+      const std::string& s = node.Scalar();
+      char* end = nullptr;
+      errno = 0;
+      std::strtod(s.c_str(), &end);
+      bool numeric = !s.empty() && end == s.c_str() + s.size() && errno == 0;
+      return numeric ? s : quoted(s);
+    }
+    default: return "an undefined value";
+  }
+}
+
+bool parse_double(const std::string& s, double& out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  out = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size() && errno == 0 && std::isfinite(out);
+}
+
+bool parse_int(const std::string& s, int64_t& out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (end != s.c_str() + s.size() || errno != 0) return false;
+  out = v;
+  return true;
+}
+
+bool parse_bool(const std::string& s, bool& out) {
+  if (s == "true" || s == "True" || s == "TRUE") {
+    out = true;
+    return true;
+  }
+  if (s == "false" || s == "False" || s == "FALSE") {
+    out = false;
+    return true;
+  }
+  return false;
+}
+
+// Reads one mapping node into one struct through its describe() declarations.
+class Reader {
+ public:
+  Reader(const YAML::Node& node, std::string path, LoadContext& context)
+      : node_(node), path_(std::move(path)), context_(context) {}
+
+  void field(const std::string& key, double& value, const config_check::Number& check, const char*) {
+    read_scalar(key, check.description, [&](const std::string& s, const std::string& path) {
+      double v;
+      if (!parse_double(s, v) || !check.allows(v)) return false;
+      value = v;
+      (void)path;
+      return true;
+    });
+  }
+  void field(const std::string& key, int64_t& value, const config_check::Integer& check, const char*) {
+    read_scalar(key, check.description, [&](const std::string& s, const std::string&) {
+      int64_t v;
+      if (!parse_int(s, v) || !check.allows(v)) return false;
+      value = v;
+      return true;
+    });
+  }
+  void field(const std::string& key, bool& value, const char*) {
+    read_scalar(key, "true or false", [&](const std::string& s, const std::string&) {
+      return parse_bool(s, value);
+    });
+  }
+  void field(const std::string& key, std::string& value, const config_check::Choice& check, const char*) {
+    std::string allowed = "one of " + join_choices(check.allowed);
+    read_scalar(key, allowed, [&](const std::string& s, const std::string& path) {
+      if (check.allows(s)) {
+        value = s;
+        return true;
+      }
+      std::string guess = closest_match(s, check.allowed);
+      if (!guess.empty()) {
+        context_.problem(where_of(key, path), path,
+                         fmt::format("expected {}, got {} (did you mean {}?)", allowed, quoted(s), guess));
+        reported_ = true;
+      }
+      return false;
+    });
+  }
+  void field(const std::string& key, std::string& value, const config_check::Text& check, const char*) {
+    const char* allowed = check.required ? "a non-empty string" : "a string";
+    bool present = read_scalar(key, allowed, [&](const std::string& s, const std::string&) {
+      if (check.required && s.empty()) return false;
+      value = s;
+      return true;
+    });
+    if (!present && check.required && value.empty()) {
+      context_.problem(context_.where(path_, mark_of_self()), join_path(path_, key), "missing (required)");
+    }
+  }
+
+  template <class Struct>
+  void section(const std::string& key, Struct& value, const char*) {
+    known_.push_back(key);
+    YAML::Node child;
+    YAML::Mark key_mark;
+    if (!find(key, child, key_mark)) return;
+    std::string path = join_path(path_, key);
+    if (!child.IsMap()) {
+      context_.problem(context_.where(path, key_mark), path,
+                       fmt::format("expected a mapping, got {}", describe_found(child)));
+      return;
+    }
+    context_.origins[path] = context_.where(path, key_mark);
+    Reader reader(child, path, context_);
+    describe(reader, value);
+    reader.finish();
+  }
+
+  template <class Struct>
+  void list(const std::string& key, std::vector<Struct>& values, const char*) {
+    known_.push_back(key);
+    YAML::Node child;
+    YAML::Mark key_mark;
+    if (!find(key, child, key_mark)) return;
+    std::string path = join_path(path_, key);
+    if (!child.IsSequence()) {
+      context_.problem(context_.where(path, key_mark), path,
+                       fmt::format("expected a list, got {}", describe_found(child)));
+      return;
+    }
+    context_.origins[path] = context_.where(path, key_mark);
+    values.clear();
+    for (size_t i = 0; i < child.size(); ++i) {
+      std::string item_path = fmt::format("{}.{}", path, i);
+      const YAML::Node item = child[i];
+      if (!item.IsMap()) {
+        context_.problem(context_.where(item_path, item.Mark()), item_path,
+                         fmt::format("expected a mapping, got {}", describe_found(item)));
+        continue;
+      }
+      Struct value{};
+      Reader reader(item, item_path, context_);
+      describe(reader, value);
+      reader.finish();
+      values.push_back(value);
+    }
+  }
+
+  // Unknown and duplicate keys: errors, with a did-you-mean from the declared keys.
+  void finish() {
+    std::set<std::string> seen;
+    for (auto it = node_.begin(); it != node_.end(); ++it) {
+      const YAML::Node& key_node = it->first;
+      std::string key = key_node.IsScalar() ? key_node.Scalar() : "<non-scalar key>";
+      std::string path = join_path(path_, key);
+      if (!seen.insert(key).second) {
+        context_.problem(context_.where(path, key_node.Mark()), path, "duplicate key");
+        continue;
+      }
+      bool known = false;
+      for (const auto& k : known_) known = known || k == key;
+      if (known) continue;
+      std::string guess = closest_match(key, known_);
+      std::string where = context_.where(path, key_node.Mark());
+      context_.problem(where, path,
+                       guess.empty()
+                           ? fmt::format("unknown key (allowed here: {})", join_choices(known_))
+                           : fmt::format("unknown key (did you mean {}?)", join_path(path_, guess)));
+    }
+  }
+
+ private:
+  // Finds `key` in this mapping: its value node and the key's position.
+  bool find(const std::string& key, YAML::Node& value, YAML::Mark& key_mark) const {
+    for (auto it = node_.begin(); it != node_.end(); ++it) {
+      if (it->first.IsScalar() && it->first.Scalar() == key) {
+        value.reset(it->second);
+        key_mark = it->first.Mark();
+        return true;
+      }
+    }
+    return false;
+  }
+
+  YAML::Mark mark_of_self() const { return node_.Mark(); }
+
+  std::string where_of(const std::string& key, const std::string& path) const {
+    YAML::Node value;
+    YAML::Mark mark;
+    find(key, value, mark);
+    return context_.where(path, mark);
+  }
+
+  // Reads a scalar; `accept` parses and checks it. Returns whether the key was present.
+  template <class Accept>
+  bool read_scalar(const std::string& key, const std::string& allowed, Accept accept) {
+    known_.push_back(key);
+    YAML::Node value;
+    YAML::Mark key_mark;
+    if (!find(key, value, key_mark)) return false;
+    std::string path = join_path(path_, key);
+    std::string where = context_.where(path, key_mark);
+    context_.origins[path] = where;
+    reported_ = false;
+    if (!value.IsScalar() || !accept(value.Scalar(), path)) {
+      if (!reported_) {
+        context_.problem(where, path, fmt::format("expected {}, got {}", allowed, describe_found(value)));
+      }
+    }
+    return true;
+  }
+
+  YAML::Node node_;
+  std::string path_;
+  LoadContext& context_;
+  std::vector<std::string> known_;
+  bool reported_ = false;
+};
+
+// Applies one `key.path=value` override to the document, recording its origin.
+void apply_override(YAML::Node& root, const std::string& text, LoadContext& context) {
+  std::string origin = "--set " + text;
+  size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    context.problems.push_back(fmt::format("{}: expected key.path=value", origin));
+    return;
+  }
+  std::string key_path = text.substr(0, eq);
+  YAML::Node value;
+  try {
+    value = YAML::Load(text.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    context.problems.push_back(fmt::format("{}: {}: value is not valid YAML: {}", origin, key_path, e.msg));
+    return;
+  }
+  std::vector<std::string> parts = split(key_path, '.');
+  YAML::Node current;
+  current.reset(root);
+  std::string path;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string& part = parts[i];
+    if (part.empty()) {
+      context.problems.push_back(fmt::format("{}: {}: empty key in the path", origin, key_path));
+      return;
+    }
+    path = join_path(path, part);
+    context.override_origins[path] = origin;
+    bool last = i + 1 == parts.size();
+    if (current.IsSequence()) {
+      int64_t index = -1;
+      if (!parse_int(part, index) || index < 0 || static_cast<size_t>(index) >= current.size()) {
+        context.problems.push_back(fmt::format("{}: {}: expected a list index below {}, got {}", origin, path,
+                                               current.size(), quoted(part)));
+        return;
+      }
+      if (last) {
+        current[static_cast<size_t>(index)] = value;
+        return;
+      }
+      YAML::Node next = current[static_cast<size_t>(index)];
+      current.reset(next);
+      continue;
+    }
+    if (current.IsNull()) current = YAML::Node(YAML::NodeType::Map);
+    if (!current.IsMap()) {
+      context.problems.push_back(
+          fmt::format("{}: {}: cannot set a key inside {}", origin, path, describe_found(current)));
+      return;
+    }
+    if (last) {
+      current[part] = value;
+      return;
+    }
+    YAML::Node next = current[part];  // creates a null entry when missing; filled next round
+    current.reset(next);
+  }
+}
+
+LoadedConfig load_from_document(YAML::Node root, const std::string& source,
+                                const std::vector<std::string>& overrides) {
+  LoadContext context;
+  context.source = source;
+  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) {
+    throw ConfigError({fmt::format("{}: the config must be a mapping of sections, got {}", source,
+                                   describe_found(root))});
+  }
+  for (const auto& text : overrides) apply_override(root, text, context);
+
+  LoadedConfig loaded;
+  loaded.source = source;
+  if (context.problems.empty()) {
+    Reader reader(root, "", context);
+    describe(reader, loaded.config);
+    reader.finish();
+  }
+  loaded.origins = context.origins;
+  if (context.problems.empty()) check_config_rules(loaded, context.problems);
+  if (!context.problems.empty()) throw ConfigError(context.problems);
+  return loaded;
+}
+
+YAML::Node parse_yaml(const std::string& text, const std::string& source) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError({fmt::format("{}:{}:{}: invalid YAML: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg)});
+  }
+}
+
+}  // namespace
+
+ConfigError::ConfigError(std::vector<std::string> problems)
+    : UsageError([&] {
+        std::string all;
+        for (const auto& p : problems) all += (all.empty() ? "" : "\n") + p;
+        return all;
+      }()),
+      problems_(std::move(problems)) {}
+
+std::string LoadedConfig::origin_of(const std::string& key_path) const {
+  auto it = origins.find(key_path);
+  return it == origins.end() ? source : it->second;
+}
+
+LoadedConfig load_config_text(const std::string& yaml_text, const std::string& source_name,
+                              const std::vector<std::string>& overrides) {
+  return load_from_document(parse_yaml(yaml_text, source_name), source_name, overrides);
+}
+
+LoadedConfig load_config_file(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError({fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno))});
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return load_config_text(buffer.str(), path, overrides);
+}
+
+}  // namespace tandem

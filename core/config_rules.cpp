@@ -1,0 +1,61 @@
+#include "core/config_rules.h"
+
+#include <fmt/format.h>
+
+namespace tandem {
+
+void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& problems) {
+  const Config& c = loaded.config;
+  auto problem = [&](const std::string& key_path, const std::string& what) {
+    problems.push_back(fmt::format("{}: {}: {}", loaded.origin_of(key_path), key_path, what));
+  };
+
+  // Prompts are split over rollout workers whole, so that a prompt's group stays together.
+  if (c.data.batch_size % c.rollout.workers != 0) {
+    problem("data.batch_size",
+            fmt::format("{} prompts cannot be split evenly over rollout.workers = {} ({} % {} = {})",
+                        c.data.batch_size, c.rollout.workers, c.data.batch_size, c.rollout.workers,
+                        c.data.batch_size % c.rollout.workers));
+  }
+
+  // Each optimizer step takes one mini-batch, split evenly over learner ranks, then into
+  // micro-batches for gradient accumulation.
+  const int64_t samples = c.data.batch_size * c.algorithm.group_size;
+  const int64_t shards = c.learner.workers * c.learner.mini_batches;
+  if (samples % shards != 0) {
+    problem("learner.mini_batches",
+            fmt::format("{} samples per step (data.batch_size {} x algorithm.group_size {}) cannot be split "
+                        "into learner.mini_batches {} x learner.workers {} = {} equal parts",
+                        samples, c.data.batch_size, c.algorithm.group_size, c.learner.mini_batches,
+                        c.learner.workers, shards));
+  } else {
+    const int64_t per_rank = samples / shards;
+    if (per_rank % c.learner.micro_batch_size != 0) {
+      problem("learner.micro_batch_size",
+              fmt::format("{} samples per rank and mini-batch ({} samples / {} mini-batches / {} workers) are "
+                          "not a multiple of learner.micro_batch_size {}",
+                          per_rank, samples, c.learner.mini_batches, c.learner.workers,
+                          c.learner.micro_batch_size));
+    }
+  }
+
+  const std::string& advantage = c.algorithm.advantage;
+  if ((advantage == "grpo" || advantage == "dr_grpo" || advantage == "rloo") && c.algorithm.group_size < 2) {
+    problem("algorithm.group_size",
+            fmt::format("advantage {} compares samples of one prompt and needs group_size >= 2, got {}",
+                        advantage, c.algorithm.group_size));
+  }
+  if (c.algorithm.clip.dual_c != 0.0 && c.algorithm.clip.dual_c <= 1.0) {
+    problem("algorithm.clip.dual_c",
+            fmt::format("dual clip needs a constant > 1 (or 0 for off), got {}", c.algorithm.clip.dual_c));
+  }
+  if (c.launcher.heartbeat_timeout_s <= c.launcher.heartbeat_interval_s) {
+    problem("launcher.heartbeat_timeout_s",
+            fmt::format("must exceed launcher.heartbeat_interval_s ({} <= {})", c.launcher.heartbeat_timeout_s,
+                        c.launcher.heartbeat_interval_s));
+  }
+  if (c.reward.empty()) problem("reward", "at least one reward function is needed");
+  if (c.experiment.keep_checkpoints < 1) problem("experiment.keep_checkpoints", "must keep at least one");
+}
+
+}  // namespace tandem

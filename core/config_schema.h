@@ -1,0 +1,147 @@
+// Every config knob, declared once: key, default (in core/config.h), check, meaning and unit.
+//
+// A visitor walks these declarations: the loader (config_load.cpp) reads and validates,
+// the writer (config_write.cpp) prints the resolved config. A visitor provides
+//   field(key, value&, check, help)   for scalars,
+//   section(key, Struct&, help)       for nested sections (calls describe() again),
+//   list(key, std::vector<Struct>&, help).
+// Private to core/: include only from the config implementation files.
+#pragma once
+
+#include "core/config.h"
+#include "core/config_checks.h"
+
+namespace tandem {
+
+using namespace config_check;
+
+template <class V> void describe(V& v, ExperimentConfig& c) {
+  v.field("name", c.name, required_text(), "run name; the run directory defaults to runs/<name>-<time>");
+  v.field("seed", c.seed, any_integer(), "seed for every random choice (data order, sampling, init)");
+  v.field("steps", c.steps, at_least(1), "number of RL steps (one prompt batch each)");
+  v.field("checkpoint_every", c.checkpoint_every, at_least(0), "checkpoint period in steps; 0: never");
+  v.field("keep_checkpoints", c.keep_checkpoints, at_least(1), "how many of the newest checkpoints to keep");
+}
+
+template <class V> void describe(V& v, ModelConfig& c) {
+  v.field("path", c.path, required_text(), "Hugging Face model directory, or builtin:tiny | builtin:small");
+  v.field("dtype", c.dtype, one_of({"float32", "bfloat16", "float16"}), "parameter dtype");
+}
+
+template <class V> void describe(V& v, DataConfig& c) {
+  v.field("train", c.train, required_text(), "training prompts: a .jsonl file or builtin:<task>");
+  v.field("prompt_key", c.prompt_key, required_text(), "JSONL field holding the prompt");
+  v.field("batch_size", c.batch_size, at_least(1), "prompts per step");
+  v.field("shuffle", c.shuffle, "shuffle the prompt order each epoch (seeded)");
+}
+
+template <class V> void describe(V& v, ClipConfig& c) {
+  v.field("low", c.low, between(0.0, 1.0), "PPO ratio clip below 1 (ratio >= 1 - low)");
+  v.field("high", c.high, non_negative(), "PPO ratio clip above 1 (ratio <= 1 + high; DAPO clip-higher)");
+  v.field("dual_c", c.dual_c, non_negative(), "dual-clip constant for negative advantages (> 1); 0: off");
+}
+
+template <class V> void describe(V& v, KlConfig& c) {
+  v.field("coef", c.coef, non_negative(), "KL coefficient against the reference policy; 0: no reference");
+  v.field("estimator", c.estimator, one_of({"k1", "k2", "k3"}), "KL estimator");
+  v.field("in", c.in, one_of({"loss", "reward"}), "apply the KL penalty in the loss or in the reward");
+  v.field("adaptive", c.adaptive, "adapt the coefficient toward `target`");
+  v.field("target", c.target, positive(), "KL target per token for the adaptive coefficient");
+}
+
+template <class V> void describe(V& v, AlgorithmConfig& c) {
+  v.field("advantage", c.advantage, one_of({"grpo", "dr_grpo", "rloo", "gae", "reinforce_pp"}),
+          "advantage estimator");
+  v.field("group_size", c.group_size, at_least(1), "samples per prompt");
+  v.field("normalize_std", c.normalize_std, "GRPO: divide by the group's reward std");
+  v.field("gamma", c.gamma, between(0.0, 1.0), "GAE discount");
+  v.field("lam", c.lam, between(0.0, 1.0), "GAE lambda");
+  v.field("policy_loss", c.policy_loss, one_of({"ppo_clip", "gspo"}), "policy objective");
+  v.field("loss_agg", c.loss_agg,
+          one_of({"token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm"}),
+          "how per-token losses are averaged");
+  v.section("clip", c.clip, "ratio clipping");
+  v.section("kl", c.kl, "KL penalty to the reference policy");
+  v.field("entropy_coef", c.entropy_coef, non_negative(), "entropy bonus coefficient");
+}
+
+template <class V> void describe(V& v, RolloutConfig& c) {
+  v.field("workers", c.workers, at_least(1), "rollout worker processes");
+  v.field("device", c.device, one_of({"cpu", "cuda", "auto"}), "where generation runs");
+  v.field("max_new_tokens", c.max_new_tokens, at_least(1), "response length limit in tokens");
+  v.field("temperature", c.temperature, positive(), "sampling temperature");
+  v.field("top_p", c.top_p, above_up_to(0.0, 1.0), "nucleus sampling mass; 1: off");
+  v.field("top_k", c.top_k, at_least(0), "sample among the k most likely tokens; 0: off");
+  v.field("kv_cache_mb", c.kv_cache_mb, at_least(1), "KV-cache memory budget per worker, MiB");
+}
+
+template <class V> void describe(V& v, OptimizerConfig& c) {
+  v.field("name", c.name, one_of({"adamw", "sgd"}), "optimizer");
+  v.field("lr", c.lr, positive(), "peak learning rate");
+  v.field("weight_decay", c.weight_decay, non_negative(), "decoupled weight decay");
+  v.field("beta1", c.beta1, between(0.0, 0.999999), "Adam beta1");
+  v.field("beta2", c.beta2, between(0.0, 0.999999), "Adam beta2");
+  v.field("eps", c.eps, positive(), "Adam epsilon");
+  v.field("grad_clip", c.grad_clip, non_negative(), "global gradient-norm clip; 0: off");
+  v.field("schedule", c.schedule, one_of({"constant", "cosine"}), "learning-rate schedule after warm-up");
+  v.field("warmup_steps", c.warmup_steps, at_least(0), "linear warm-up, in optimizer steps");
+}
+
+template <class V> void describe(V& v, LearnerConfig& c) {
+  v.field("workers", c.workers, at_least(1), "learner worker processes (data-parallel ranks)");
+  v.field("device", c.device, one_of({"cpu", "cuda", "auto"}), "where training runs");
+  v.field("sharding", c.sharding, one_of({"ddp", "zero2", "fsdp"}), "data-parallel strategy");
+  v.field("epochs", c.epochs, at_least(1), "passes over each step's samples");
+  v.field("mini_batches", c.mini_batches, at_least(1), "optimizer steps per epoch");
+  v.field("micro_batch_size", c.micro_batch_size, at_least(1), "samples per forward/backward on one rank");
+  v.section("optimizer", c.optimizer, "optimizer and schedule");
+}
+
+template <class V> void describe(V& v, RewardConfig& c) {
+  v.field("name", c.name, required_text(), "reward function name (built-in, or registered by the plugin)");
+  v.field("plugin", c.plugin, text(), "shared library that registers the reward; empty: built-in");
+  v.field("weight", c.weight, any_number(), "weight in the summed reward");
+}
+
+template <class V> void describe(V& v, WeightSyncConfig& c) {
+  v.field("method", c.method, one_of({"auto", "shm", "collective", "cuda_ipc", "nccl"}),
+          "learner -> rollout weight transport");
+  v.field("bucket_mb", c.bucket_mb, at_least(1), "transfer bucket size, MiB");
+}
+
+template <class V> void describe(V& v, LauncherConfig& c) {
+  v.field("kind", c.kind, one_of({"local", "slurm", "kubernetes"}), "how worker processes are started");
+  v.field("register_timeout_s", c.register_timeout_s, positive(), "seconds for all workers to register");
+  v.field("heartbeat_interval_s", c.heartbeat_interval_s, positive(), "seconds between heartbeats");
+  v.field("heartbeat_timeout_s", c.heartbeat_timeout_s, positive(),
+          "seconds without a heartbeat after which a worker counts as hung");
+  v.field("command_timeout_s", c.command_timeout_s, positive(), "seconds a worker may take for one command");
+  v.field("shutdown_grace_s", c.shutdown_grace_s, non_negative(),
+          "seconds workers get to exit after a shutdown before they are killed");
+  v.field("max_message_mb", c.max_message_mb, at_least(1), "largest control message accepted, MiB");
+  v.field("transport", c.transport, one_of({"ipc", "tcp"}), "control-plane transport on one host");
+}
+
+template <class V> void describe(V& v, LoggingConfig& c) {
+  v.field("console", c.console, one_of({"progress", "plain", "quiet"}),
+          "progress: a live line; plain: one line per step; quiet: errors only");
+  v.field("jsonl", c.jsonl, "write metrics.jsonl");
+  v.field("level", c.level, one_of({"debug", "info", "warn", "error"}), "log file level");
+}
+
+template <class V> void describe(V& v, Config& c) {
+  v.section("experiment", c.experiment, "run identity and length");
+  v.section("model", c.model, "the policy");
+  v.section("data", c.data, "training prompts");
+  v.section("algorithm", c.algorithm, "RL objective");
+  v.section("rollout", c.rollout, "generation workers");
+  v.section("learner", c.learner, "training workers");
+  v.list("reward", c.reward, "reward functions, summed with their weights");
+  v.section("weight_sync", c.weight_sync, "weight transfer learner -> rollout");
+  v.field("placement", c.placement, one_of({"colocated", "disaggregated"}),
+          "colocated: rollout and learner share worker slots; disaggregated: separate processes");
+  v.section("launcher", c.launcher, "worker processes and the control plane");
+  v.section("logging", c.logging, "console, log files and metrics");
+}
+
+}  // namespace tandem

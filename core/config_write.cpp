@@ -1,0 +1,75 @@
+// Config -> YAML: the fully resolved config, every knob included.
+#include "core/config.h"
+#include "core/config_schema.h"
+
+#include <yaml-cpp/yaml.h>
+
+namespace tandem {
+namespace {
+
+class Writer {
+ public:
+  Writer(YAML::Emitter& out, bool explain) : out_(out), explain_(explain) {}
+
+  void field(const std::string& key, double& value, const config_check::Number&, const char* help) {
+    // Shortest text that reads back as the same double.
+    emit(key, fmt::format("{}", value), help);
+  }
+  void field(const std::string& key, int64_t& value, const config_check::Integer&, const char* help) {
+    emit(key, fmt::format("{}", value), help);
+  }
+  void field(const std::string& key, bool& value, const char* help) { emit(key, value ? "true" : "false", help); }
+  void field(const std::string& key, std::string& value, const config_check::Choice&, const char* help) {
+    emit(key, value, help);
+  }
+  void field(const std::string& key, std::string& value, const config_check::Text&, const char* help) {
+    out_ << YAML::Key << key << YAML::Value << YAML::DoubleQuoted << value;
+    comment(help);
+  }
+  template <class Struct>
+  void section(const std::string& key, Struct& value, const char* help) {
+    out_ << YAML::Key << key;
+    comment(help);
+    out_ << YAML::Value << YAML::BeginMap;
+    describe(*this, value);
+    out_ << YAML::EndMap;
+  }
+  template <class Struct>
+  void list(const std::string& key, std::vector<Struct>& values, const char* help) {
+    out_ << YAML::Key << key;
+    comment(help);
+    out_ << YAML::Value << YAML::BeginSeq;
+    for (auto& value : values) {
+      out_ << YAML::BeginMap;
+      describe(*this, value);
+      out_ << YAML::EndMap;
+    }
+    out_ << YAML::EndSeq;
+  }
+
+ private:
+  void emit(const std::string& key, const std::string& value, const char* help) {
+    out_ << YAML::Key << key << YAML::Value << value;
+    comment(help);
+  }
+  void comment(const char* help) {
+    if (explain_) out_ << YAML::Comment(help);
+  }
+
+  YAML::Emitter& out_;
+  bool explain_;
+};
+
+}  // namespace
+
+std::string config_to_yaml(const Config& config, bool explain) {
+  Config copy = config;  // describe() takes non-const references; the writer only reads
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  Writer writer(out, explain);
+  describe(writer, copy);
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace tandem

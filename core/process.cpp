@@ -1,0 +1,145 @@
+#include "core/process.h"
+
+#include "core/error.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+namespace tandem {
+
+std::string signal_name(int signal) {
+  const char* abbrev = sigabbrev_np(signal);
+  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", signal);
+}
+
+std::string ExitStatus::describe() const {
+  if (signal != 0) return fmt::format("killed by signal {} ({})", signal, signal_name(signal));
+  return fmt::format("exited with status {}", exit_code);
+}
+
+namespace {
+
+ExitStatus from_wait_status(int status) {
+  ExitStatus s;
+  if (WIFEXITED(status)) s.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) s.signal = WTERMSIG(status);
+  return s;
+}
+
+}  // namespace
+
+ChildProcess ChildProcess::spawn(const std::vector<std::string>& argv, const SpawnOptions& options) {
+  TANDEM_CHECK(!argv.empty(), "spawn needs a program");
+  // Everything the child needs is prepared before fork: after it, a multi-threaded
+  // parent's child may only make async-signal-safe calls.
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  int output_fd = -1;
+  if (!options.output_path.empty()) {
+    output_fd = ::open(options.output_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (output_fd < 0) {
+      throw Error(fmt::format("cannot open {} for a child's output: {}", options.output_path, std::strerror(errno)));
+    }
+  }
+  int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const pid_t parent = ::getpid();
+  const char exec_failed[] = "tandem: exec failed for the worker program\n";
+
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int err = errno;
+    if (output_fd >= 0) ::close(output_fd);
+    if (null_fd >= 0) ::close(null_fd);
+    throw Error(fmt::format("fork failed: {}", std::strerror(err)));
+  }
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(125);  // the parent died before prctl took effect
+    if (options.ignore_interrupt) ::signal(SIGINT, SIG_IGN);
+    ::signal(SIGTERM, SIG_DFL);
+    ::signal(SIGPIPE, SIG_DFL);
+    if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
+    if (output_fd >= 0) {
+      ::dup2(output_fd, STDOUT_FILENO);
+      ::dup2(output_fd, STDERR_FILENO);
+    }
+    ::execv(args[0], args.data());
+    ssize_t ignored = ::write(STDERR_FILENO, exec_failed, sizeof exec_failed - 1);
+    (void)ignored;
+    ::_exit(127);
+  }
+  if (output_fd >= 0) ::close(output_fd);
+  if (null_fd >= 0) ::close(null_fd);
+  ChildProcess child;
+  child.pid_ = pid;
+  return child;
+}
+
+ChildProcess::~ChildProcess() { kill_and_reap(); }
+
+ChildProcess::ChildProcess(ChildProcess&& other) noexcept : pid_(other.pid_), status_(other.status_) {
+  other.pid_ = -1;
+}
+
+ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
+  if (this != &other) {
+    kill_and_reap();
+    pid_ = other.pid_;
+    status_ = other.status_;
+    other.pid_ = -1;
+  }
+  return *this;
+}
+
+std::optional<ExitStatus> ChildProcess::poll() {
+  if (pid_ <= 0 || status_) return status_;
+  int status = 0;
+  pid_t r = ::waitpid(pid_, &status, WNOHANG);
+  if (r == pid_) status_ = from_wait_status(status);
+  return status_;
+}
+
+std::optional<ExitStatus> ChildProcess::wait_for(double timeout_s) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (true) {
+    if (auto s = poll()) return s;
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+void ChildProcess::send_signal(int signal) {
+  if (running()) ::kill(pid_, signal);
+}
+
+void ChildProcess::kill_and_reap() {
+  if (pid_ <= 0 || status_) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  status_ = from_wait_status(status);
+}
+
+bool process_alive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return false;
+  std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  // Field 3, after the parenthesised command name: Z is a zombie, X dead.
+  size_t close = content.rfind(')');
+  if (close == std::string::npos || close + 2 >= content.size()) return false;
+  char state = content[close + 2];
+  return state != 'Z' && state != 'X';
+}
+
+}  // namespace tandem

@@ -1,0 +1,60 @@
+// Child processes with RAII: a ChildProcess that goes out of scope still running is
+// killed (SIGKILL) and reaped, so no exit path of the parent leaves orphans behind.
+// Children also get PR_SET_PDEATHSIG=SIGKILL: if the parent is killed outright,
+// the kernel ends them too.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+struct ExitStatus {
+  int exit_code = -1;  // set when the process exited
+  int signal = 0;      // set when a signal ended it
+  // "exited with status 3" / "killed by signal 9 (SIGKILL)"
+  std::string describe() const;
+  bool success() const { return signal == 0 && exit_code == 0; }
+};
+
+std::string signal_name(int signal);
+
+struct SpawnOptions {
+  std::string output_path;      // stdout and stderr appended here; empty: inherit
+  bool ignore_interrupt = true;  // SIGINT ignored: the parent decides how children stop
+};
+
+class ChildProcess {
+ public:
+  ChildProcess() = default;
+  // argv[0] is the program path. Throws tandem::Error when fork or the output file fails;
+  // a failed exec shows as exit status 127 with the reason in the output file.
+  static ChildProcess spawn(const std::vector<std::string>& argv, const SpawnOptions& options = {});
+  ~ChildProcess();
+  ChildProcess(ChildProcess&& other) noexcept;
+  ChildProcess& operator=(ChildProcess&& other) noexcept;
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool running() const { return pid_ > 0 && !status_; }
+  // Non-blocking: the exit status once the process has ended (and it is reaped).
+  std::optional<ExitStatus> poll();
+  // Waits up to timeout_s; returns the status if it ended by then.
+  std::optional<ExitStatus> wait_for(double timeout_s);
+  void send_signal(int signal);
+  // SIGKILL and reap (no-op when already ended).
+  void kill_and_reap();
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<ExitStatus> status_;
+};
+
+// Whether a process with this pid exists (and is not a zombie).
+bool process_alive(pid_t pid);
+
+}  // namespace tandem

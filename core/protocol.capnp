@@ -1,0 +1,64 @@
+# The control-plane wire format between the controller and its workers.
+# Every ZeroMQ payload frame is one `Message`; bulk bytes (tensors) travel as extra
+# frames whose sizes the message declares in `attachments`, never inside the text.
+@0xc4e8f1d2a3b59e61;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("tandem::wire");
+
+const protocolVersion :UInt32 = 1;
+
+struct WorkerId {
+  role @0 :Text;   # "rollout", "learner", ...
+  rank @1 :UInt32;
+}
+
+# First message of a worker; the controller answers nothing until it arrives.
+struct Register {
+  worker @0 :WorkerId;
+  pid @1 :UInt32;
+  hostname @2 :Text;
+  protocolVersion @3 :UInt32;
+}
+
+# Both directions, every heartbeat interval: a worker proves it is alive to the
+# controller, and the controller to its workers (so that they exit when it is gone).
+struct Heartbeat {
+  worker @0 :WorkerId;   # the sender; the controller sends role "controller"
+  sequence @1 :UInt64;
+}
+
+struct Command {
+  requestId @0 :UInt64;
+  name @1 :Text;             # e.g. "ping", "describe"; roles add their own
+  body @2 :Data;             # command-specific, a Cap'n Proto message of its own or raw bytes
+  attachments @3 :List(UInt64);  # byte sizes of the frames that follow
+}
+
+struct Reply {
+  requestId @0 :UInt64;
+  worker @1 :WorkerId;
+  body @2 :Data;
+  attachments @3 :List(UInt64);
+}
+
+struct ErrorReply {
+  requestId @0 :UInt64;   # 0: not about one request
+  worker @1 :WorkerId;
+  message @2 :Text;
+}
+
+struct Shutdown {
+  reason @0 :Text;
+}
+
+struct Message {
+  union {
+    register @0 :Register;
+    heartbeat @1 :Heartbeat;
+    command @2 :Command;
+    reply @3 :Reply;
+    error @4 :ErrorReply;
+    shutdown @5 :Shutdown;
+  }
+}

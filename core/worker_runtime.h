@@ -1,0 +1,40 @@
+// The worker side of the control plane, shared by every role.
+//
+// Threading model: an I/O thread owns the DEALER socket. It sends heartbeats every
+// interval whatever the worker is doing, watches the controller's heartbeats, and
+// hands commands to the executor (the calling thread) over an inproc pair. The
+// executor runs one command at a time and sends back a Reply, or an ErrorReply
+// carrying the exception's message. So a long command never looks like a dead worker,
+// while a stopped or wedged process does (its heartbeats stop).
+#pragma once
+
+#include "core/protocol.h"
+
+#include <functional>
+#include <string>
+
+namespace tandem {
+
+struct WorkerOptions {
+  WorkerId id;
+  std::string controller_address;
+  double heartbeat_interval_s = 0.5;
+  double controller_timeout_s = 10.0;  // no heartbeat from the controller for this long: exit
+  size_t max_message_bytes = 64u << 20;
+};
+
+struct CommandResult {
+  std::string body;
+  std::vector<std::string> attachments;
+};
+
+// Runs one command of a role; throw to report failure to the controller.
+using CommandHandler = std::function<CommandResult(const CommandMsg& command,
+                                                   const std::vector<std::string>& attachments)>;
+
+// Commands every worker answers itself: "ping" (echoes body and attachments) and
+// "describe" (role, rank, pid, host). Others go to `handler`.
+// Returns 0 after a Shutdown from the controller, 1 when the controller was lost.
+int run_worker(const WorkerOptions& options, const CommandHandler& handler);
+
+}  // namespace tandem
