@@ -1,0 +1,99 @@
+// `tandem run`: validates everything that can be validated before anything starts
+// (exit 2, no run directory), then creates the run directory, starts the workers and
+// drives the steps. Until the training loop lands (issue 5), a step is a control-plane
+// round: every worker answers a ping, and the round-trip time is the step's metric.
+#include "controller/cli.h"
+#include "controller/metrics_writer.h"
+#include "controller/progress.h"
+#include "controller/run_dir.h"
+#include "controller/worker_pool.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "core/signals.h"
+#include "kernels/device_probe.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+namespace tandem {
+namespace {
+
+std::vector<WorkerId> worker_list(const Config& c) {
+  std::vector<WorkerId> ids;
+  for (int64_t r = 0; r < c.rollout.workers; ++r) ids.push_back({"rollout", static_cast<uint32_t>(r)});
+  for (int64_t r = 0; r < c.learner.workers; ++r) ids.push_back({"learner", static_cast<uint32_t>(r)});
+  return ids;
+}
+
+void run_steps(WorkerPool& pool, const Config& c, const std::string& run_dir) {
+  MetricsWriter metrics(c.logging.jsonl ? run_dir + "/metrics.jsonl" : "");
+  ProgressLine progress(c.logging.console, c.experiment.steps);
+  const std::string payload(64, 'x');
+  for (int64_t step = 1; step <= c.experiment.steps; ++step) {
+    auto started = std::chrono::steady_clock::now();
+    auto replies = pool.call_all("ping", payload);
+    for (const auto& r : replies) {
+      TANDEM_CHECK(r.reply.body == payload, "{} echoed {} bytes instead of {}", r.reply.worker.name(),
+                   r.reply.body.size(), payload.size());
+    }
+    double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    metrics.write({{"step", static_cast<double>(step)},
+                   {"time/step_s", step_s},
+                   {"control/workers", static_cast<double>(replies.size())}});
+    progress.update(step, fmt::format("{} workers answered in {:.3f} ms", replies.size(), step_s * 1e3));
+  }
+  progress.finish();
+}
+
+}  // namespace
+
+int cli_run(const RunArgs& args) {
+  // Everything that can be wrong with the request is found before anything is created.
+  LoadedConfig loaded = load_config_file(args.config_path, args.overrides);
+  Config& c = loaded.config;
+  if (c.launcher.kind != "local") {
+    throw UsageError(fmt::format("{}: launcher.kind: {} is not implemented yet (allowed today: local)",
+                                 loaded.origin_of("launcher.kind"), c.launcher.kind));
+  }
+  std::string rollout_device = resolve_device(c.rollout.device, "rollout.device");
+  std::string learner_device = resolve_device(c.learner.device, "learner.device");
+  std::string run_dir = args.run_dir.empty() ? default_run_dir(c.experiment.name) : args.run_dir;
+  check_run_dir_free(run_dir);
+
+  create_run_dir(run_dir);
+  write_file_atomic(run_dir + "/config.yaml", config_to_yaml(c));
+  log::Options log_options;
+  log_options.tag = "controller-0";
+  log_options.file_path = run_dir + "/logs/controller-0.log";
+  log_options.file_level = log::parse_level(c.logging.level);
+  log_options.console_level = c.logging.console == "quiet" ? log::Level::error : log::Level::warn;
+  log::init(log_options);
+  log::info("run {} in {} (rollout on {}, learner on {})", c.experiment.name, run_dir, rollout_device, learner_device);
+  std::fprintf(stderr, "tandem: run %s -> %s\n", c.experiment.name.c_str(), run_dir.c_str());
+  install_interrupt_handlers();
+
+  TempDir sockets("tandem-");
+  WorkerPool pool(pool_options_from_config(c.launcher, run_dir + "/logs", sockets.path()),
+                  make_local_launcher(current_executable()));
+  try {
+    pool.start(worker_list(c));
+    run_steps(pool, c, run_dir);
+    pool.shutdown("run complete");
+  } catch (const Interrupted& e) {
+    log::error("{}: stopping the workers", e.what());
+    std::fprintf(stderr, "\ntandem: %s; stopping the workers\n", e.what());
+    pool.shutdown(e.what());
+    return 128 + e.signal();
+  } catch (const std::exception& e) {
+    log::error("run failed: {}", e.what());
+    std::fprintf(stderr, "\nerror: %s\n", e.what());
+    pool.shutdown("run failed");
+    return 1;
+  }
+  log::info("run complete");
+  std::fprintf(stderr, "tandem: done; metrics in %s/metrics.jsonl, logs in %s/logs\n", run_dir.c_str(), run_dir.c_str());
+  return 0;
+}
+
+}  // namespace tandem

@@ -1,0 +1,48 @@
+#include "controller/cli.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/worker_runtime.h"
+#include "learner/learner_role.h"
+#include "rollout/rollout_role.h"
+
+#include <unistd.h>
+
+namespace tandem {
+
+int cli_worker(const WorkerArgs& args) {
+  CommandHandler handler;
+  if (args.role == "rollout") {
+    handler = rollout_command_handler();
+  } else if (args.role == "learner") {
+    handler = learner_command_handler();
+  } else {
+    throw UsageError(fmt::format("--role: unknown role \"{}\" (allowed: rollout, learner)", args.role));
+  }
+  WorkerOptions options;
+  options.id = WorkerId{args.role, static_cast<uint32_t>(args.rank)};
+  options.controller_address = args.controller;
+  options.heartbeat_interval_s = args.heartbeat_interval_s;
+  options.controller_timeout_s = args.controller_timeout_s;
+  options.max_message_bytes = args.max_message_bytes;
+
+  log::Options log_options;
+  log_options.tag = options.id.name();
+  log_options.file_level = log::parse_level(args.log_level);
+  if (args.log_file.empty()) {
+    log_options.console_level = log_options.file_level;
+  } else {
+    // The launcher points stderr at the same file: crash output lands beside the log.
+    log_options.file_path = args.log_file;
+    log_options.console = false;
+  }
+  log::init(log_options);
+  log::info("worker {} starting (pid {})", options.id.name(), ::getpid());
+  try {
+    return run_worker(options, handler);
+  } catch (const std::exception& e) {
+    log::error("worker failed: {}", e.what());
+    return 1;
+  }
+}
+
+}  // namespace tandem

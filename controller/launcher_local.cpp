@@ -1,0 +1,88 @@
+// Local launcher: one child process per worker, `tandem worker ...`.
+#include "controller/launcher.h"
+
+#include "core/error.h"
+#include "core/log.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+namespace tandem {
+namespace {
+
+class LocalLauncher : public Launcher {
+ public:
+  explicit LocalLauncher(std::string binary) : binary_(std::move(binary)) {}
+  ~LocalLauncher() override { stop_all(0.0); }
+
+  int launch(const LaunchRequest& r) override {
+    std::vector<std::string> argv = {
+        binary_, "worker",
+        "--role", r.id.role,
+        "--rank", std::to_string(r.id.rank),
+        "--controller", r.controller_address,
+        "--heartbeat-interval", fmt::format("{}", r.heartbeat_interval_s),
+        "--controller-timeout", fmt::format("{}", r.controller_timeout_s),
+        "--max-message-bytes", std::to_string(r.max_message_bytes),
+        "--log-file", r.log_path,
+    };
+    SpawnOptions options;
+    options.output_path = r.log_path;
+    ChildProcess child = ChildProcess::spawn(argv, options);
+    int pid = child.pid();
+    log::debug("launched {} as pid {}", r.id.name(), pid);
+    children_[r.id] = std::move(child);
+    return pid;
+  }
+
+  std::vector<std::pair<WorkerId, ExitStatus>> reap() override {
+    std::vector<std::pair<WorkerId, ExitStatus>> ended;
+    for (auto& [id, child] : children_) {
+      bool was_running = child.running();
+      auto status = child.poll();
+      if (was_running && status) ended.emplace_back(id, *status);
+    }
+    return ended;
+  }
+
+  void send_signal(const WorkerId& id, int signal) override {
+    auto it = children_.find(id);
+    if (it != children_.end()) it->second.send_signal(signal);
+  }
+
+  void stop_all(double grace_s) override {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
+    for (auto& [id, child] : children_) {
+      while (child.running() && !child.poll() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      if (child.running()) {
+        log::warn("{} (pid {}) did not exit in time: killing it", id.name(), child.pid());
+        child.kill_and_reap();
+      }
+    }
+  }
+
+ private:
+  std::string binary_;
+  std::map<WorkerId, ChildProcess> children_;
+};
+
+}  // namespace
+
+std::unique_ptr<Launcher> make_local_launcher(const std::string& tandem_binary) {
+  return std::make_unique<LocalLauncher>(tandem_binary);
+}
+
+std::string current_executable() {
+  char buffer[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buffer, sizeof buffer - 1);
+  TANDEM_CHECK(n > 0, "cannot resolve /proc/self/exe");
+  return std::string(buffer, static_cast<size_t>(n));
+}
+
+}  // namespace tandem

@@ -1,0 +1,46 @@
+#include "controller/metrics_writer.h"
+
+#include "core/error.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+namespace tandem {
+
+std::string metric_row_json(const MetricRow& row) {
+  std::string out = "{";
+  for (size_t i = 0; i < row.size(); ++i) {
+    const auto& [key, value] = row[i];
+    if (i > 0) out += ",";
+    out += fmt::format("\"{}\":", key);
+    if (!std::isfinite(value)) {
+      out += "null";
+    } else if (value == std::floor(value) && std::fabs(value) < 1e15) {
+      out += fmt::format("{}", static_cast<int64_t>(value));
+    } else {
+      out += fmt::format("{}", value);
+    }
+  }
+  return out + "}";
+}
+
+MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
+  if (path.empty()) return;
+  file_ = std::fopen(path.c_str(), "a");
+  if (!file_) throw Error(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsWriter::write(const MetricRow& row) {
+  if (!file_) return;
+  std::string line = metric_row_json(row) + "\n";
+  if (std::fputs(line.c_str(), file_) < 0 || std::fflush(file_) != 0) {
+    throw Error(fmt::format("cannot append to {}: {}", path_, std::strerror(errno)));
+  }
+}
+
+}  // namespace tandem

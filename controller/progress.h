@@ -1,0 +1,25 @@
+// The console view of a run. `progress`: one live line on a terminal (a line every
+// 5% of the run when stderr is a file); `plain`: a line per step; `quiet`: nothing.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+namespace tandem {
+
+class ProgressLine {
+ public:
+  ProgressLine(const std::string& mode, int64_t total_steps);
+  // `fields`: the step's figures, e.g. "reward 0.41 | kl 0.002".
+  void update(int64_t step, const std::string& fields);
+  void finish();
+
+ private:
+  std::string mode_;
+  int64_t total_;
+  bool terminal_;
+  bool open_line_ = false;
+  std::chrono::steady_clock::time_point started_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,34 @@
+// The run directory: config.yaml, metrics.jsonl, logs/, checkpoints/, policy/.
+#pragma once
+
+#include <string>
+
+namespace tandem {
+
+// The default run directory for an experiment: runs/<name>-<YYYYmmdd-HHMMSS>.
+std::string default_run_dir(const std::string& experiment_name);
+
+// Throws UsageError when `path` exists and is not an empty directory (runs are never
+// overwritten; `tandem resume` continues one).
+void check_run_dir_free(const std::string& path);
+
+// Creates the directory and logs/.
+void create_run_dir(const std::string& path);
+
+// Writes `content` to `path` atomically: a temporary file, fsync, then rename.
+void write_file_atomic(const std::string& path, const std::string& content);
+
+// A private temporary directory, removed with its contents on destruction.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix);
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace tandem

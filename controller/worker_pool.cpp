@@ -1,0 +1,310 @@
+#include "controller/worker_pool.h"
+
+#include "core/config.h"
+#include "core/log.h"
+#include "core/signals.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace tandem {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+const char* signal_word(int signal) { return signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal"; }
+
+}  // namespace
+
+PoolOptions pool_options_from_config(const LauncherConfig& c, const std::string& log_dir,
+                                     const std::string& socket_dir) {
+  PoolOptions o;
+  o.bind_address = c.transport == "ipc" ? fmt::format("ipc://{}/control.sock", socket_dir) : "tcp://127.0.0.1:*";
+  o.log_dir = log_dir;
+  o.register_timeout_s = c.register_timeout_s;
+  o.heartbeat_interval_s = c.heartbeat_interval_s;
+  o.heartbeat_timeout_s = c.heartbeat_timeout_s;
+  o.command_timeout_s = c.command_timeout_s;
+  o.shutdown_grace_s = c.shutdown_grace_s;
+  o.max_message_bytes = static_cast<size_t>(c.max_message_mb) << 20;
+  return o;
+}
+
+WorkerFailure::WorkerFailure(WorkerId worker, int pid, std::string reason, const std::string& log_path)
+    : Error(fmt::format("worker {} (role {}, rank {}, pid {}) {}; its log: {}", worker.name(), worker.role,
+                        worker.rank, pid, reason, log_path)),
+      worker_(std::move(worker)),
+      pid_(pid),
+      reason_(std::move(reason)) {}
+
+Interrupted::Interrupted(int signal)
+    : Error(fmt::format("interrupted by {}", signal_word(signal))), signal_(signal) {}
+
+WorkerPool::WorkerPool(PoolOptions options, std::unique_ptr<Launcher> launcher)
+    : options_(std::move(options)),
+      launcher_(std::move(launcher)),
+      context_(1),
+      channel_(context_, Channel::Kind::router, ChannelOptions{options_.max_message_bytes}) {
+  address_ = channel_.bind(options_.bind_address);
+}
+
+WorkerPool::~WorkerPool() {
+  try {
+    if (!shut_down_) {
+      options_.shutdown_grace_s = std::min(options_.shutdown_grace_s, 1.0);
+      shutdown("controller is exiting");
+    }
+  } catch (const std::exception& e) {
+    log::error("worker shutdown failed: {}", e.what());
+  }
+}
+
+std::string WorkerPool::log_path(const WorkerId& id) const { return fmt::format("{}/{}.log", options_.log_dir, id.name()); }
+
+void WorkerPool::start(const std::vector<WorkerId>& ids) {
+  for (const WorkerId& id : ids) {
+    TANDEM_CHECK(!find(id), "worker {} listed twice", id.name());
+    Worker w;
+    w.status.id = id;
+    LaunchRequest request{id, address_, log_path(id), options_.heartbeat_interval_s,
+                          // Workers outlive a slow controller event loop by a wide margin.
+                          std::max(options_.heartbeat_timeout_s, 5.0 * options_.heartbeat_interval_s),
+                          options_.max_message_bytes};
+    w.status.pid = launcher_->launch(request);
+    w.last_seen = Clock::now();
+    workers_.push_back(std::move(w));
+  }
+  log::info("launched {} workers; waiting for them to register at {}", ids.size(), address_);
+  auto started = Clock::now();
+  while (true) {
+    if (auto failure = first_failure()) throw *failure;
+    bool all = std::all_of(workers_.begin(), workers_.end(),
+                           [](const Worker& w) { return w.status.state == WorkerState::ready; });
+    if (all) break;
+    if (seconds_since(started) > options_.register_timeout_s) {
+      for (Worker& w : workers_) {
+        if (w.status.state == WorkerState::starting) {
+          fail(w, fmt::format("did not register within {} s (launcher.register_timeout_s)", options_.register_timeout_s));
+        }
+      }
+      throw *first_failure();
+    }
+    pump(50);
+  }
+  log::info("all {} workers registered in {:.2f} s", ids.size(), seconds_since(started));
+}
+
+uint64_t WorkerPool::send(const WorkerId& id, const std::string& name, const std::string& body,
+                          const std::vector<std::string>& attachments) {
+  Worker* w = find(id);
+  TANDEM_CHECK(w != nullptr, "no worker {}", id.name());
+  if (w->status.state != WorkerState::ready) throw failure_of(*w);
+  uint64_t request_id = next_request_id_++;
+  std::vector<uint64_t> sizes;
+  for (const auto& a : attachments) sizes.push_back(a.size());
+  pending_[request_id] = Pending{id, name, Clock::now()};
+  if (!channel_.send(w->peer, CommandMsg{request_id, name, body, sizes}, attachments)) {
+    fail(*w, fmt::format("disconnected before command {} could be sent", name));
+  }
+  return request_id;
+}
+
+std::map<uint64_t, CommandReply> WorkerPool::wait(const std::vector<uint64_t>& request_ids) {
+  while (true) {
+    bool all = true;
+    for (uint64_t id : request_ids) {
+      auto error = errors_.find(id);
+      if (error != errors_.end()) {
+        const Pending& p = pending_.at(id);
+        const Worker* w = find(p.worker);
+        throw WorkerFailure(p.worker, w ? w->status.pid : 0,
+                            fmt::format("failed command \"{}\" (request {}): {}", p.name, id, error->second),
+                            log_path(p.worker));
+      }
+      if (!replies_.count(id)) all = false;
+    }
+    if (all) break;
+    if (auto failure = first_failure()) throw *failure;
+    for (uint64_t id : request_ids) {
+      auto p = pending_.find(id);
+      if (p != pending_.end() && !replies_.count(id) && seconds_since(p->second.sent) > options_.command_timeout_s) {
+        Worker* w = find(p->second.worker);
+        fail(*w, fmt::format("did not answer command \"{}\" within {} s (launcher.command_timeout_s)", p->second.name,
+                             options_.command_timeout_s));
+      }
+    }
+    pump(static_cast<int>(std::max(1.0, options_.heartbeat_interval_s * 500)));
+  }
+  std::map<uint64_t, CommandReply> out;
+  for (uint64_t id : request_ids) {
+    out[id] = std::move(replies_.at(id));
+    replies_.erase(id);
+    pending_.erase(id);
+  }
+  return out;
+}
+
+std::vector<CommandReply> WorkerPool::call_all(const std::string& name, const std::string& body) {
+  std::vector<uint64_t> ids;
+  for (const Worker& w : workers_) ids.push_back(send(w.status.id, name, body));
+  auto replies = wait(ids);
+  std::vector<CommandReply> ordered;
+  for (uint64_t id : ids) ordered.push_back(std::move(replies.at(id)));
+  return ordered;
+}
+
+void WorkerPool::poll_events(double seconds) {
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  do {
+    pump(10);
+  } while (Clock::now() < deadline);
+}
+
+void WorkerPool::shutdown(const std::string& reason) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  for (Worker& w : workers_) {
+    if (w.status.state == WorkerState::ready) channel_.send(w.peer, ShutdownMsg{reason});
+  }
+  launcher_->stop_all(options_.shutdown_grace_s);
+  for (Worker& w : workers_) {
+    if (w.status.state != WorkerState::failed) w.status.state = WorkerState::stopped;
+  }
+  log::info("all workers stopped ({})", reason);
+}
+
+std::vector<WorkerStatus> WorkerPool::status() const {
+  std::vector<WorkerStatus> out;
+  for (const Worker& w : workers_) out.push_back(w.status);
+  return out;
+}
+
+std::optional<WorkerFailure> WorkerPool::first_failure() const {
+  for (const Worker& w : workers_) {
+    if (w.status.state == WorkerState::failed) return failure_of(w);
+  }
+  return std::nullopt;
+}
+
+WorkerFailure WorkerPool::failure_of(const Worker& w) const {
+  std::string reason = w.status.state == WorkerState::failed ? w.status.failure
+                       : w.status.state == WorkerState::stopped ? "has been stopped"
+                                                                 : "is not ready";
+  return WorkerFailure(w.status.id, w.status.pid, reason, log_path(w.status.id));
+}
+
+WorkerPool::Worker* WorkerPool::find(const WorkerId& id) {
+  for (Worker& w : workers_)
+    if (w.status.id == id) return &w;
+  return nullptr;
+}
+
+WorkerPool::Worker* WorkerPool::find_peer(const std::string& peer) {
+  for (Worker& w : workers_)
+    if (!w.peer.empty() && w.peer == peer) return &w;
+  return nullptr;
+}
+
+void WorkerPool::fail(Worker& w, const std::string& reason) {
+  if (w.status.state == WorkerState::failed) return;
+  w.status.state = WorkerState::failed;
+  w.status.failure = reason;
+  log::error("worker {} (pid {}) {}", w.status.id.name(), w.status.pid, reason);
+  // A hung or misbehaving worker is ended now, so that it leaves nothing running.
+  launcher_->send_signal(w.status.id, SIGKILL);
+}
+
+void WorkerPool::reject(const std::string& peer, const std::string& why) {
+  ++rejected_;
+  log::warn("control channel: rejected a message from peer {}: {}", peer_label(peer), why);
+}
+
+void WorkerPool::handle(Envelope& e) {
+  Worker* sender = find_peer(e.peer);
+  if (auto* r = std::get_if<RegisterMsg>(&e.message)) {
+    Worker* w = find(r->worker);
+    if (sender) return reject(e.peer, fmt::format("{} registered twice", sender->status.id.name()));
+    if (!w) return reject(e.peer, fmt::format("registration from unexpected worker {}", r->worker.name()));
+    if (w->status.state != WorkerState::starting) {
+      return reject(e.peer, fmt::format("registration for {} which is {}", r->worker.name(),
+                                        w->status.state == WorkerState::ready ? "already registered" : "not starting"));
+    }
+    if (r->protocol_version != protocol_version()) {
+      fail(*w, fmt::format("speaks protocol version {}, the controller {}", r->protocol_version, protocol_version()));
+      return;
+    }
+    if (w->status.pid != 0 && static_cast<int>(r->pid) != w->status.pid) {
+      return reject(e.peer, fmt::format("registration for {} from pid {}, but the launcher started pid {}",
+                                        r->worker.name(), r->pid, w->status.pid));
+    }
+    w->peer = e.peer;
+    w->status.pid = static_cast<int>(r->pid);
+    w->status.state = WorkerState::ready;
+    w->last_seen = Clock::now();
+    log::debug("{} registered (pid {} on {})", r->worker.name(), r->pid, r->hostname);
+    return;
+  }
+  if (!sender) return reject(e.peer, fmt::format("{} message from an unknown sender", message_kind(e.message)));
+  sender->last_seen = Clock::now();
+  if (std::holds_alternative<HeartbeatMsg>(e.message)) return;
+  if (auto* reply = std::get_if<ReplyMsg>(&e.message)) {
+    auto p = pending_.find(reply->request_id);
+    if (p == pending_.end() || !(p->second.worker == sender->status.id)) {
+      return reject(e.peer, fmt::format("reply to unknown request {} from {}", reply->request_id,
+                                        sender->status.id.name()));
+    }
+    replies_[reply->request_id] = CommandReply{std::move(*reply), std::move(e.attachments)};
+    return;
+  }
+  if (auto* error = std::get_if<ErrorReplyMsg>(&e.message)) {
+    if (pending_.count(error->request_id) && pending_.at(error->request_id).worker == sender->status.id) {
+      errors_[error->request_id] = error->message;
+    } else {
+      fail(*sender, fmt::format("reported an error: {}", error->message));
+    }
+    return;
+  }
+  reject(e.peer, fmt::format("workers may not send {} messages", message_kind(e.message)));
+}
+
+void WorkerPool::pump(int timeout_ms) {
+  if (int signal = pending_interrupt()) throw Interrupted(signal);
+  int wait_ms = std::min(timeout_ms, std::max(1, static_cast<int>(options_.heartbeat_interval_s * 1000 / 2)));
+  if (auto first = channel_.receive(wait_ms)) {
+    handle(*first);
+    while (auto next = channel_.receive(0)) handle(*next);
+  }
+  auto now = Clock::now();
+  if (now >= next_heartbeat_) {
+    ++heartbeat_sequence_;
+    for (Worker& w : workers_) {
+      if (w.status.state == WorkerState::ready) {
+        channel_.send(w.peer, HeartbeatMsg{WorkerId{"controller", 0}, heartbeat_sequence_});
+      }
+    }
+    next_heartbeat_ = now + std::chrono::duration_cast<Clock::duration>(
+                                std::chrono::duration<double>(options_.heartbeat_interval_s));
+  }
+  for (auto& [id, exit] : launcher_->reap()) {
+    Worker* w = find(id);
+    if (!w || shut_down_) continue;
+    if (w->status.state == WorkerState::failed) continue;  // already explained (hung, killed by us)
+    fail(*w, w->status.state == WorkerState::starting ? "died before registering: " + exit.describe()
+                                                      : "died: " + exit.describe());
+  }
+  for (Worker& w : workers_) {
+    if (w.status.state != WorkerState::ready) continue;
+    double silent = seconds_since(w.last_seen);
+    if (silent > options_.heartbeat_timeout_s) {
+      fail(w, fmt::format("is hung: no heartbeat for {:.1f} s (launcher.heartbeat_timeout_s {})", silent,
+                          options_.heartbeat_timeout_s));
+    }
+  }
+}
+
+}  // namespace tandem

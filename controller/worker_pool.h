@@ -1,0 +1,143 @@
+// The controller's view of its workers: launches them, waits for them to register,
+// sends commands and collects replies, and watches their health.
+//
+// Single-threaded: every call pumps one event loop (socket, child exits, heartbeat
+// clocks, interrupt flag). A worker that exits, stops sending heartbeats, answers
+// with an error or takes longer than the command timeout becomes a WorkerFailure
+// naming it (role, rank, pid), why, and where its log is.
+#pragma once
+
+#include "controller/launcher.h"
+#include "core/channel.h"
+#include "core/error.h"
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+struct LauncherConfig;
+
+struct PoolOptions {
+  std::string bind_address = "tcp://127.0.0.1:*";
+  std::string log_dir = ".";
+  double register_timeout_s = 60.0;
+  double heartbeat_interval_s = 0.5;
+  double heartbeat_timeout_s = 10.0;
+  double command_timeout_s = 600.0;
+  double shutdown_grace_s = 5.0;
+  size_t max_message_bytes = 64u << 20;
+};
+
+// Options from the `launcher:` config section; ipc sockets live under `socket_dir`.
+PoolOptions pool_options_from_config(const LauncherConfig& config, const std::string& log_dir,
+                                     const std::string& socket_dir);
+
+class WorkerFailure : public Error {
+ public:
+  WorkerFailure(WorkerId worker, int pid, std::string reason, const std::string& log_path);
+  const WorkerId& worker() const { return worker_; }
+  int pid() const { return pid_; }
+  const std::string& reason() const { return reason_; }
+
+ private:
+  WorkerId worker_;
+  int pid_;
+  std::string reason_;
+};
+
+// The controller received SIGINT or SIGTERM.
+class Interrupted : public Error {
+ public:
+  explicit Interrupted(int signal);
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
+};
+
+enum class WorkerState { starting, ready, failed, stopped };
+
+struct WorkerStatus {
+  WorkerId id;
+  int pid = 0;
+  WorkerState state = WorkerState::starting;
+  std::string failure;  // set when failed
+};
+
+struct CommandReply {
+  ReplyMsg reply;
+  std::vector<std::string> attachments;
+};
+
+class WorkerPool {
+ public:
+  WorkerPool(PoolOptions options, std::unique_ptr<Launcher> launcher);
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  // Launches the workers and waits until all have registered. Throws WorkerFailure.
+  void start(const std::vector<WorkerId>& workers);
+
+  // Sends a command; returns its request id.
+  uint64_t send(const WorkerId& worker, const std::string& name, const std::string& body = "",
+                const std::vector<std::string>& attachments = {});
+  // Waits for the replies to these requests. Throws WorkerFailure on any worker failure.
+  std::map<uint64_t, CommandReply> wait(const std::vector<uint64_t>& request_ids);
+  // One command to every worker; replies in the order of status().
+  std::vector<CommandReply> call_all(const std::string& name, const std::string& body = "");
+
+  // Runs the event loop for `seconds` without throwing on failures (they are recorded).
+  void poll_events(double seconds);
+  // Asks every worker to exit, waits shutdown_grace_s, kills the rest. Idempotent.
+  void shutdown(const std::string& reason);
+
+  std::vector<WorkerStatus> status() const;
+  std::optional<WorkerFailure> first_failure() const;
+  // Frames and messages dropped as malformed, unexpected or from unknown senders.
+  uint64_t rejected_messages() const { return channel_.rejected_count() + rejected_; }
+  const std::string& address() const { return address_; }
+
+ private:
+  struct Worker {
+    WorkerStatus status;
+    std::string peer;  // ZeroMQ routing id once registered
+    std::chrono::steady_clock::time_point last_seen;
+  };
+  struct Pending {
+    WorkerId worker;
+    std::string name;
+    std::chrono::steady_clock::time_point sent;
+  };
+
+  void pump(int timeout_ms);
+  void handle(Envelope& envelope);
+  void fail(Worker& worker, const std::string& reason);
+  void reject(const std::string& peer, const std::string& why);
+  Worker* find(const WorkerId& id);
+  Worker* find_peer(const std::string& peer);
+  WorkerFailure failure_of(const Worker& worker) const;
+  std::string log_path(const WorkerId& id) const;
+
+  PoolOptions options_;
+  std::unique_ptr<Launcher> launcher_;
+  zmq::context_t context_;
+  Channel channel_;
+  std::string address_;
+  std::vector<Worker> workers_;
+  std::map<uint64_t, Pending> pending_;
+  std::map<uint64_t, CommandReply> replies_;
+  std::map<uint64_t, std::string> errors_;  // request id -> the worker's error message
+  uint64_t next_request_id_ = 1;
+  uint64_t heartbeat_sequence_ = 0;
+  uint64_t rejected_ = 0;
+  std::chrono::steady_clock::time_point next_heartbeat_;
+  bool shut_down_ = false;
+};
+
+}  // namespace tandem
