@@ -92,7 +92,13 @@ std::optional<Envelope> Channel::receive(int timeout_ms) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
     std::vector<zmq::message_t> frames;
-    auto received = zmq::recv_multipart(socket_, std::back_inserter(frames), zmq::recv_flags::dontwait);
+    zmq::recv_result_t received;
+    try {
+      received = zmq::recv_multipart(socket_, std::back_inserter(frames), zmq::recv_flags::dontwait);
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) return std::nullopt;  // a signal: let the caller look at it
+      throw Error(fmt::format("control channel receive failed: {}", e.what()));
+    }
     if (received) {
       Envelope envelope;
       if (parse(frames, envelope)) return envelope;
@@ -101,7 +107,12 @@ std::optional<Envelope> Channel::receive(int timeout_ms) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return std::nullopt;
     zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, left);
+    try {
+      zmq::poll(&item, 1, left);
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) return std::nullopt;
+      throw Error(fmt::format("control channel poll failed: {}", e.what()));
+    }
     if (!(item.revents & ZMQ_POLLIN)) return std::nullopt;
   }
 }

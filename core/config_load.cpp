@@ -24,9 +24,16 @@ struct LoadContext {
   std::map<std::string, std::string> origins;           // key path -> where it was set
   std::vector<std::string> problems;
 
+  // Lists copied from the defaults so that an override can index into them: their
+  // marks point into the defaults' text, so they and their contents are the override's.
+  std::map<std::string, std::string> cloned_defaults;  // key path -> "--set k=v"
+
   std::string where(const std::string& path, const YAML::Mark& mark) const {
     auto it = override_origins.find(path);
     if (it != override_origins.end()) return it->second;
+    for (const auto& [prefix, origin] : cloned_defaults) {
+      if (path == prefix || path.rfind(prefix + ".", 0) == 0) return origin;
+    }
     if (mark.is_null()) return source;
     return fmt::format("{}:{}:{}", source, mark.line + 1, mark.column + 1);
   }
@@ -262,6 +269,19 @@ class Reader {
   bool reported_ = false;
 };
 
+// The default config's value at a key path (undefined when there is none).
+YAML::Node default_node(const std::string& key_path) {
+  static const YAML::Node defaults = YAML::Load(config_to_yaml(Config{}));
+  YAML::Node current = YAML::Clone(defaults);
+  for (const std::string& part : split(key_path, '.')) {
+    if (!current.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+    YAML::Node next = current[part];
+    if (!next.IsDefined()) return YAML::Node(YAML::NodeType::Undefined);
+    current.reset(next);
+  }
+  return current;
+}
+
 // Applies one `key.path=value` override to the document, recording its origin.
 void apply_override(YAML::Node& root, const std::string& text, LoadContext& context) {
   std::string origin = "--set " + text;
@@ -306,7 +326,7 @@ void apply_override(YAML::Node& root, const std::string& text, LoadContext& cont
       current.reset(next);
       continue;
     }
-    if (current.IsNull()) current = YAML::Node(YAML::NodeType::Map);
+    if (!current.IsDefined() || current.IsNull()) current = YAML::Node(YAML::NodeType::Map);
     if (!current.IsMap()) {
       context.problems.push_back(
           fmt::format("{}: {}: cannot set a key inside {}", origin, path, describe_found(current)));
@@ -315,6 +335,15 @@ void apply_override(YAML::Node& root, const std::string& text, LoadContext& cont
     if (last) {
       current[part] = value;
       return;
+    }
+    if (!current[part].IsDefined()) {
+      // A list the file leaves out (reward) starts from its default so that
+      // `--set reward.0.weight=2` has an element 0 to change.
+      YAML::Node default_value = default_node(path);
+      if (default_value.IsSequence()) {
+        current[part] = YAML::Clone(default_value);
+        context.cloned_defaults[path] = origin;
+      }
     }
     YAML::Node next = current[part];  // creates a null entry when missing; filled next round
     current.reset(next);
@@ -334,7 +363,7 @@ LoadedConfig load_from_document(YAML::Node root, const std::string& source,
 
   LoadedConfig loaded;
   loaded.source = source;
-  if (context.problems.empty()) {
+  {
     Reader reader(root, "", context);
     describe(reader, loaded.config);
     reader.finish();

@@ -6,13 +6,23 @@ namespace tandem {
 
 void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& problems) {
   const Config& c = loaded.config;
-  auto problem = [&](const std::string& key_path, const std::string& what) {
-    problems.push_back(fmt::format("{}: {}: {}", loaded.origin_of(key_path), key_path, what));
+  // A rule involves several keys; the message points at the first of them the user set
+  // (in the file or with --set), else at the first one.
+  auto problem_at = [&](const std::vector<std::string>& keys, const std::string& what) {
+    std::string key = keys[0];
+    for (const auto& k : keys) {
+      if (loaded.origins.count(k)) {
+        key = k;
+        break;
+      }
+    }
+    problems.push_back(fmt::format("{}: {}: {}", loaded.origin_of(key), key, what));
   };
+  auto problem = [&](const std::string& key_path, const std::string& what) { problem_at({key_path}, what); };
 
   // Prompts are split over rollout workers whole, so that a prompt's group stays together.
   if (c.data.batch_size % c.rollout.workers != 0) {
-    problem("data.batch_size",
+    problem_at({"data.batch_size", "rollout.workers"},
             fmt::format("{} prompts cannot be split evenly over rollout.workers = {} ({} % {} = {})",
                         c.data.batch_size, c.rollout.workers, c.data.batch_size, c.rollout.workers,
                         c.data.batch_size % c.rollout.workers));
@@ -23,7 +33,7 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
   const int64_t samples = c.data.batch_size * c.algorithm.group_size;
   const int64_t shards = c.learner.workers * c.learner.mini_batches;
   if (samples % shards != 0) {
-    problem("learner.mini_batches",
+    problem_at({"learner.mini_batches", "learner.workers", "data.batch_size", "algorithm.group_size"},
             fmt::format("{} samples per step (data.batch_size {} x algorithm.group_size {}) cannot be split "
                         "into learner.mini_batches {} x learner.workers {} = {} equal parts",
                         samples, c.data.batch_size, c.algorithm.group_size, c.learner.mini_batches,
@@ -31,7 +41,8 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
   } else {
     const int64_t per_rank = samples / shards;
     if (per_rank % c.learner.micro_batch_size != 0) {
-      problem("learner.micro_batch_size",
+      problem_at({"learner.micro_batch_size", "learner.mini_batches", "learner.workers", "data.batch_size",
+                  "algorithm.group_size"},
               fmt::format("{} samples per rank and mini-batch ({} samples / {} mini-batches / {} workers) are "
                           "not a multiple of learner.micro_batch_size {}",
                           per_rank, samples, c.learner.mini_batches, c.learner.workers,
@@ -41,7 +52,7 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
 
   const std::string& advantage = c.algorithm.advantage;
   if ((advantage == "grpo" || advantage == "dr_grpo" || advantage == "rloo") && c.algorithm.group_size < 2) {
-    problem("algorithm.group_size",
+    problem_at({"algorithm.group_size", "algorithm.advantage"},
             fmt::format("advantage {} compares samples of one prompt and needs group_size >= 2, got {}",
                         advantage, c.algorithm.group_size));
   }

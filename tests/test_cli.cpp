@@ -1,0 +1,213 @@
+// The `tandem` command line as a user meets it: exit codes, no run directory after a
+// config error, and no process left behind when the controller is interrupted or killed.
+#include "core/process.h"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+using namespace tandem;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "tandem-cli-XXXXXX").string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+// Runs `tandem args...`, returning its exit status and output.
+ExitStatus run_tandem(const std::vector<std::string>& args, const std::string& output_path, double timeout_s = 60) {
+  std::vector<std::string> argv = {TANDEM_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  ChildProcess child = ChildProcess::spawn(argv, {output_path, false});
+  auto status = child.wait_for(timeout_s);
+  REQUIRE_MESSAGE(status.has_value(), "tandem did not finish in ", timeout_s, " s");
+  return *status;
+}
+
+// The children of a process, from /proc.
+std::vector<int> children_of(int parent) {
+  std::vector<int> children;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string stat = read_file(entry.path() / "stat");
+    size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string state;
+    int ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) children.push_back(std::stoi(name));
+  }
+  return children;
+}
+
+const char* long_run_config = R"(
+experiment: {name: cli-test, steps: 1000000}
+data: {batch_size: 4}
+algorithm: {group_size: 2}
+rollout: {workers: 2}
+learner: {workers: 2, micro_batch_size: 1}
+launcher: {heartbeat_interval_s: 0.1, heartbeat_timeout_s: 2, shutdown_grace_s: 2}
+logging: {console: quiet}
+)";
+
+// Starts a long run and waits until its workers answer (metrics.jsonl has lines).
+ChildProcess start_long_run(const TempDir& dir, std::vector<int>& workers) {
+  write_file(dir.path + "/long.yaml", long_run_config);
+  ChildProcess controller = ChildProcess::spawn(
+      {TANDEM_BINARY, "run", dir.path + "/long.yaml", "--run-dir", dir.path + "/run"}, {dir.path + "/out.txt", false});
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (read_file(dir.path + "/run/metrics.jsonl").size() < 100) {
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, read_file(dir.path + "/out.txt"));
+    REQUIRE(controller.running());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  workers = children_of(controller.pid());
+  REQUIRE(workers.size() == 4);
+  return controller;
+}
+
+bool all_gone_within(const std::vector<int>& pids, double seconds) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool any = false;
+    for (int pid : pids) any = any || process_alive(pid);
+    if (!any) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("validate prints the resolved config; errors exit 2") {
+  TempDir dir;
+  std::string out = dir.path + "/out.txt";
+  CHECK(run_tandem({"validate", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--set", "learner.optimizer.lr=3e-6"}, out)
+            .exit_code == 0);
+  std::string resolved = read_file(out);
+  CHECK(resolved.find("lr: 3e-06") != std::string::npos);
+  CHECK(resolved.find("micro_batch_size: 8") != std::string::npos);
+
+  write_file(dir.path + "/bad.yaml", "learner:\n  optimizer:\n    lr: fast\n");
+  fs::remove(out);
+  CHECK(run_tandem({"validate", dir.path + "/bad.yaml"}, out).exit_code == 2);
+  CHECK(read_file(out) == dir.path + "/bad.yaml:3:5: learner.optimizer.lr: expected a positive number, got \"fast\"\n");
+  CHECK(run_tandem({"validate"}, out).exit_code == 2);              // missing argument
+  CHECK(run_tandem({"frobnicate"}, out).exit_code == 2);            // unknown subcommand
+}
+
+TEST_CASE("run with a bad config exits 2 and leaves no run directory") {
+  TempDir dir;
+  std::string out = dir.path + "/out.txt";
+  write_file(dir.path + "/bad.yaml", "rollout: {workers: 3}\n");
+  CHECK(run_tandem({"run", dir.path + "/bad.yaml", "--run-dir", dir.path + "/run"}, out).exit_code == 2);
+  CHECK_FALSE(fs::exists(dir.path + "/run"));
+  CHECK(read_file(out).find("cannot be split evenly over rollout.workers = 3") != std::string::npos);
+
+  CHECK(run_tandem({"run", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--set", "launcher.kind=slurm", "--run-dir",
+                dir.path + "/run"}, out).exit_code == 2);
+  CHECK_FALSE(fs::exists(dir.path + "/run"));
+}
+
+TEST_CASE("device: cuda without a usable GPU is a clear error, not a fallback") {
+  TempDir dir;
+  std::string out = dir.path + "/out.txt";
+  run_tandem({"version"}, out);
+  if (read_file(out).find("CUDA devices: 0") == std::string::npos) {
+    MESSAGE("skipped: a CUDA device is present, so device: cuda is valid here");
+    return;
+  }
+  CHECK(run_tandem({"run", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--set", "rollout.device=cuda", "--run-dir",
+                dir.path + "/run"}, out).exit_code == 2);
+  CHECK(read_file(out).find("rollout.device: cuda was asked for, but no CUDA device is usable") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir.path + "/run"));
+}
+
+TEST_CASE("a short run completes and leaves the run directory contract") {
+  TempDir dir;
+  std::string out = dir.path + "/out.txt";
+  CHECK(run_tandem({"run", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--set", "experiment.steps=20", "--set",
+                "logging.console=plain", "--run-dir", dir.path + "/run"}, out).exit_code == 0);
+  std::string run = dir.path + "/run";
+  CHECK(fs::exists(run + "/config.yaml"));
+  CHECK(fs::exists(run + "/logs/controller-0.log"));
+  CHECK(fs::exists(run + "/logs/rollout-0.log"));
+  CHECK(fs::exists(run + "/logs/rollout-1.log"));
+  CHECK(fs::exists(run + "/logs/learner-0.log"));
+  std::string metrics = read_file(run + "/metrics.jsonl");
+  CHECK(std::count(metrics.begin(), metrics.end(), '\n') == 20);
+  CHECK(metrics.find("{\"step\":20,\"time/step_s\":") != std::string::npos);
+  CHECK(read_file(run + "/config.yaml").find("steps: 20") != std::string::npos);
+  // A run directory is never reused.
+  CHECK(run_tandem({"run", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--run-dir", run}, out).exit_code == 2);
+}
+
+TEST_CASE("SIGTERM to the controller stops every worker and exits 143") {
+  TempDir dir;
+  std::vector<int> workers;
+  ChildProcess controller = start_long_run(dir, workers);
+  controller.send_signal(SIGTERM);
+  auto status = controller.wait_for(20);
+  REQUIRE(status.has_value());
+  CHECK(status->exit_code == 143);
+  CHECK(all_gone_within(workers, 5));
+}
+
+TEST_CASE("SIGINT (Ctrl-C) to the controller stops every worker and exits 130") {
+  TempDir dir;
+  std::vector<int> workers;
+  ChildProcess controller = start_long_run(dir, workers);
+  controller.send_signal(SIGINT);
+  auto status = controller.wait_for(20);
+  REQUIRE(status.has_value());
+  CHECK(status->exit_code == 130);
+  CHECK(all_gone_within(workers, 5));
+}
+
+TEST_CASE("SIGKILL of the controller leaves no orphan workers") {
+  TempDir dir;
+  std::vector<int> workers;
+  ChildProcess controller = start_long_run(dir, workers);
+  controller.send_signal(SIGKILL);
+  controller.wait_for(10);
+  CHECK(all_gone_within(workers, 5));
+}
+
+TEST_CASE("a worker killed during a run fails the run with exit 1, naming the worker") {
+  TempDir dir;
+  std::vector<int> workers;
+  ChildProcess controller = start_long_run(dir, workers);
+  ::kill(workers[1], SIGKILL);
+  auto status = controller.wait_for(20);
+  REQUIRE(status.has_value());
+  CHECK(status->exit_code == 1);
+  std::string out = read_file(dir.path + "/out.txt");
+  CHECK(out.find("died: killed by signal 9 (SIGKILL)") != std::string::npos);
+  CHECK(out.find(fmt::format("pid {})", workers[1])) != std::string::npos);
+  CHECK(all_gone_within(workers, 5));
+}

@@ -1,0 +1,293 @@
+// The controller and real worker processes on loopback: registration, request/reply
+// rounds, and every way a worker can go wrong (killed, crashed, stopped, never
+// registering, lost controller), each detected, named, and leaving no process behind.
+#include "controller/worker_pool.h"
+#include "core/process.h"
+
+#include <doctest/doctest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+using namespace tandem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string temp_dir() {
+  std::string pattern = (std::filesystem::temp_directory_path() / "tandem-test-XXXXXX").string();
+  REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+  return pattern;
+}
+
+PoolOptions fast_options(const std::string& dir) {
+  PoolOptions o;
+  o.bind_address = "tcp://127.0.0.1:*";
+  o.log_dir = dir;
+  o.register_timeout_s = 20;
+  o.heartbeat_interval_s = 0.1;
+  o.heartbeat_timeout_s = 1.0;
+  o.command_timeout_s = 20;
+  o.shutdown_grace_s = 2;
+  return o;
+}
+
+std::vector<WorkerId> four_workers() {
+  return {{"rollout", 0}, {"rollout", 1}, {"learner", 0}, {"learner", 1}};
+}
+
+void expect_all_gone(const std::vector<WorkerStatus>& workers) {
+  for (const auto& w : workers) CHECK_MESSAGE(!process_alive(w.pid), w.id.name(), " (pid ", w.pid, ") still runs");
+}
+
+int pid_of(WorkerPool& pool, const WorkerId& id) {
+  for (const auto& w : pool.status())
+    if (w.id == id) return w.pid;
+  FAIL("no such worker");
+  return 0;
+}
+
+// Runs ping rounds until one throws; returns the failure and how long detection took.
+WorkerFailure ping_until_failure(WorkerPool& pool, double limit_s, double& took_s) {
+  auto start = Clock::now();
+  while (std::chrono::duration<double>(Clock::now() - start).count() < limit_s) {
+    try {
+      pool.call_all("ping", "x");
+    } catch (const WorkerFailure& f) {
+      took_s = std::chrono::duration<double>(Clock::now() - start).count();
+      return f;
+    }
+  }
+  FAIL("no failure detected within ", limit_s, " s");
+  throw std::logic_error("unreachable");
+}
+
+}  // namespace
+
+TEST_CASE("four workers register, answer request/reply rounds and shut down") {
+  std::string dir = temp_dir();
+  std::vector<WorkerStatus> seen;
+  {
+    WorkerPool pool(fast_options(dir), make_local_launcher(TANDEM_BINARY));
+    pool.start(four_workers());
+    std::mt19937_64 rng(std::random_device{}());
+    for (int round = 0; round < 50; ++round) {
+      std::vector<uint64_t> ids;
+      std::vector<std::pair<std::string, std::string>> sent;
+      for (const auto& w : pool.status()) {
+        std::string body(rng() % 2000, '\0');
+        for (auto& c : body) c = static_cast<char>(rng() & 0xff);
+        std::string attachment(rng() % 100000, 'a' + static_cast<char>(round % 26));
+        ids.push_back(pool.send(w.id, "ping", body, {attachment}));
+        sent.emplace_back(body, attachment);
+      }
+      auto replies = pool.wait(ids);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const CommandReply& r = replies.at(ids[i]);
+        CHECK(r.reply.body == sent[i].first);
+        REQUIRE(r.attachments.size() == 1);
+        CHECK(r.attachments[0] == sent[i].second);
+      }
+    }
+    auto described = pool.call_all("describe");
+    std::vector<WorkerStatus> workers = pool.status();
+    for (size_t i = 0; i < described.size(); ++i) {
+      const WorkerStatus& w = workers[i];
+      CHECK(described[i].reply.worker == w.id);
+      CHECK(described[i].reply.body.find(fmt::format("\"pid\":{}", w.pid)) != std::string::npos);
+    }
+    uint64_t torch = pool.send({"learner", 1}, "torch_info");
+    CHECK(pool.wait({torch}).at(torch).reply.body.find("\"libtorch\":\"") != std::string::npos);
+    CHECK(pool.rejected_messages() == 0);
+    seen = pool.status();
+    pool.shutdown("test done");
+    for (const auto& w : pool.status()) CHECK(w.state == WorkerState::stopped);
+  }
+  expect_all_gone(seen);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a command that fails on a worker is reported with the worker and the command") {
+  std::string dir = temp_dir();
+  WorkerPool pool(fast_options(dir), make_local_launcher(TANDEM_BINARY));
+  pool.start({{"rollout", 0}});
+  uint64_t id = pool.send({"rollout", 0}, "no_such_command");
+  try {
+    pool.wait({id});
+    FAIL("no error");
+  } catch (const WorkerFailure& f) {
+    CHECK(f.worker() == WorkerId{"rollout", 0});
+    std::string what = f.what();
+    CHECK(what.find("worker rollout-0 (role rollout, rank 0, pid") == 0);
+    CHECK(what.find("failed command \"no_such_command\"") != std::string::npos);
+    CHECK(what.find("unknown command") != std::string::npos);
+  }
+  CHECK(pool.call_all("ping", "still alive")[0].reply.body == "still alive");
+  pool.shutdown("test done");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a worker killed with SIGKILL is detected and named") {
+  std::string dir = temp_dir();
+  std::vector<WorkerStatus> seen;
+  {
+    WorkerPool pool(fast_options(dir), make_local_launcher(TANDEM_BINARY));
+    pool.start(four_workers());
+    seen = pool.status();
+    int victim = pid_of(pool, {"learner", 1});
+    REQUIRE(::kill(victim, SIGKILL) == 0);
+    double took = 0;
+    WorkerFailure f = ping_until_failure(pool, 10, took);
+    CHECK(f.worker() == WorkerId{"learner", 1});
+    CHECK(f.pid() == victim);
+    CHECK(f.reason() == "died: killed by signal 9 (SIGKILL)");
+    CHECK(std::string(f.what()).find(dir + "/learner-1.log") != std::string::npos);
+    CHECK(took < 5.0);
+    pool.shutdown("test done");
+  }
+  expect_all_gone(seen);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a worker that crashes is detected with its signal") {
+  std::string dir = temp_dir();
+  WorkerPool pool(fast_options(dir), make_local_launcher(TANDEM_BINARY));
+  pool.start({{"rollout", 0}, {"rollout", 1}});
+  ::kill(pid_of(pool, {"rollout", 0}), SIGSEGV);
+  double took = 0;
+  WorkerFailure f = ping_until_failure(pool, 10, took);
+  CHECK(f.worker() == WorkerId{"rollout", 0});
+  CHECK(f.reason() == "died: killed by signal 11 (SIGSEGV)");
+  pool.shutdown("test done");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a stopped (hung) worker is detected by its missing heartbeats and removed") {
+  std::string dir = temp_dir();
+  std::vector<WorkerStatus> seen;
+  {
+    WorkerPool pool(fast_options(dir), make_local_launcher(TANDEM_BINARY));
+    pool.start(four_workers());
+    seen = pool.status();
+    int victim = pid_of(pool, {"rollout", 1});
+    REQUIRE(::kill(victim, SIGSTOP) == 0);
+    double took = 0;
+    WorkerFailure f = ping_until_failure(pool, 10, took);
+    CHECK(f.worker() == WorkerId{"rollout", 1});
+    CHECK(f.reason().find("is hung: no heartbeat for") == 0);
+    CHECK(took >= 0.9);  // not before the 1 s timeout
+    CHECK(took < 5.0);
+    pool.shutdown("test done");
+  }
+  expect_all_gone(seen);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a worker that cannot start is reported with its exit status") {
+  std::string dir = temp_dir();
+  WorkerPool pool(fast_options(dir), make_local_launcher("/nonexistent/tandem"));
+  try {
+    pool.start({{"rollout", 0}});
+    FAIL("started");
+  } catch (const WorkerFailure& f) {
+    CHECK(f.reason() == "died before registering: exited with status 127");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+// Starts processes that never register, to test the registration timeout.
+class SilentLauncher : public Launcher {
+ public:
+  int launch(const LaunchRequest& r) override {
+    children_.push_back(ChildProcess::spawn({"/bin/sleep", "60"}));
+    ids_.push_back(r.id);
+    return children_.back().pid();
+  }
+  std::vector<std::pair<WorkerId, ExitStatus>> reap() override { return {}; }
+  void send_signal(const WorkerId& id, int signal) override {
+    for (size_t i = 0; i < ids_.size(); ++i)
+      if (ids_[i] == id) children_[i].send_signal(signal);
+  }
+  void stop_all(double) override {
+    for (auto& c : children_) c.kill_and_reap();
+  }
+  std::vector<int> pids() const {
+    std::vector<int> p;
+    for (auto& c : children_) p.push_back(c.pid());
+    return p;
+  }
+
+ private:
+  std::vector<ChildProcess> children_;
+  std::vector<WorkerId> ids_;
+};
+
+}  // namespace
+
+TEST_CASE("workers that never register time out with a clear error") {
+  std::string dir = temp_dir();
+  PoolOptions options = fast_options(dir);
+  options.register_timeout_s = 0.5;
+  auto launcher = std::make_unique<SilentLauncher>();
+  SilentLauncher* raw = launcher.get();
+  std::vector<int> pids;
+  {
+    WorkerPool pool(options, std::move(launcher));
+    try {
+      pool.start({{"learner", 0}});
+      FAIL("started");
+    } catch (const WorkerFailure& f) {
+      CHECK(f.reason() == "did not register within 0.5 s (launcher.register_timeout_s)");
+    }
+    pids = raw->pids();
+  }
+  for (int pid : pids) CHECK(!process_alive(pid));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("unknown senders and forged registrations are rejected; the pool goes on") {
+  std::string dir = temp_dir();
+  WorkerPool pool(fast_options(dir), make_local_launcher(TANDEM_BINARY));
+  pool.start({{"rollout", 0}});
+  zmq::context_t context(1);
+  Channel intruder(context, Channel::Kind::dealer);
+  intruder.connect(pool.address());
+  intruder.send(HeartbeatMsg{WorkerId{"rollout", 0}, 1});                     // never registered
+  intruder.send(RegisterMsg{WorkerId{"rollout", 0}, 1, "h", protocol_version()});  // already registered
+  intruder.send(RegisterMsg{WorkerId{"rollout", 9}, 1, "h", protocol_version()});  // not a worker of ours
+  intruder.send(ReplyMsg{42, WorkerId{"rollout", 0}, "forged", {}});
+  zmq::socket_t raw(context, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.connect(pool.address());
+  raw.send(zmq::str_buffer("garbage!"), zmq::send_flags::none);
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (pool.rejected_messages() < 5 && Clock::now() < deadline) pool.poll_events(0.05);
+  CHECK(pool.rejected_messages() == 5);
+  CHECK(pool.call_all("ping", "fine")[0].reply.body == "fine");
+  CHECK_FALSE(pool.first_failure().has_value());
+  pool.shutdown("test done");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a worker exits by itself when its controller is gone") {
+  std::string dir = temp_dir();
+  zmq::context_t context(1);
+  Channel fake_controller(context, Channel::Kind::router);
+  std::string address = fake_controller.bind("tcp://127.0.0.1:*");
+  ChildProcess worker = ChildProcess::spawn({TANDEM_BINARY, "worker", "--role", "rollout", "--rank", "0", "--controller",
+                                             address, "--heartbeat-interval", "0.1", "--controller-timeout", "1"},
+                                            {dir + "/worker.log"});
+  auto registered = fake_controller.receive(10000);
+  REQUIRE(registered.has_value());
+  CHECK(std::holds_alternative<RegisterMsg>(registered->message));
+  // The fake controller never sends a heartbeat: the worker must give up after ~1 s.
+  auto status = worker.wait_for(10);
+  REQUIRE(status.has_value());
+  CHECK(status->exit_code == 1);
+  std::filesystem::remove_all(dir);
+}
