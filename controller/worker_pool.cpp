@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <set>
 
 namespace tandem {
 
@@ -115,28 +116,32 @@ uint64_t WorkerPool::send(const WorkerId& id, const std::string& name, const std
 }
 
 std::map<uint64_t, CommandReply> WorkerPool::wait(const std::vector<uint64_t>& request_ids) {
+  // Requests still unanswered; replies and errors that arrive are crossed off as they
+  // come, so a wait over many requests costs O(replies), not O(requests) per event.
+  std::set<uint64_t> remaining(request_ids.begin(), request_ids.end());
+  auto next_timeout_check = Clock::now();
   while (true) {
-    bool all = true;
-    for (uint64_t id : request_ids) {
-      auto error = errors_.find(id);
-      if (error != errors_.end()) {
-        const Pending& p = pending_.at(id);
-        const Worker* w = find(p.worker);
-        throw WorkerFailure(p.worker, w ? w->status.pid : 0,
-                            fmt::format("failed command \"{}\" (request {}): {}", p.name, id, error->second),
-                            log_path(p.worker));
-      }
-      if (!replies_.count(id)) all = false;
+    for (uint64_t id : arrived_) remaining.erase(id);
+    arrived_.clear();
+    for (const auto& [id, message] : errors_) {
+      if (!std::count(request_ids.begin(), request_ids.end(), id)) continue;
+      const Pending& p = pending_.at(id);
+      const Worker* w = find(p.worker);
+      throw WorkerFailure(p.worker, w ? w->status.pid : 0,
+                          fmt::format("failed command \"{}\" (request {}): {}", p.name, id, message),
+                          log_path(p.worker));
     }
-    if (all) break;
+    if (remaining.empty()) break;
     if (auto failure = first_failure()) throw *failure;
-    for (uint64_t id : request_ids) {
-      auto p = pending_.find(id);
-      if (p != pending_.end() && !replies_.count(id) && seconds_since(p->second.sent) > options_.command_timeout_s) {
-        Worker* w = find(p->second.worker);
-        fail(*w, fmt::format("did not answer command \"{}\" within {} s (launcher.command_timeout_s)", p->second.name,
-                             options_.command_timeout_s));
+    if (Clock::now() >= next_timeout_check) {
+      for (uint64_t id : remaining) {
+        const Pending& p = pending_.at(id);
+        if (seconds_since(p.sent) > options_.command_timeout_s) {
+          fail(*find(p.worker), fmt::format("did not answer command \"{}\" within {} s (launcher.command_timeout_s)",
+                                            p.name, options_.command_timeout_s));
+        }
       }
+      next_timeout_check = Clock::now() + std::chrono::milliseconds(100);
     }
     pump(static_cast<int>(std::max(1.0, options_.heartbeat_interval_s * 500)));
   }
@@ -258,7 +263,9 @@ void WorkerPool::handle(Envelope& e) {
       return reject(e.peer, fmt::format("reply to unknown request {} from {}", reply->request_id,
                                         sender->status.id.name()));
     }
-    replies_[reply->request_id] = CommandReply{std::move(*reply), std::move(e.attachments)};
+    uint64_t id = reply->request_id;
+    replies_[id] = CommandReply{std::move(*reply), std::move(e.attachments)};
+    arrived_.push_back(id);
     return;
   }
   if (auto* error = std::get_if<ErrorReplyMsg>(&e.message)) {
@@ -290,6 +297,9 @@ void WorkerPool::pump(int timeout_ms) {
     next_heartbeat_ = now + std::chrono::duration_cast<Clock::duration>(
                                 std::chrono::duration<double>(options_.heartbeat_interval_s));
   }
+  // Child exits and heartbeat ages change slowly: look every 10 ms, not every event.
+  if (now < next_health_check_) return;
+  next_health_check_ = now + std::chrono::milliseconds(10);
   for (auto& [id, exit] : launcher_->reap()) {
     Worker* w = find(id);
     if (!w || shut_down_) continue;

@@ -133,10 +133,12 @@ class WorkerPool {
   std::map<uint64_t, Pending> pending_;
   std::map<uint64_t, CommandReply> replies_;
   std::map<uint64_t, std::string> errors_;  // request id -> the worker's error message
+  std::vector<uint64_t> arrived_;           // replies received since wait() last looked
   uint64_t next_request_id_ = 1;
   uint64_t heartbeat_sequence_ = 0;
   uint64_t rejected_ = 0;
   std::chrono::steady_clock::time_point next_heartbeat_;
+  std::chrono::steady_clock::time_point next_health_check_;
   bool shut_down_ = false;
 };
 

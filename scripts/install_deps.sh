@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs tandem's build dependencies from Debian 12 packages when any is missing.
+# Safe to run again: it does nothing when everything is present. Needs root (or sudo).
+set -euo pipefail
+
+packages=(
+  build-essential pkg-config meson ninja-build ccache
+  libtorch-dev libzmq3-dev cppzmq-dev libcapnp-dev capnproto libyaml-cpp-dev
+  libeigen3-dev doctest-dev libcli11-dev libfmt-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install_deps: installing ${missing[*]}"
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
