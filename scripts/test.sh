@@ -5,4 +5,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 scripts/build.sh
-meson test -C build --print-errorlogs "$@"
+status=0
+meson test -C build --print-errorlogs "$@" || status=$?
+# One closing line any CI reader understands: "tests: N passed, N failed, N skipped".
+python3 - build/meson-logs/testlog.json <<'PY'
+import json, sys
+counts = {"passed": 0, "failed": 0, "skipped": 0}
+for line in open(sys.argv[1]):
+    result = json.loads(line)["result"]
+    counts["passed" if result == "OK" else "skipped" if result == "SKIP" else "failed"] += 1
+print("tests: {passed} passed, {failed} failed, {skipped} skipped".format(**counts))
+PY
+exit $status
