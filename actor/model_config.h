@@ -1,0 +1,57 @@
+// The policy architecture, read from a Hugging Face config.json.
+//
+// Supported families: Llama (incl. Llama-3 rope scaling), Qwen2 (q/k/v biases) and
+// Qwen3 (per-head q/k RMSNorm). All are decoder-only transformers with RMSNorm,
+// rotary embeddings, grouped-query attention and a SwiGLU MLP. A model_type or a
+// field value outside what the engine implements is an Error naming it, never a model
+// that silently computes something else.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+struct RopeScaling {
+  std::string type = "default";  // "default" | "llama3"
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  std::string model_type;  // "llama" | "qwen2" | "qwen3"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // biases on q, k, v projections (Qwen2 always; Llama/Qwen3 per config)
+  bool qk_norm = false;         // RMSNorm over head_dim on q and k before RoPE (Qwen3)
+  std::string torch_dtype = "float32";
+  std::vector<int64_t> eos_token_ids;
+  int64_t bos_token_id = -1;
+
+  int64_t q_size() const { return num_attention_heads * head_dim; }
+  int64_t kv_size() const { return num_key_value_heads * head_dim; }
+};
+
+// Parses config.json text; `source` names the file in errors.
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source);
+ModelConfig read_model_config(const std::string& config_json_path);
+// The config.json a Hugging Face loader accepts for this architecture.
+std::string model_config_to_json(const ModelConfig& config);
+
+// RoPE inverse frequencies, head_dim / 2 of them, with the configured scaling applied.
+std::vector<double> rope_inverse_frequencies(const ModelConfig& config);
+
+}  // namespace tandem
