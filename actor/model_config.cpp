@@ -1,6 +1,7 @@
 #include "actor/model_config.h"
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/text.h"
 
 #include <nlohmann/json.hpp>
@@ -8,8 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <fstream>
-#include <sstream>
 
 namespace tandem {
 
@@ -144,11 +143,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
 }
 
 ModelConfig read_model_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot read the model config", path));
-  std::stringstream s;
-  s << in.rdbuf();
-  return parse_model_config(s.str(), path);
+  std::optional<std::string> text = read_file(path);
+  if (!text) throw Error(fmt::format("{}: cannot read the model config", path));
+  return parse_model_config(*text, path);
 }
 
 std::string model_config_to_json(const ModelConfig& c) {

@@ -5,6 +5,7 @@
 // Prints one JSON line per (implementation, worker count) and one with the ratios.
 // Usage: control_plane [--tandem PATH] [--workers 1,4,16] [--seconds S]
 #include "controller/worker_pool.h"
+#include "core/files.h"
 #include "core/text.h"
 
 #include <fmt/format.h>
@@ -14,7 +15,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,15 +35,29 @@ double percentile(std::vector<double> v, double q) {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// Times single round trips (`one(i)` does the i-th) for `seconds` after 200 warm-up ones.
+template <class RoundTrip>
+void measure_latency(double seconds, Figures& f, RoundTrip one) {
+  for (size_t i = 0; i < 200; ++i) one(0);
+  std::vector<double> rtt;
+  auto start = Clock::now();
+  while (seconds_since(start) < seconds) {
+    auto t = Clock::now();
+    one(rtt.size());
+    rtt.push_back(seconds_since(t) * 1e6);
+  }
+  f.p50_us = percentile(rtt, 0.5);
+  f.p99_us = percentile(rtt, 0.99);
+}
+
 const std::string payload(64, 'p');
 constexpr int window = 32;  // requests in flight per worker for the throughput figure
 
 Figures bench_tandem(const std::string& binary, int workers, double seconds) {
-  std::string dir = (std::filesystem::temp_directory_path() / "tandem-bench-XXXXXX").string();
-  if (!::mkdtemp(dir.data())) throw Error("mkdtemp failed");
+  TempDir logs("tandem-bench-");
   PoolOptions options;
   options.bind_address = "tcp://127.0.0.1:*";
-  options.log_dir = dir;
+  options.log_dir = logs.path();
   options.heartbeat_timeout_s = 30;
   WorkerPool pool(options, make_local_launcher(binary));
   std::vector<WorkerId> ids;
@@ -51,19 +65,10 @@ Figures bench_tandem(const std::string& binary, int workers, double seconds) {
   pool.start(ids);
 
   Figures f;
-  std::vector<double> rtt;
-  for (int i = 0; i < 200; ++i) pool.wait({pool.send(ids[0], "ping", payload)});  // warm-up
-  auto start = Clock::now();
-  while (seconds_since(start) < seconds / 2) {
-    auto t = Clock::now();
-    pool.wait({pool.send(ids[static_cast<size_t>(rtt.size()) % ids.size()], "ping", payload)});
-    rtt.push_back(seconds_since(t) * 1e6);
-  }
-  f.p50_us = percentile(rtt, 0.5);
-  f.p99_us = percentile(rtt, 0.99);
+  measure_latency(seconds / 2, f, [&](size_t i) { pool.wait({pool.send(ids[i % ids.size()], "ping", payload)}); });
 
   uint64_t done = 0;
-  start = Clock::now();
+  auto start = Clock::now();
   while (seconds_since(start) < seconds / 2) {
     std::vector<uint64_t> requests;
     for (int k = 0; k < window; ++k)
@@ -72,7 +77,6 @@ Figures bench_tandem(const std::string& binary, int workers, double seconds) {
   }
   f.messages_per_s = static_cast<double>(done) / seconds_since(start);
   pool.shutdown("bench done");
-  std::filesystem::remove_all(dir);
   return f;
 }
 
@@ -115,23 +119,13 @@ Figures bench_raw_zmq(int workers, double seconds) {
   };
 
   Figures f;
-  std::vector<double> rtt;
-  for (int i = 0; i < 200; ++i) {
-    round_trip(peers[0]);
+  measure_latency(seconds / 2, f, [&](size_t i) {
+    round_trip(peers[i % peers.size()]);
     receive_one();
-  }
-  auto start = Clock::now();
-  while (seconds_since(start) < seconds / 2) {
-    auto t = Clock::now();
-    round_trip(peers[rtt.size() % peers.size()]);
-    receive_one();
-    rtt.push_back(seconds_since(t) * 1e6);
-  }
-  f.p50_us = percentile(rtt, 0.5);
-  f.p99_us = percentile(rtt, 0.99);
+  });
 
   uint64_t done = 0;
-  start = Clock::now();
+  auto start = Clock::now();
   while (seconds_since(start) < seconds / 2) {
     for (int k = 0; k < window; ++k)
       for (const auto& p : peers) round_trip(p);

@@ -8,6 +8,7 @@
 #include "controller/run_dir.h"
 #include "controller/worker_pool.h"
 #include "core/config.h"
+#include "core/files.h"
 #include "core/log.h"
 #include "core/signals.h"
 #include "kernels/device_probe.h"

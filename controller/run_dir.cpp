@@ -67,15 +67,4 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   }
 }
 
-TempDir::TempDir(const std::string& prefix) {
-  std::string pattern = (fs::temp_directory_path() / (prefix + "XXXXXX")).string();
-  if (!::mkdtemp(pattern.data())) throw Error(fmt::format("cannot create a temporary directory: {}", std::strerror(errno)));
-  path_ = pattern;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  fs::remove_all(path_, ec);
-}
-
 }  // namespace tandem

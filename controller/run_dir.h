@@ -18,17 +18,4 @@ void create_run_dir(const std::string& path);
 // Writes `content` to `path` atomically: a temporary file, fsync, then rename.
 void write_file_atomic(const std::string& path, const std::string& content);
 
-// A private temporary directory, removed with its contents on destruction.
-class TempDir {
- public:
-  explicit TempDir(const std::string& prefix);
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 }  // namespace tandem

@@ -4,15 +4,14 @@
 #include "core/config_error.h"
 #include "core/config_rules.h"
 #include "core/config_schema.h"
+#include "core/files.h"
 #include "core/text.h"
 
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
 #include <cstdlib>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 namespace tandem {
 namespace {
@@ -101,16 +100,15 @@ class Reader {
       : node_(node), path_(std::move(path)), context_(context) {}
 
   void field(const std::string& key, double& value, const config_check::Number& check, const char*) {
-    read_scalar(key, check.description, [&](const std::string& s, const std::string& path) {
+    read_scalar(key, check.description, [&](const std::string& s, std::string&) {
       double v;
       if (!parse_double(s, v) || !check.allows(v)) return false;
       value = v;
-      (void)path;
       return true;
     });
   }
   void field(const std::string& key, int64_t& value, const config_check::Integer& check, const char*) {
-    read_scalar(key, check.description, [&](const std::string& s, const std::string&) {
+    read_scalar(key, check.description, [&](const std::string& s, std::string&) {
       int64_t v;
       if (!parse_int(s, v) || !check.allows(v)) return false;
       value = v;
@@ -118,35 +116,31 @@ class Reader {
     });
   }
   void field(const std::string& key, bool& value, const char*) {
-    read_scalar(key, "true or false", [&](const std::string& s, const std::string&) {
+    read_scalar(key, "true or false", [&](const std::string& s, std::string&) {
       return parse_bool(s, value);
     });
   }
   void field(const std::string& key, std::string& value, const config_check::Choice& check, const char*) {
     std::string allowed = "one of " + join_choices(check.allowed);
-    read_scalar(key, allowed, [&](const std::string& s, const std::string& path) {
+    read_scalar(key, allowed, [&](const std::string& s, std::string& hint) {
       if (check.allows(s)) {
         value = s;
         return true;
       }
       std::string guess = closest_match(s, check.allowed);
-      if (!guess.empty()) {
-        context_.problem(where_of(key, path), path,
-                         fmt::format("expected {}, got {} (did you mean {}?)", allowed, quoted(s), guess));
-        reported_ = true;
-      }
+      if (!guess.empty()) hint = fmt::format(" (did you mean {}?)", guess);
       return false;
     });
   }
   void field(const std::string& key, std::string& value, const config_check::Text& check, const char*) {
     const char* allowed = check.required ? "a non-empty string" : "a string";
-    bool present = read_scalar(key, allowed, [&](const std::string& s, const std::string&) {
+    bool present = read_scalar(key, allowed, [&](const std::string& s, std::string&) {
       if (check.required && s.empty()) return false;
       value = s;
       return true;
     });
     if (!present && check.required && value.empty()) {
-      context_.problem(context_.where(path_, mark_of_self()), join_path(path_, key), "missing (required)");
+      context_.problem(context_.where(path_, node_.Mark()), join_path(path_, key), "missing (required)");
     }
   }
 
@@ -234,16 +228,8 @@ class Reader {
     return false;
   }
 
-  YAML::Mark mark_of_self() const { return node_.Mark(); }
-
-  std::string where_of(const std::string& key, const std::string& path) const {
-    YAML::Node value;
-    YAML::Mark mark;
-    find(key, value, mark);
-    return context_.where(path, mark);
-  }
-
-  // Reads a scalar; `accept` parses and checks it. Returns whether the key was present.
+  // Reads a scalar; `accept` parses and checks it, and may add a hint to the error.
+  // Returns whether the key was present.
   template <class Accept>
   bool read_scalar(const std::string& key, const std::string& allowed, Accept accept) {
     known_.push_back(key);
@@ -253,11 +239,9 @@ class Reader {
     std::string path = join_path(path_, key);
     std::string where = context_.where(path, key_mark);
     context_.origins[path] = where;
-    reported_ = false;
-    if (!value.IsScalar() || !accept(value.Scalar(), path)) {
-      if (!reported_) {
-        context_.problem(where, path, fmt::format("expected {}, got {}", allowed, describe_found(value)));
-      }
+    std::string hint;
+    if (!value.IsScalar() || !accept(value.Scalar(), hint)) {
+      context_.problem(where, path, fmt::format("expected {}, got {}{}", allowed, describe_found(value), hint));
     }
     return true;
   }
@@ -266,16 +250,16 @@ class Reader {
   std::string path_;
   LoadContext& context_;
   std::vector<std::string> known_;
-  bool reported_ = false;
 };
 
 // The default config's value at a key path (undefined when there is none).
 YAML::Node default_node(const std::string& key_path) {
   static const YAML::Node defaults = YAML::Load(config_to_yaml(Config{}));
-  YAML::Node current = YAML::Clone(defaults);
+  YAML::Node current = defaults;
   for (const std::string& part : split(key_path, '.')) {
     if (!current.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
-    YAML::Node next = current[part];
+    const YAML::Node& read_only = current;  // const lookups never insert into the defaults
+    YAML::Node next = read_only[part];
     if (!next.IsDefined()) return YAML::Node(YAML::NodeType::Undefined);
     current.reset(next);
   }
@@ -403,11 +387,9 @@ LoadedConfig load_config_text(const std::string& yaml_text, const std::string& s
 }
 
 LoadedConfig load_config_file(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError({fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno))});
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return load_config_text(buffer.str(), path, overrides);
+  std::optional<std::string> text = read_file(path);
+  if (!text) throw ConfigError({fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno))});
+  return load_config_text(*text, path, overrides);
 }
 
 }  // namespace tandem

@@ -1,6 +1,7 @@
 #include "core/safetensors.h"
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/half.h"
 #include "core/text.h"
 
@@ -16,7 +17,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 namespace tandem {
 
@@ -38,14 +38,6 @@ constexpr DTypeInfo dtype_table[] = {
     {DType::i64, "I64", 8}, {DType::i32, "I32", 4}, {DType::i16, "I16", 2},     {DType::i8, "I8", 1},
     {DType::u8, "U8", 1},   {DType::boolean, "BOOL", 1},
 };
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 }  // namespace
 
@@ -289,7 +281,9 @@ SafetensorsModel SafetensorsModel::open_directory(const std::string& directory) 
   if (fs::exists(index_path)) {
     json index;
     try {
-      index = json::parse(read_text(index_path.string()));
+      std::optional<std::string> text = read_file(index_path.string());
+      if (!text) throw Error(fmt::format("{}: cannot read: {}", index_path.string(), std::strerror(errno)));
+      index = json::parse(*text);
     } catch (const json::exception& e) {
       throw Error(fmt::format("{}: not valid JSON: {}", index_path.string(), e.what()));
     }

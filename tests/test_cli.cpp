@@ -1,5 +1,6 @@
 // The `tandem` command line as a user meets it: exit codes, no run directory after a
 // config error, and no process left behind when the controller is interrupted or killed.
+#include "core/files.h"
 #include "core/process.h"
 
 #include <doctest/doctest.h>
@@ -18,22 +19,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "tandem-cli-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+// The file's text, or "" while it does not exist yet.
+std::string read_text(const std::string& path) { return read_file(path).value_or(""); }
 
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
@@ -53,7 +40,7 @@ std::vector<int> children_of(int parent) {
   for (const auto& entry : fs::directory_iterator("/proc")) {
     std::string name = entry.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string stat = read_file(entry.path() / "stat");
+    std::string stat = read_text(entry.path() / "stat");
     size_t close = stat.rfind(')');
     if (close == std::string::npos) continue;
     std::istringstream rest(stat.substr(close + 2));
@@ -77,12 +64,12 @@ logging: {console: quiet}
 
 // Starts a long run and waits until its workers answer (metrics.jsonl has lines).
 ChildProcess start_long_run(const TempDir& dir, std::vector<int>& workers) {
-  write_file(dir.path + "/long.yaml", long_run_config);
+  write_file(dir.path() + "/long.yaml", long_run_config);
   ChildProcess controller = ChildProcess::spawn(
-      {TANDEM_BINARY, "run", dir.path + "/long.yaml", "--run-dir", dir.path + "/run"}, {dir.path + "/out.txt", false});
+      {TANDEM_BINARY, "run", dir.path() + "/long.yaml", "--run-dir", dir.path() + "/run"}, {dir.path() + "/out.txt", false});
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (read_file(dir.path + "/run/metrics.jsonl").size() < 100) {
-    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, read_file(dir.path + "/out.txt"));
+  while (read_text(dir.path() + "/run/metrics.jsonl").size() < 100) {
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, read_text(dir.path() + "/out.txt"));
     REQUIRE(controller.running());
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -106,88 +93,82 @@ bool all_gone_within(const std::vector<int>& pids, double seconds) {
 
 TEST_CASE("validate prints the resolved config; errors exit 2") {
   TempDir dir;
-  std::string out = dir.path + "/out.txt";
+  std::string out = dir.path() + "/out.txt";
   CHECK(run_tandem({"validate", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--set", "learner.optimizer.lr=3e-6"}, out)
             .exit_code == 0);
-  std::string resolved = read_file(out);
+  std::string resolved = read_text(out);
   CHECK(resolved.find("lr: 3e-06") != std::string::npos);
   CHECK(resolved.find("micro_batch_size: 8") != std::string::npos);
 
-  write_file(dir.path + "/bad.yaml", "learner:\n  optimizer:\n    lr: fast\n");
+  write_file(dir.path() + "/bad.yaml", "learner:\n  optimizer:\n    lr: fast\n");
   fs::remove(out);
-  CHECK(run_tandem({"validate", dir.path + "/bad.yaml"}, out).exit_code == 2);
-  CHECK(read_file(out) == dir.path + "/bad.yaml:3:5: learner.optimizer.lr: expected a positive number, got \"fast\"\n");
+  CHECK(run_tandem({"validate", dir.path() + "/bad.yaml"}, out).exit_code == 2);
+  CHECK(read_text(out) == dir.path() + "/bad.yaml:3:5: learner.optimizer.lr: expected a positive number, got \"fast\"\n");
   CHECK(run_tandem({"validate"}, out).exit_code == 2);              // missing argument
   CHECK(run_tandem({"frobnicate"}, out).exit_code == 2);            // unknown subcommand
 }
 
 TEST_CASE("run with a bad config exits 2 and leaves no run directory") {
   TempDir dir;
-  std::string out = dir.path + "/out.txt";
-  write_file(dir.path + "/bad.yaml", "rollout: {workers: 3}\n");
-  CHECK(run_tandem({"run", dir.path + "/bad.yaml", "--run-dir", dir.path + "/run"}, out).exit_code == 2);
-  CHECK_FALSE(fs::exists(dir.path + "/run"));
-  CHECK(read_file(out).find("cannot be split evenly over rollout.workers = 3") != std::string::npos);
+  std::string out = dir.path() + "/out.txt";
+  write_file(dir.path() + "/bad.yaml", "rollout: {workers: 3}\n");
+  CHECK(run_tandem({"run", dir.path() + "/bad.yaml", "--run-dir", dir.path() + "/run"}, out).exit_code == 2);
+  CHECK_FALSE(fs::exists(dir.path() + "/run"));
+  CHECK(read_text(out).find("cannot be split evenly over rollout.workers = 3") != std::string::npos);
 
   CHECK(run_tandem({"run", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--set", "launcher.kind=slurm", "--run-dir",
-                dir.path + "/run"}, out).exit_code == 2);
-  CHECK_FALSE(fs::exists(dir.path + "/run"));
+                dir.path() + "/run"}, out).exit_code == 2);
+  CHECK_FALSE(fs::exists(dir.path() + "/run"));
 }
 
 TEST_CASE("device: cuda without a usable GPU is a clear error, not a fallback") {
   TempDir dir;
-  std::string out = dir.path + "/out.txt";
+  std::string out = dir.path() + "/out.txt";
   run_tandem({"version"}, out);
-  if (read_file(out).find("CUDA devices: 0") == std::string::npos) {
+  if (read_text(out).find("CUDA devices: 0") == std::string::npos) {
     MESSAGE("skipped: a CUDA device is present, so device: cuda is valid here");
     return;
   }
   CHECK(run_tandem({"run", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--set", "rollout.device=cuda", "--run-dir",
-                dir.path + "/run"}, out).exit_code == 2);
-  CHECK(read_file(out).find("rollout.device: cuda was asked for, but no CUDA device is usable") != std::string::npos);
-  CHECK_FALSE(fs::exists(dir.path + "/run"));
+                dir.path() + "/run"}, out).exit_code == 2);
+  CHECK(read_text(out).find("rollout.device: cuda was asked for, but no CUDA device is usable") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir.path() + "/run"));
 }
 
 TEST_CASE("a short run completes and leaves the run directory contract") {
   TempDir dir;
-  std::string out = dir.path + "/out.txt";
+  std::string out = dir.path() + "/out.txt";
   CHECK(run_tandem({"run", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--set", "experiment.steps=20", "--set",
-                "logging.console=plain", "--run-dir", dir.path + "/run"}, out).exit_code == 0);
-  std::string run = dir.path + "/run";
+                "logging.console=plain", "--run-dir", dir.path() + "/run"}, out).exit_code == 0);
+  std::string run = dir.path() + "/run";
   CHECK(fs::exists(run + "/config.yaml"));
   CHECK(fs::exists(run + "/logs/controller-0.log"));
   CHECK(fs::exists(run + "/logs/rollout-0.log"));
   CHECK(fs::exists(run + "/logs/rollout-1.log"));
   CHECK(fs::exists(run + "/logs/learner-0.log"));
-  std::string metrics = read_file(run + "/metrics.jsonl");
+  std::string metrics = read_text(run + "/metrics.jsonl");
   CHECK(std::count(metrics.begin(), metrics.end(), '\n') == 20);
   CHECK(metrics.find("{\"step\":20,\"time/step_s\":") != std::string::npos);
-  CHECK(read_file(run + "/config.yaml").find("steps: 20") != std::string::npos);
+  CHECK(read_text(run + "/config.yaml").find("steps: 20") != std::string::npos);
   // A run directory is never reused.
   CHECK(run_tandem({"run", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--run-dir", run}, out).exit_code == 2);
 }
 
-TEST_CASE("SIGTERM to the controller stops every worker and exits 143") {
+// Sends `signal` to a running controller: it must stop every worker and exit 128 + signal.
+void expect_orderly_stop(int signal, int expected_exit_code) {
   TempDir dir;
   std::vector<int> workers;
   ChildProcess controller = start_long_run(dir, workers);
-  controller.send_signal(SIGTERM);
+  controller.send_signal(signal);
   auto status = controller.wait_for(20);
   REQUIRE(status.has_value());
-  CHECK(status->exit_code == 143);
+  CHECK(status->exit_code == expected_exit_code);
   CHECK(all_gone_within(workers, 5));
 }
 
-TEST_CASE("SIGINT (Ctrl-C) to the controller stops every worker and exits 130") {
-  TempDir dir;
-  std::vector<int> workers;
-  ChildProcess controller = start_long_run(dir, workers);
-  controller.send_signal(SIGINT);
-  auto status = controller.wait_for(20);
-  REQUIRE(status.has_value());
-  CHECK(status->exit_code == 130);
-  CHECK(all_gone_within(workers, 5));
-}
+TEST_CASE("SIGTERM to the controller stops every worker and exits 143") { expect_orderly_stop(SIGTERM, 143); }
+
+TEST_CASE("SIGINT (Ctrl-C) to the controller stops every worker and exits 130") { expect_orderly_stop(SIGINT, 130); }
 
 TEST_CASE("SIGKILL of the controller leaves no orphan workers") {
   TempDir dir;
@@ -206,7 +187,7 @@ TEST_CASE("a worker killed during a run fails the run with exit 1, naming the wo
   auto status = controller.wait_for(20);
   REQUIRE(status.has_value());
   CHECK(status->exit_code == 1);
-  std::string out = read_file(dir.path + "/out.txt");
+  std::string out = read_text(dir.path() + "/out.txt");
   CHECK(out.find("died: killed by signal 9 (SIGKILL)") != std::string::npos);
   CHECK(out.find(fmt::format("pid {})", workers[1])) != std::string::npos);
   CHECK(all_gone_within(workers, 5));

@@ -150,7 +150,7 @@ TEST_CASE("an unknown message kind from a newer peer is an error") {
   CHECK(error.find("unknown message kind 99") != std::string::npos);
 }
 
-TEST_CASE("a pointer cycle or amplification cannot make the decoder loop") {
+TEST_CASE("a pointer claiming far more data than the frame holds is rejected") {
   // A list pointer that claims 2^29-1 elements in a one-word segment.
   std::string bytes(24, '\0');
   uint32_t segment_count_minus_one = 0, segment_words = 2;

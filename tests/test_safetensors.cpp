@@ -1,6 +1,7 @@
 // safetensors read/write, sharded directories, hostile files; fp16/bf16 conversions
 // against a float64 reference built from the formats' definitions.
 #include "core/error.h"
+#include "core/files.h"
 #include "core/half.h"
 #include "core/safetensors.h"
 
@@ -21,16 +22,6 @@ std::mt19937_64& rng() {
   static std::mt19937_64 r(std::random_device{}());
   return r;
 }
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "tandem-st-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 // Value of a half-precision bit pattern from the definition: sign, biased exponent, fraction.
 double reference_decode(uint16_t h, int exponent_bits, int mantissa_bits) {
@@ -136,7 +127,7 @@ TEST_CASE("safetensors round-trip every dtype with random shapes and bytes") {
                           DType::i32, DType::i16, DType::i8,  DType::u8,   DType::boolean};
   int k = 0;
   for (DType d : dtypes) tensors.push_back(random_tensor(fmt::format("layer.{}.weight", k++), d));
-  std::string path = dir.path + "/a.safetensors";
+  std::string path = dir.path() + "/a.safetensors";
   write_safetensors(path, tensors, {{"format", "pt"}});
   auto file = SafetensorsFile::open(path);
   CHECK(file->metadata().at("format") == "pt");
@@ -166,9 +157,9 @@ TEST_CASE("tensor_to_float converts every floating dtype") {
     std::memcpy(&f64[8 * i], &d, 8);
   }
   int64_t n = static_cast<int64_t>(values.size());
-  write_safetensors(dir.path + "/f.safetensors", {{"a", DType::f32, {n}, f32}, {"b", DType::f16, {n}, f16},
+  write_safetensors(dir.path() + "/f.safetensors", {{"a", DType::f32, {n}, f32}, {"b", DType::f16, {n}, f16},
                                                   {"c", DType::bf16, {n}, b16}, {"d", DType::f64, {n}, f64}});
-  auto file = SafetensorsFile::open(dir.path + "/f.safetensors");
+  auto file = SafetensorsFile::open(dir.path() + "/f.safetensors");
   auto a = tensor_to_float(file->get("a")), b = tensor_to_float(file->get("b")), c = tensor_to_float(file->get("c")),
        d = tensor_to_float(file->get("d"));
   for (size_t i = 0; i < values.size(); ++i) {
@@ -181,7 +172,7 @@ TEST_CASE("tensor_to_float converts every floating dtype") {
 
 TEST_CASE("malformed files are rejected with the reason, never read out of bounds") {
   TempDir dir;
-  std::string p = dir.path + "/bad.safetensors";
+  std::string p = dir.path() + "/bad.safetensors";
   std::ofstream(p) << "abc";
   CHECK(open_error(p).find("too short for the 8-byte header length") != std::string::npos);
   write_raw(p, "", "");
@@ -212,16 +203,16 @@ TEST_CASE("malformed files are rejected with the reason, never read out of bound
   CHECK(open_error(p).find("4 bytes after the last tensor belong to no tensor") != std::string::npos);
   write_raw(p, R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296, 4294967296], "data_offsets": [0, 8]}})", "12345678");
   CHECK(open_error(p).find("shape overflows") != std::string::npos);
-  CHECK(open_error(dir.path + "/missing.safetensors").find("cannot open") != std::string::npos);
+  CHECK(open_error(dir.path() + "/missing.safetensors").find("cannot open") != std::string::npos);
 }
 
 TEST_CASE("random damage to a valid file never crashes the reader") {
   TempDir dir;
-  std::string good = dir.path + "/good.safetensors";
+  std::string good = dir.path() + "/good.safetensors";
   write_safetensors(good, {random_tensor("x", DType::f32), random_tensor("y", DType::bf16), random_tensor("z", DType::i64)});
   std::ifstream in(good, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::string damaged_path = dir.path + "/damaged.safetensors";
+  std::string damaged_path = dir.path() + "/damaged.safetensors";
   for (int round = 0; round < 2000; ++round) {
     std::string damaged = bytes;
     if (round % 3 == 0) {
@@ -245,10 +236,10 @@ TEST_CASE("sharded model directories load through the index; problems are named"
   TempDir dir;
   std::vector<TensorToWrite> tensors;
   for (int i = 0; i < 12; ++i) tensors.push_back(random_tensor(fmt::format("model.layers.{}.w", i), DType::f32));
-  write_safetensors_sharded(dir.path, tensors, 200);
-  CHECK(fs::exists(dir.path + "/model.safetensors.index.json"));
-  CHECK_FALSE(fs::exists(dir.path + "/model.safetensors"));
-  SafetensorsModel model = SafetensorsModel::open_directory(dir.path);
+  write_safetensors_sharded(dir.path(), tensors, 200);
+  CHECK(fs::exists(dir.path() + "/model.safetensors.index.json"));
+  CHECK_FALSE(fs::exists(dir.path() + "/model.safetensors"));
+  SafetensorsModel model = SafetensorsModel::open_directory(dir.path());
   CHECK(model.names().size() == tensors.size());
   for (const auto& t : tensors) {
     const TensorView& v = model.get(t.name);
@@ -259,16 +250,16 @@ TEST_CASE("sharded model directories load through the index; problems are named"
 
   // One shard file goes missing.
   std::string shard;
-  for (const auto& e : fs::directory_iterator(dir.path))
+  for (const auto& e : fs::directory_iterator(dir.path()))
     if (e.path().filename().string().rfind("model-00002", 0) == 0) shard = e.path().string();
   REQUIRE_FALSE(shard.empty());
   fs::remove(shard);
-  CHECK_THROWS_WITH_AS(SafetensorsModel::open_directory(dir.path), doctest::Contains("does not exist"), Error);
+  CHECK_THROWS_WITH_AS(SafetensorsModel::open_directory(dir.path()), doctest::Contains("does not exist"), Error);
 
   TempDir single;
-  write_safetensors_sharded(single.path, tensors, 1u << 30);
-  CHECK(fs::exists(single.path + "/model.safetensors"));
-  CHECK(SafetensorsModel::open_directory(single.path).names().size() == tensors.size());
+  write_safetensors_sharded(single.path(), tensors, 1u << 30);
+  CHECK(fs::exists(single.path() + "/model.safetensors"));
+  CHECK(SafetensorsModel::open_directory(single.path()).names().size() == tensors.size());
   TempDir empty;
-  CHECK_THROWS_WITH_AS(SafetensorsModel::open_directory(empty.path), doctest::Contains("no model.safetensors"), Error);
+  CHECK_THROWS_WITH_AS(SafetensorsModel::open_directory(empty.path()), doctest::Contains("no model.safetensors"), Error);
 }

@@ -2,6 +2,7 @@
 // rounds, and every way a worker can go wrong (killed, crashed, stopped, never
 // registering, lost controller), each detected, named, and leaving no process behind.
 #include "controller/worker_pool.h"
+#include "core/files.h"
 #include "core/process.h"
 
 #include <doctest/doctest.h>
@@ -16,12 +17,6 @@ using namespace tandem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-std::string temp_dir() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "tandem-test-XXXXXX").string();
-  REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-  return pattern;
-}
 
 PoolOptions fast_options(const std::string& dir) {
   PoolOptions o;
@@ -68,7 +63,8 @@ WorkerFailure ping_until_failure(WorkerPool& pool, double limit_s, double& took_
 }  // namespace
 
 TEST_CASE("four workers register, answer request/reply rounds and shut down") {
-  std::string dir = temp_dir();
+  TempDir temp;
+  const std::string& dir = temp.path();
   std::vector<WorkerStatus> seen;
   {
     WorkerPool pool(fast_options(dir), make_local_launcher(TANDEM_BINARY));
@@ -107,11 +103,11 @@ TEST_CASE("four workers register, answer request/reply rounds and shut down") {
     for (const auto& w : pool.status()) CHECK(w.state == WorkerState::stopped);
   }
   expect_all_gone(seen);
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a command that fails on a worker is reported with the worker and the command") {
-  std::string dir = temp_dir();
+  TempDir temp;
+  const std::string& dir = temp.path();
   WorkerPool pool(fast_options(dir), make_local_launcher(TANDEM_BINARY));
   pool.start({{"rollout", 0}});
   uint64_t id = pool.send({"rollout", 0}, "no_such_command");
@@ -127,11 +123,11 @@ TEST_CASE("a command that fails on a worker is reported with the worker and the 
   }
   CHECK(pool.call_all("ping", "still alive")[0].reply.body == "still alive");
   pool.shutdown("test done");
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a worker killed with SIGKILL is detected and named") {
-  std::string dir = temp_dir();
+  TempDir temp;
+  const std::string& dir = temp.path();
   std::vector<WorkerStatus> seen;
   {
     WorkerPool pool(fast_options(dir), make_local_launcher(TANDEM_BINARY));
@@ -149,11 +145,11 @@ TEST_CASE("a worker killed with SIGKILL is detected and named") {
     pool.shutdown("test done");
   }
   expect_all_gone(seen);
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a worker that crashes is detected with its signal") {
-  std::string dir = temp_dir();
+  TempDir temp;
+  const std::string& dir = temp.path();
   WorkerPool pool(fast_options(dir), make_local_launcher(TANDEM_BINARY));
   pool.start({{"rollout", 0}, {"rollout", 1}});
   ::kill(pid_of(pool, {"rollout", 0}), SIGSEGV);
@@ -162,11 +158,11 @@ TEST_CASE("a worker that crashes is detected with its signal") {
   CHECK(f.worker() == WorkerId{"rollout", 0});
   CHECK(f.reason() == "died: killed by signal 11 (SIGSEGV)");
   pool.shutdown("test done");
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a stopped (hung) worker is detected by its missing heartbeats and removed") {
-  std::string dir = temp_dir();
+  TempDir temp;
+  const std::string& dir = temp.path();
   std::vector<WorkerStatus> seen;
   {
     WorkerPool pool(fast_options(dir), make_local_launcher(TANDEM_BINARY));
@@ -183,11 +179,11 @@ TEST_CASE("a stopped (hung) worker is detected by its missing heartbeats and rem
     pool.shutdown("test done");
   }
   expect_all_gone(seen);
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a worker that cannot start is reported with its exit status") {
-  std::string dir = temp_dir();
+  TempDir temp;
+  const std::string& dir = temp.path();
   WorkerPool pool(fast_options(dir), make_local_launcher("/nonexistent/tandem"));
   try {
     pool.start({{"rollout", 0}});
@@ -195,7 +191,6 @@ TEST_CASE("a worker that cannot start is reported with its exit status") {
   } catch (const WorkerFailure& f) {
     CHECK(f.reason() == "died before registering: exited with status 127");
   }
-  std::filesystem::remove_all(dir);
 }
 
 namespace {
@@ -230,7 +225,8 @@ class SilentLauncher : public Launcher {
 }  // namespace
 
 TEST_CASE("workers that never register time out with a clear error") {
-  std::string dir = temp_dir();
+  TempDir temp;
+  const std::string& dir = temp.path();
   PoolOptions options = fast_options(dir);
   options.register_timeout_s = 0.5;
   auto launcher = std::make_unique<SilentLauncher>();
@@ -247,11 +243,11 @@ TEST_CASE("workers that never register time out with a clear error") {
     pids = raw->pids();
   }
   for (int pid : pids) CHECK(!process_alive(pid));
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("unknown senders and forged registrations are rejected; the pool goes on") {
-  std::string dir = temp_dir();
+  TempDir temp;
+  const std::string& dir = temp.path();
   WorkerPool pool(fast_options(dir), make_local_launcher(TANDEM_BINARY));
   pool.start({{"rollout", 0}});
   zmq::context_t context(1);
@@ -271,11 +267,11 @@ TEST_CASE("unknown senders and forged registrations are rejected; the pool goes 
   CHECK(pool.call_all("ping", "fine")[0].reply.body == "fine");
   CHECK_FALSE(pool.first_failure().has_value());
   pool.shutdown("test done");
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a worker exits by itself when its controller is gone") {
-  std::string dir = temp_dir();
+  TempDir temp;
+  const std::string& dir = temp.path();
   zmq::context_t context(1);
   Channel fake_controller(context, Channel::Kind::router);
   std::string address = fake_controller.bind("tcp://127.0.0.1:*");
@@ -289,5 +285,4 @@ TEST_CASE("a worker exits by itself when its controller is gone") {
   auto status = worker.wait_for(10);
   REQUIRE(status.has_value());
   CHECK(status->exit_code == 1);
-  std::filesystem::remove_all(dir);
 }

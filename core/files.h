@@ -1,0 +1,25 @@
+// Small file-system helpers every module uses.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace tandem {
+
+// The whole file, or nullopt (with errno from the failed open) when it cannot be read.
+std::optional<std::string> read_file(const std::string& path);
+
+// A private temporary directory, removed with its contents on destruction.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "tandem-");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace tandem
