@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <random>
 
 using namespace tandem;
@@ -65,10 +66,20 @@ TEST_CASE("malformed frames are dropped, counted and do not stop the channel") {
 
   uint64_t sequence = 2;
   uint64_t before = f.router.rejected_count();
+  // The ROUTER fair-queues its peers, so a bad frame may be read after a later good
+  // one: wait (bounded) until the rejections have been counted before going on.
+  auto await_rejections = [&](uint64_t count) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (f.router.rejected_count() - before < count && std::chrono::steady_clock::now() < deadline) {
+      f.router.receive(20);
+    }
+  };
+  uint64_t expected = 0;
   auto send_raw = [&](const std::vector<std::string>& frames) {
     for (size_t i = 0; i < frames.size(); ++i) {
       bad.send(zmq::buffer(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
     }
+    await_rejections(++expected);
     f.expect_alive(good, sequence++);
   };
 
@@ -86,6 +97,7 @@ TEST_CASE("malformed frames are dropped, counted and do not stop the channel") {
     for (auto& c : junk) c = static_cast<char>(rng() & 0xff);
     bad.send(zmq::buffer(junk), zmq::send_flags::none);
   }
+  await_rejections(expected + 190);  // nearly every junk frame is invalid; a rare one decodes
   f.expect_alive(good, sequence++);
   CHECK(f.router.rejected_count() - before >= 7);
 }
