@@ -3,6 +3,7 @@
 // 128+N interrupted by signal N.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,37 @@ struct WorkerArgs {
   std::string log_level = "info";
 };
 
+struct TokenizeArgs {
+  std::string tokenizer_dir;  // a model directory holding tokenizer.json
+  std::string text;           // --text
+  std::string file;           // --file (instead of --text)
+  bool decode = false;        // input is a JSON array of ids; print the text
+};
+
+struct InitModelArgs {
+  std::string preset;  // tiny | small
+  std::string out_dir;
+  int64_t seed = 1;
+  std::string dtype = "float32";
+};
+
+struct GenerateArgs {
+  std::string model;  // a model directory or builtin:<preset>
+  std::vector<std::string> prompts;
+  int n = 1;
+  int max_new_tokens = 64;
+  double temperature = 1.0;
+  int top_k = 0;
+  double top_p = 1.0;
+  int64_t seed = 1;
+  std::vector<std::string> stop;
+  bool json = false;  // one JSON line per completion with ids and log-probs
+};
+
 int cli_run(const RunArgs& args);
+int cli_tokenize(const TokenizeArgs& args);
+int cli_init_model(const InitModelArgs& args);
+int cli_generate(const GenerateArgs& args);
 int cli_validate(const ValidateArgs& args);
 int cli_worker(const WorkerArgs& args);
 int cli_version();

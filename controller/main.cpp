@@ -34,6 +34,35 @@ int main(int argc, char** argv) {
   worker_cmd->add_option("--log-file", worker.log_file, "log file (default: stderr)");
   worker_cmd->add_option("--log-level", worker.log_level, "debug | info | warn | error");
 
+  TokenizeArgs tokenize;
+  auto* tokenize_cmd = app.add_subcommand("tokenize", "print the token ids of a text as a JSON array (or decode ids)");
+  tokenize_cmd->add_option("--tokenizer", tokenize.tokenizer_dir, "model directory with tokenizer.json, or builtin:<preset>")->required();
+  auto* text_opt = tokenize_cmd->add_option("--text", tokenize.text, "the text (or, with --decode, a JSON array of ids)");
+  auto* file_opt = tokenize_cmd->add_option("--file", tokenize.file, "read the text from this file");
+  text_opt->excludes(file_opt);
+  tokenize_cmd->add_flag("--decode", tokenize.decode, "input is a JSON array of ids: print the text");
+
+  InitModelArgs init_model;
+  auto* init_model_cmd = app.add_subcommand("init-model", "write a random-weight model directory in Hugging Face format");
+  init_model_cmd->add_option("--preset", init_model.preset, "tiny | small")->required()->check(CLI::IsMember({"tiny", "small"}));
+  init_model_cmd->add_option("--out", init_model.out_dir, "output directory (must not exist or be empty)")->required();
+  init_model_cmd->add_option("--seed", init_model.seed, "weight initialisation seed");
+  init_model_cmd->add_option("--dtype", init_model.dtype, "float32 | bfloat16 | float16")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+
+  GenerateArgs generate;
+  auto* generate_cmd = app.add_subcommand("generate", "sample completions from a model on CPU");
+  generate_cmd->add_option("--model", generate.model, "model directory or builtin:<preset>")->required();
+  generate_cmd->add_option("--prompt", generate.prompts, "prompt text (repeatable)")->required();
+  generate_cmd->add_option("--n", generate.n, "samples per prompt")->check(CLI::PositiveNumber);
+  generate_cmd->add_option("--max-new-tokens", generate.max_new_tokens, "tokens per completion")->check(CLI::PositiveNumber);
+  generate_cmd->add_option("--temperature", generate.temperature, "0: greedy")->check(CLI::NonNegativeNumber);
+  generate_cmd->add_option("--top-k", generate.top_k, "0: off")->check(CLI::NonNegativeNumber);
+  generate_cmd->add_option("--top-p", generate.top_p, "nucleus mass in (0, 1]")->check(CLI::Range(0.0, 1.0));
+  generate_cmd->add_option("--seed", generate.seed, "sampling seed");
+  generate_cmd->add_option("--stop", generate.stop, "stop string (repeatable)");
+  generate_cmd->add_flag("--json", generate.json, "one JSON line per completion: text, ids, log-probs, finish reason");
+
   app.add_subcommand("version", "print the build: versions, CUDA, NCCL, devices");
 
   try {
@@ -51,6 +80,9 @@ int main(int argc, char** argv) {
     if (run_cmd->parsed()) return cli_run(run);
     if (validate_cmd->parsed()) return cli_validate(validate);
     if (worker_cmd->parsed()) return cli_worker(worker);
+    if (tokenize_cmd->parsed()) return cli_tokenize(tokenize);
+    if (init_model_cmd->parsed()) return cli_init_model(init_model);
+    if (generate_cmd->parsed()) return cli_generate(generate);
     return cli_version();
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -1,0 +1,1 @@
+// HF tokenizer.json byte-level BPE (placeholder until it lands).

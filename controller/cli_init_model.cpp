@@ -1,0 +1,6 @@
+// placeholder until it lands
+#include "controller/cli.h"
+#include "core/error.h"
+namespace tandem {
+int cli_init_model(const InitModelArgs&) { throw UsageError("tandem: not implemented yet"); }
+}  // namespace tandem

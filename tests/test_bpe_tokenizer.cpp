@@ -1,0 +1,1 @@
+// Tests for the HF byte-level BPE tokenizer (placeholder until it lands).
