@@ -42,6 +42,8 @@ struct ModelConfig {
   int64_t bos_token_id = -1;
 
   int64_t q_size() const { return num_attention_heads * head_dim; }
+  // Llama and Qwen3 put a bias on o_proj too when attention_bias is set; Qwen2 never does.
+  bool o_proj_bias() const { return attention_bias && model_type != "qwen2"; }
   int64_t kv_size() const { return num_key_value_heads * head_dim; }
 };
 

@@ -1,0 +1,212 @@
+#include "actor/policy_torch.h"
+
+#include "core/error.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+namespace tandem {
+
+namespace {
+
+at::Tensor int64_tensor(const std::vector<int64_t>& values, int64_t rows, int64_t cols) {
+  return at::tensor(values, at::kLong).view({rows, cols});
+}
+
+// RMSNorm over the last dimension, computed in float32 (as Hugging Face does for bf16).
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor x32 = x.to(at::kFloat);
+  at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return normed.to(x.scalar_type()) * weight;
+}
+
+// Hugging Face's rotate_half convention: the head is split into two halves (x1, x2)
+// and rotated as (x1 cos - x2 sin, x2 cos + x1 sin).
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  int64_t half = x.size(-1) / 2;
+  at::Tensor x1 = x.narrow(-1, 0, half);
+  at::Tensor x2 = x.narrow(-1, half, half);
+  at::Tensor rotated = at::cat({-x2, x1}, -1);
+  return x * cos + rotated * sin;
+}
+
+}  // namespace
+
+TokenLayout padded_layout(const std::vector<std::vector<int32_t>>& sequences, int32_t pad_id) {
+  TANDEM_CHECK(!sequences.empty(), "a batch needs at least one sequence");
+  int64_t rows = static_cast<int64_t>(sequences.size());
+  int64_t cols = 1;
+  for (const auto& s : sequences) cols = std::max<int64_t>(cols, static_cast<int64_t>(s.size()));
+  std::vector<int64_t> ids(rows * cols, pad_id), positions(rows * cols, 0), segments(rows * cols, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (size_t t = 0; t < sequences[r].size(); ++t) {
+      ids[r * cols + t] = sequences[r][t];
+      positions[r * cols + t] = static_cast<int64_t>(t);
+      segments[r * cols + t] = 1;
+    }
+  }
+  return {int64_tensor(ids, rows, cols), int64_tensor(positions, rows, cols), int64_tensor(segments, rows, cols)};
+}
+
+TokenLayout packed_layout(const std::vector<std::vector<int32_t>>& sequences, int64_t row_length,
+                          std::vector<std::pair<int64_t, int64_t>>* placement) {
+  TANDEM_CHECK(!sequences.empty(), "a batch needs at least one sequence");
+  TANDEM_CHECK(row_length > 0, "row_length must be positive, got {}", row_length);
+  std::vector<std::vector<int64_t>> ids(1), positions(1), segments(1);
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    int64_t length = static_cast<int64_t>(sequences[i].size());
+    TANDEM_CHECK(length > 0 && length <= row_length, "sequence {} has {} tokens; a packed row holds 1..{}", i, length,
+                 row_length);
+    if (static_cast<int64_t>(ids.back().size()) + length > row_length) {
+      ids.emplace_back();
+      positions.emplace_back();
+      segments.emplace_back();
+    }
+    int64_t segment = segments.back().empty() ? 1 : segments.back().back() + 1;
+    if (placement) placement->emplace_back(static_cast<int64_t>(ids.size()) - 1, static_cast<int64_t>(ids.back().size()));
+    for (int64_t t = 0; t < length; ++t) {
+      ids.back().push_back(sequences[i][t]);
+      positions.back().push_back(t);
+      segments.back().push_back(segment);
+    }
+  }
+  int64_t rows = static_cast<int64_t>(ids.size());
+  std::vector<int64_t> flat_ids(rows * row_length, 0), flat_positions(rows * row_length, 0),
+      flat_segments(rows * row_length, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy(ids[r].begin(), ids[r].end(), flat_ids.begin() + r * row_length);
+    std::copy(positions[r].begin(), positions[r].end(), flat_positions.begin() + r * row_length);
+    std::copy(segments[r].begin(), segments[r].end(), flat_segments.begin() + r * row_length);
+  }
+  return {int64_tensor(flat_ids, rows, row_length), int64_tensor(flat_positions, rows, row_length),
+          int64_tensor(flat_segments, rows, row_length)};
+}
+
+PolicyModel::PolicyModel(const ModelConfig& config, const ModelWeights& weights, at::ScalarType dtype)
+    : config_(config) {
+  check_weights(config, weights, "PolicyModel");
+  for (const WeightSpec& spec : expected_weights(config)) {
+    const WeightTensor& w = weights.get(spec.name);
+    at::Tensor t = at::from_blob(const_cast<float*>(w.data.data()), w.shape, at::kFloat).to(dtype).clone();
+    t.set_requires_grad(true);
+    index_[spec.name] = parameters_.size();
+    parameters_.emplace_back(spec.name, t);
+  }
+}
+
+const at::Tensor& PolicyModel::param(const std::string& name) const {
+  auto it = index_.find(name);
+  TANDEM_CHECK(it != index_.end(), "PolicyModel has no parameter {}", name);
+  return parameters_[it->second].second;
+}
+
+std::vector<at::Tensor> PolicyModel::parameters() const {
+  std::vector<at::Tensor> out;
+  for (const auto& p : parameters_) out.push_back(p.second);
+  return out;
+}
+
+ModelWeights PolicyModel::to_weights() const {
+  std::vector<WeightTensor> tensors;
+  for (const auto& [name, t] : parameters_) {
+    at::Tensor f = t.detach().to(at::kFloat).contiguous();
+    WeightTensor w{name, f.sizes().vec(), {}};
+    w.data.assign(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+    tensors.push_back(std::move(w));
+  }
+  return ModelWeights(std::move(tensors));
+}
+
+at::Tensor PolicyModel::attention(const at::Tensor& x, int64_t layer, const at::Tensor& cos, const at::Tensor& sin,
+                                  const at::Tensor& mask) const {
+  const ModelConfig& c = config_;
+  const std::string p = "model.layers." + std::to_string(layer) + ".self_attn.";
+  const int64_t batch = x.size(0), length = x.size(1);
+  auto project = [&](const std::string& name) {
+    at::Tensor bias = c.attention_bias ? param(p + name + ".bias") : at::Tensor();
+    return at::linear(x, param(p + name + ".weight"), bias);
+  };
+  at::Tensor q = project("q_proj").view({batch, length, c.num_attention_heads, c.head_dim});
+  at::Tensor k = project("k_proj").view({batch, length, c.num_key_value_heads, c.head_dim});
+  at::Tensor v = project("v_proj").view({batch, length, c.num_key_value_heads, c.head_dim});
+  if (c.qk_norm) {
+    q = rms_norm(q, param(p + "q_norm.weight"), c.rms_norm_eps);
+    k = rms_norm(k, param(p + "k_norm.weight"), c.rms_norm_eps);
+  }
+  // [B, L, heads, head_dim] -> [B, heads, L, head_dim]; cos/sin are [B, 1, L, head_dim].
+  q = apply_rope(q.transpose(1, 2), cos, sin);
+  k = apply_rope(k.transpose(1, 2), cos, sin);
+  v = v.transpose(1, 2);
+  const int64_t group = c.num_attention_heads / c.num_key_value_heads;
+  if (group > 1) {  // query head h reads key/value head h / group
+    k = k.repeat_interleave(group, 1);
+    v = v.repeat_interleave(group, 1);
+  }
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)).to(at::kFloat) / std::sqrt(static_cast<double>(c.head_dim));
+  scores = scores.masked_fill(mask.logical_not(), -std::numeric_limits<float>::infinity());
+  at::Tensor probs = at::softmax(scores, -1).to(v.scalar_type());
+  at::Tensor out = at::matmul(probs, v).transpose(1, 2).reshape({batch, length, c.q_size()});
+  at::Tensor o_bias = c.o_proj_bias() ? param(p + "o_proj.bias") : at::Tensor();
+  return at::linear(out, param(p + "o_proj.weight"), o_bias);
+}
+
+at::Tensor PolicyModel::forward(const TokenLayout& layout) const {
+  const ModelConfig& c = config_;
+  TANDEM_CHECK(layout.input_ids.dim() == 2, "input_ids must be [batch, length], got {} dims", layout.input_ids.dim());
+  TANDEM_CHECK(layout.position_ids.sizes() == layout.input_ids.sizes() &&
+                   layout.segment_ids.sizes() == layout.input_ids.sizes(),
+               "input_ids, position_ids and segment_ids must have the same shape");
+  const int64_t length = layout.input_ids.size(1);
+  const at::Tensor& embed = param("model.embed_tokens.weight");
+  at::Tensor x = at::embedding(embed, layout.input_ids);
+
+  // Rotary angles in float64, so the learner and the rollout engine agree at long positions.
+  std::vector<double> inv = rope_inverse_frequencies(c);
+  at::Tensor inv_freq = at::tensor(inv, at::kDouble);
+  at::Tensor angles = layout.position_ids.to(at::kDouble).unsqueeze(-1) * inv_freq;  // [B, L, head_dim/2]
+  angles = at::cat({angles, angles}, -1).unsqueeze(1);                                 // [B, 1, L, head_dim]
+  at::Tensor cos = angles.cos().to(x.scalar_type());
+  at::Tensor sin = angles.sin().to(x.scalar_type());
+
+  // mask[b, 1, i, j]: token i may attend to token j.
+  at::Tensor seg_i = layout.segment_ids.unsqueeze(2);
+  at::Tensor seg_j = layout.segment_ids.unsqueeze(1);
+  at::Tensor causal = at::ones({length, length}, at::kBool).tril();
+  at::Tensor diagonal = at::eye(length, at::kBool);
+  at::Tensor mask = (seg_i.eq(seg_j).logical_and(seg_j.ne(0)).logical_and(causal)).logical_or(diagonal).unsqueeze(1);
+
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    const std::string p = "model.layers." + std::to_string(layer) + ".";
+    x = x + attention(rms_norm(x, param(p + "input_layernorm.weight"), c.rms_norm_eps), layer, cos, sin, mask);
+    at::Tensor h = rms_norm(x, param(p + "post_attention_layernorm.weight"), c.rms_norm_eps);
+    at::Tensor gated = at::silu(at::linear(h, param(p + "mlp.gate_proj.weight"))) *
+                       at::linear(h, param(p + "mlp.up_proj.weight"));
+    x = x + at::linear(gated, param(p + "mlp.down_proj.weight"));
+  }
+  x = rms_norm(x, param("model.norm.weight"), c.rms_norm_eps);
+  const at::Tensor& head = c.tie_word_embeddings ? embed : param("lm_head.weight");
+  return at::linear(x, head).to(at::kFloat);
+}
+
+TokenLogProbs token_logprobs(const at::Tensor& logits, const TokenLayout& layout, double temperature) {
+  TANDEM_CHECK(temperature > 0, "temperature must be positive, got {}", temperature);
+  const int64_t length = logits.size(1);
+  // Logits at t-1 predict token t.
+  at::Tensor log_p = at::log_softmax(logits.narrow(1, 0, length - 1) / temperature, -1);
+  at::Tensor targets = layout.input_ids.narrow(1, 1, length - 1);
+  at::Tensor picked = log_p.gather(-1, targets.unsqueeze(-1)).squeeze(-1);
+  at::Tensor entropy = -(log_p.exp() * log_p).sum(-1);
+  at::Tensor segments = layout.segment_ids;
+  at::Tensor valid_tail = segments.narrow(1, 1, length - 1).ne(0).logical_and(
+      segments.narrow(1, 1, length - 1).eq(segments.narrow(1, 0, length - 1)));
+  at::Tensor zero_column = at::zeros({logits.size(0), 1}, logits.options());
+  at::Tensor false_column = at::zeros({logits.size(0), 1}, at::kBool);
+  TokenLogProbs out;
+  out.valid = at::cat({false_column, valid_tail}, 1);
+  out.logprobs = at::cat({zero_column, picked}, 1).masked_fill(out.valid.logical_not(), 0.0);
+  out.entropy = at::cat({zero_column, entropy}, 1).masked_fill(out.valid.logical_not(), 0.0);
+  return out;
+}
+
+}  // namespace tandem

@@ -1,0 +1,71 @@
+// The policy as a libtorch module, for training: forward with autograd, per-token
+// log-probs and entropy. Only the learner and tests include this header; it pulls in
+// ATen's Tensor type but not <torch/torch.h>.
+//
+// Attention layout: every row of a batch holds tokens tagged with a segment id. A token
+// attends to the tokens before it (and itself) in the same row with the same segment id;
+// segment 0 is padding. One sequence per row with 0s after it is a padded batch; several
+// sequences per row with ids 1, 2, ... and positions restarting at 0 is a packed batch.
+// Both compute exactly what each sequence alone computes.
+#pragma once
+
+#include "actor/model_config.h"
+#include "actor/model_weights.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tandem {
+
+struct TokenLayout {
+  at::Tensor input_ids;     // [B, L] int64
+  at::Tensor position_ids;  // [B, L] int64: rotary positions, 0 at each sequence's start
+  at::Tensor segment_ids;   // [B, L] int64: 0 padding, else the sequence's tag within the row
+};
+
+// One sequence per row, right-padded to the longest.
+TokenLayout padded_layout(const std::vector<std::vector<int32_t>>& sequences, int32_t pad_id = 0);
+// Sequences packed greedily, in order, into rows of `row_length` tokens (a longer
+// sequence is an Error). `placement` receives (row, offset) of each sequence.
+TokenLayout packed_layout(const std::vector<std::vector<int32_t>>& sequences, int64_t row_length,
+                          std::vector<std::pair<int64_t, int64_t>>* placement = nullptr);
+
+class PolicyModel {
+ public:
+  // Copies `weights` (checked against `config`) into leaf tensors of `dtype` that require grad.
+  PolicyModel(const ModelConfig& config, const ModelWeights& weights, at::ScalarType dtype);
+
+  // Logits [B, L, vocab] in float32, whatever the parameter dtype.
+  at::Tensor forward(const TokenLayout& layout) const;
+
+  const ModelConfig& config() const { return config_; }
+  // HF names, in expected_weights order (no lm_head when tied).
+  const std::vector<std::pair<std::string, at::Tensor>>& named_parameters() const { return parameters_; }
+  std::vector<at::Tensor> parameters() const;
+  // The current weights as float32 (for saving or for a rollout engine).
+  ModelWeights to_weights() const;
+
+ private:
+  const at::Tensor& param(const std::string& name) const;
+  at::Tensor attention(const at::Tensor& x, int64_t layer, const at::Tensor& cos, const at::Tensor& sin,
+                       const at::Tensor& mask) const;
+
+  ModelConfig config_;
+  std::vector<std::pair<std::string, at::Tensor>> parameters_;
+  std::map<std::string, size_t> index_;
+};
+
+struct TokenLogProbs {
+  at::Tensor logprobs;  // [B, L] float32: log p(token t | tokens before it), 0 where `valid` is false
+  at::Tensor entropy;   // [B, L] float32: entropy of the distribution that predicted token t
+  at::Tensor valid;     // [B, L] bool: t is not the first token of its segment and not padding
+};
+
+// Per-token log-probs and entropies under softmax(logits / temperature), the
+// distribution the rollout engine samples from, for the layout's own tokens.
+TokenLogProbs token_logprobs(const at::Tensor& logits, const TokenLayout& layout, double temperature = 1.0);
+
+}  // namespace tandem

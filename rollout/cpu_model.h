@@ -1,0 +1,76 @@
+// The rollout engine's transformer forward on CPU: float32, no autograd, keys and
+// values appended to a paged KV cache. One call runs a whole scheduler step: prefill
+// chunks of new sequences and single decode tokens of running ones, flattened into one
+// token list so every matrix product sees all of the step's tokens at once.
+#pragma once
+
+#include "actor/model_config.h"
+#include "actor/model_weights.h"
+#include "rollout/kv_cache.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace tandem {
+
+struct ForwardSequence {
+  int64_t token_begin = 0;     // this step's tokens of the sequence: batch.tokens[token_begin, token_end)
+  int64_t token_end = 0;
+  int64_t start_position = 0;  // position of its first token this step (= tokens already cached)
+  const int32_t* block_table = nullptr;  // blocks covering positions [0, start_position + count)
+};
+
+struct ForwardBatch {
+  std::vector<int32_t> tokens;
+  std::vector<ForwardSequence> sequences;
+  std::vector<int64_t> logit_rows;  // indices into `tokens` whose next-token logits are wanted
+};
+
+class CpuModel {
+ public:
+  CpuModel(const ModelConfig& config, ModelWeights weights);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  // Replaces weights by name (a subset is fine); names and shapes are checked first,
+  // so a bad update changes nothing.
+  void update_weights(const ModelWeights& update);
+
+  // Writes logits [logit_rows.size(), vocab] to `logits` (resized).
+  void forward(const ForwardBatch& batch, KvCache& cache, std::vector<float>& logits);
+
+ private:
+  struct LayerWeights {
+    const float* input_norm;
+    const float* q;
+    const float* k;
+    const float* v;
+    const float* q_bias = nullptr;
+    const float* k_bias = nullptr;
+    const float* v_bias = nullptr;
+    const float* q_norm = nullptr;
+    const float* k_norm = nullptr;
+    const float* o;
+    const float* o_bias = nullptr;
+    const float* post_norm;
+    const float* gate;
+    const float* up;
+    const float* down;
+  };
+  void bind_weights();
+  void attention(const ForwardBatch& batch, int64_t layer, const KvCache& cache);
+
+  ModelConfig config_;
+  ModelWeights weights_;
+  std::vector<LayerWeights> layers_;
+  const float* embed_ = nullptr;
+  const float* final_norm_ = nullptr;
+  const float* lm_head_ = nullptr;
+  std::vector<double> inverse_frequencies_;
+
+  // Workspace, grown to the largest step seen and reused (no allocation per layer).
+  std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, cos_, sin_, rows_;
+  std::vector<int64_t> positions_;
+};
+
+}  // namespace tandem

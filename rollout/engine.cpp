@@ -1,0 +1,252 @@
+#include "rollout/engine.h"
+
+#include "core/error.h"
+#include "rollout/cpu_model.h"
+#include "rollout/kv_cache.h"
+#include "rollout/scheduler.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <list>
+#include <map>
+#include <set>
+
+namespace tandem {
+
+const char* finish_reason_name(FinishReason reason) {
+  return reason == FinishReason::finish_reason_stop ? "stop" : "length";
+}
+
+namespace {
+
+struct RequestState {
+  GenerationRequest request;
+  std::set<int32_t> stop_ids;
+  int64_t order = 0;  // position among all requests added, for generate()'s output order
+};
+
+struct SampleState : Sequence {
+  std::shared_ptr<const RequestState> request;
+  GeneratedSample result;
+  uint64_t seed = 0;
+  bool started = false;
+};
+
+// The sample's own stream: (request seed, sample index) mixed into one 64-bit seed.
+uint64_t sample_seed(uint64_t request_seed, int64_t index) {
+  return static_cast<uint64_t>(uniform_from_counter(request_seed, static_cast<uint64_t>(index)) * 0x1.0p53) ^
+         (request_seed << 11);
+}
+
+}  // namespace
+
+struct RolloutEngine::Impl {
+  Impl(const ModelConfig& config, ModelWeights weights, const EngineOptions& options, Detokenizer detokenize)
+      : model(config, std::move(weights)),
+        cache_shape(make_shape(config, options)),
+        cache(cache_shape),
+        blocks(cache_shape.num_blocks),
+        scheduler(blocks, SchedulerOptions{options.block_size, options.max_batch_tokens, options.max_running}),
+        options(options),
+        detokenize(std::move(detokenize)) {}
+
+  static KvCacheShape make_shape(const ModelConfig& c, const EngineOptions& o) {
+    TANDEM_CHECK(o.block_size > 0, "block_size must be positive, got {}", o.block_size);
+    TANDEM_CHECK(o.max_batch_tokens > 0, "max_batch_tokens must be positive, got {}", o.max_batch_tokens);
+    TANDEM_CHECK(o.max_running > 0, "max_running must be positive, got {}", o.max_running);
+    KvCacheShape shape{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, o.block_size, 0};
+    shape.num_blocks = kv_cache_blocks_for_budget(o.kv_cache_bytes, shape);
+    return shape;
+  }
+
+  CpuModel model;
+  KvCacheShape cache_shape;
+  KvCache cache;
+  BlockAllocator blocks;
+  Scheduler scheduler;
+  EngineOptions options;
+  Detokenizer detokenize;
+  Sampler sampler;
+  std::list<SampleState> samples;  // stable addresses: the scheduler holds pointers
+  int64_t next_arrival = 0;
+  int64_t next_order = 0;
+  ForwardBatch batch;
+  std::vector<float> logits;
+};
+
+RolloutEngine::RolloutEngine(const ModelConfig& config, ModelWeights weights, const EngineOptions& options,
+                             Detokenizer detokenize)
+    : impl_(std::make_unique<Impl>(config, std::move(weights), options, std::move(detokenize))) {
+  stats_.kv_blocks_total = impl_->cache_shape.num_blocks;
+}
+
+RolloutEngine::~RolloutEngine() = default;
+
+const ModelConfig& RolloutEngine::config() const { return impl_->model.config(); }
+
+bool RolloutEngine::has_unfinished() const { return !impl_->samples.empty(); }
+
+void RolloutEngine::check_request(const GenerationRequest& r) const {
+  const ModelConfig& c = config();
+  const std::string where = fmt::format("request {}", r.id);
+  TANDEM_CHECK(!r.prompt.empty(), "{}: the prompt is empty", where);
+  for (size_t i = 0; i < r.prompt.size(); ++i) {
+    if (r.prompt[i] < 0 || r.prompt[i] >= c.vocab_size) {
+      throw Error(fmt::format("{}: prompt token {} is {}, outside the vocabulary (0..{})", where, i, r.prompt[i],
+                              c.vocab_size - 1));
+    }
+  }
+  if (r.n < 1) throw Error(fmt::format("{}: n must be >= 1, got {}", where, r.n));
+  if (r.max_new_tokens < 1) throw Error(fmt::format("{}: max_new_tokens must be >= 1, got {}", where, r.max_new_tokens));
+  try {
+    check_sampling_params(r.sampling);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", where, e.what()));
+  }
+  if (!r.stop_strings.empty() && !impl_->detokenize) {
+    throw Error(fmt::format("{}: stop strings need a tokenizer, and this engine was built without one", where));
+  }
+  for (const std::string& s : r.stop_strings) TANDEM_CHECK(!s.empty(), "{}: an empty stop string", where);
+  const int64_t prompt_length = static_cast<int64_t>(r.prompt.size());
+  if (prompt_length >= c.max_position_embeddings) {
+    throw Error(fmt::format("{}: the prompt has {} tokens; the model's max_position_embeddings is {}", where,
+                            prompt_length, c.max_position_embeddings));
+  }
+  const int64_t longest = std::min(prompt_length + r.max_new_tokens, c.max_position_embeddings);
+  const int64_t blocks = impl_->scheduler.blocks_needed(longest);
+  if (blocks > impl_->cache_shape.num_blocks) {
+    throw Error(fmt::format("{}: one sample of {} prompt + {} new tokens needs {} KV blocks of {} tokens; the cache has "
+                            "{} ({} MB); raise rollout.kv_cache_mb or lower max_new_tokens",
+                            where, prompt_length, r.max_new_tokens, blocks, impl_->cache_shape.block_size,
+                            impl_->cache_shape.num_blocks, impl_->options.kv_cache_bytes >> 20));
+  }
+}
+
+void RolloutEngine::add_request(const GenerationRequest& r) {
+  check_request(r);
+  const ModelConfig& c = config();
+  const int64_t prompt_length = static_cast<int64_t>(r.prompt.size());
+  auto state = std::make_shared<RequestState>();
+  state->request = r;
+  state->order = impl_->next_order++;
+  state->stop_ids.insert(r.stop_token_ids.begin(), r.stop_token_ids.end());
+  if (!r.ignore_eos) state->stop_ids.insert(c.eos_token_ids.begin(), c.eos_token_ids.end());
+  for (int64_t i = 0; i < r.n; ++i) {
+    SampleState& s = impl_->samples.emplace_back();
+    s.arrival = impl_->next_arrival++;
+    s.tokens = r.prompt;
+    s.prompt_length = prompt_length;
+    s.request = state;
+    s.seed = sample_seed(r.seed, i);
+    s.result.request_id = r.id;
+    s.result.sample_index = i;
+    impl_->scheduler.add(&s);
+  }
+}
+
+std::vector<GeneratedSample> RolloutEngine::step() {
+  Impl& m = *impl_;
+  if (m.options.threads > 0) omp_set_num_threads(m.options.threads);
+  std::vector<ScheduledChunk> chunks = m.scheduler.plan();
+  std::vector<GeneratedSample> finished;
+  if (chunks.empty()) return finished;
+  ++stats_.steps;
+  stats_.preemptions = m.scheduler.preemptions();
+  stats_.kv_blocks_peak = std::max(stats_.kv_blocks_peak, m.blocks.total() - m.blocks.free_count());
+
+  ForwardBatch& batch = m.batch;
+  batch.tokens.clear();
+  batch.sequences.clear();
+  batch.logit_rows.clear();
+  std::vector<SampleState*> sampling;  // in logit-row order
+  for (const ScheduledChunk& chunk : chunks) {
+    auto* s = static_cast<SampleState*>(chunk.sequence);
+    const int64_t begin = static_cast<int64_t>(batch.tokens.size());
+    batch.tokens.insert(batch.tokens.end(), s->tokens.begin() + chunk.begin, s->tokens.begin() + chunk.end);
+    batch.sequences.push_back({begin, static_cast<int64_t>(batch.tokens.size()), chunk.begin, s->block_table.data()});
+    if (chunk.end == static_cast<int64_t>(s->tokens.size())) {
+      batch.logit_rows.push_back(static_cast<int64_t>(batch.tokens.size()) - 1);
+      sampling.push_back(s);
+    }
+    s->cached = chunk.end;
+    // A started sample running one token is decoding; anything else fills the cache
+    // (a prompt, or the recomputation of a preempted sample).
+    if (!(s->started && chunk.end - chunk.begin == 1)) stats_.prefill_tokens += chunk.end - chunk.begin;
+  }
+  m.model.forward(batch, m.cache, m.logits);
+
+  const ModelConfig& c = config();
+  for (size_t r = 0; r < sampling.size(); ++r) {
+    SampleState* s = sampling[r];
+    const GenerationRequest& request = s->request->request;
+    const int64_t position = static_cast<int64_t>(s->tokens.size());  // where the new token goes
+    const double u = uniform_from_counter(s->seed, static_cast<uint64_t>(position));
+    SampledToken t = m.sampler.sample(&m.logits[r * c.vocab_size], c.vocab_size, request.sampling, u);
+    if (!s->started) s->result.weight_version = weight_version_;
+    s->started = true;
+    s->result.last_weight_version = weight_version_;
+    s->tokens.push_back(t.token);
+    s->result.tokens.push_back(t.token);
+    s->result.logprobs.push_back(t.logprob);
+    s->result.sampling_logprobs.push_back(t.sampling_logprob);
+    ++stats_.decode_tokens;
+
+    bool done = false;
+    if (s->request->stop_ids.count(t.token)) {
+      s->result.finish_reason = FinishReason::finish_reason_stop;
+      s->result.stop = std::to_string(t.token);
+      done = true;
+    } else if (!request.stop_strings.empty()) {
+      const std::string text = m.detokenize(s->result.tokens);
+      for (const std::string& stop : request.stop_strings) {
+        if (text.find(stop) != std::string::npos) {
+          s->result.finish_reason = FinishReason::finish_reason_stop;
+          s->result.stop = stop;
+          done = true;
+          break;
+        }
+      }
+    }
+    if (!done && (static_cast<int64_t>(s->result.tokens.size()) >= request.max_new_tokens ||
+                  static_cast<int64_t>(s->tokens.size()) >= c.max_position_embeddings)) {
+      s->result.finish_reason = FinishReason::finish_reason_length;
+      done = true;
+    }
+    if (done) {
+      m.scheduler.finish(s);
+      finished.push_back(std::move(s->result));
+      m.samples.remove_if([s](const SampleState& x) { return &x == s; });
+    }
+  }
+  return finished;
+}
+
+std::vector<GeneratedSample> RolloutEngine::generate(const std::vector<GenerationRequest>& requests) {
+  TANDEM_CHECK(!has_unfinished(), "generate() needs an idle engine; {} samples are in flight", impl_->samples.size());
+  std::map<uint64_t, size_t> order;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    TANDEM_CHECK(order.emplace(requests[i].id, i).second, "request id {} appears twice", requests[i].id);
+  }
+  for (const GenerationRequest& r : requests) check_request(r);  // all or nothing
+  for (const GenerationRequest& r : requests) add_request(r);
+  std::vector<GeneratedSample> out;
+  while (has_unfinished()) {
+    std::vector<GeneratedSample> done = step();
+    for (GeneratedSample& s : done) out.push_back(std::move(s));
+  }
+  std::sort(out.begin(), out.end(), [&](const GeneratedSample& a, const GeneratedSample& b) {
+    size_t oa = order.at(a.request_id), ob = order.at(b.request_id);
+    return oa != ob ? oa < ob : a.sample_index < b.sample_index;
+  });
+  return out;
+}
+
+void RolloutEngine::update_weights(const ModelWeights& weights, int64_t version) {
+  TANDEM_CHECK(version > weight_version_, "weight version must increase: engine has {}, update says {}",
+               weight_version_, version);
+  impl_->model.update_weights(weights);
+  weight_version_ = version;
+}
+
+}  // namespace tandem

@@ -1,0 +1,74 @@
+// The rollout engine: continuous batching over a paged KV cache, CPU backend.
+//
+// Callers add requests at any time and call step(); each step plans (scheduler: which
+// sequences prefill or decode, KV blocks, preemption), runs one forward over all of the
+// step's tokens, samples, and returns the samples that finished. generate() is the
+// run-to-completion convenience. Not thread-safe: one thread drives an engine.
+#pragma once
+
+#include "actor/model_config.h"
+#include "actor/model_weights.h"
+#include "rollout/request.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+struct EngineOptions {
+  int64_t kv_cache_bytes = int64_t{256} << 20;  // rollout.kv_cache_mb
+  int64_t block_size = 16;                      // token slots per KV block
+  int64_t max_batch_tokens = 2048;              // tokens per step (prefill chunks + decodes)
+  int64_t max_running = 256;                    // sequences decoding at once
+  int threads = 0;                              // OpenMP threads; 0: all cores
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t prefill_tokens = 0;  // tokens run to fill the cache (prompts, recomputation after preemption)
+  int64_t decode_tokens = 0;   // tokens sampled
+  int64_t preemptions = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_peak = 0;  // most blocks in use at once
+};
+
+// Text of a completion, for stop strings.
+using Detokenizer = std::function<std::string(const std::vector<int32_t>&)>;
+
+class RolloutEngine {
+ public:
+  RolloutEngine(const ModelConfig& config, ModelWeights weights, const EngineOptions& options,
+                Detokenizer detokenize = {});
+  ~RolloutEngine();
+  RolloutEngine(const RolloutEngine&) = delete;
+  RolloutEngine& operator=(const RolloutEngine&) = delete;
+
+  // Checks the request (token ids, sampling values, that one sample can fit in the KV
+  // cache) and queues its n samples. Throws Error naming the field; queues nothing then.
+  void add_request(const GenerationRequest& request);
+  bool has_unfinished() const;
+  // One engine step; returns the samples that finished in it.
+  std::vector<GeneratedSample> step();
+  // Adds the requests and steps until all are done; samples ordered by request, then index.
+  std::vector<GeneratedSample> generate(const std::vector<GenerationRequest>& requests);
+
+  // Loads new weights (all or some, by HF name) between steps and records their version.
+  // A name or shape mismatch throws before anything changes.
+  void update_weights(const ModelWeights& weights, int64_t version);
+  int64_t weight_version() const { return weight_version_; }
+
+  const ModelConfig& config() const;
+  const EngineStats& stats() const { return stats_; }
+
+ private:
+  void check_request(const GenerationRequest& request) const;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  EngineStats stats_;
+  int64_t weight_version_ = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,65 @@
+// The paged KV cache: keys and values live in fixed-size blocks of `block_size` token
+// slots; a sequence's block table lists its blocks in order, so its token at position p
+// sits in block table[p / block_size], slot p % block_size. Blocks of any sequence can be
+// anywhere, so memory is never fragmented and a finished or preempted sequence frees
+// whole blocks for the next one. The CUDA backend uses the same plan with device memory.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace tandem {
+
+struct KvCacheShape {
+  int64_t num_layers = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t block_size = 16;  // token slots per block
+  int64_t num_blocks = 0;
+
+  // Bytes one block takes across all layers, keys and values (float32).
+  int64_t bytes_per_block() const { return 2 * num_layers * block_size * num_kv_heads * head_dim * 4; }
+};
+
+// The number of blocks a memory budget holds. Throws Error when not even one fits.
+int64_t kv_cache_blocks_for_budget(int64_t budget_bytes, const KvCacheShape& shape);
+
+class KvCache {
+ public:
+  explicit KvCache(const KvCacheShape& shape);
+
+  const KvCacheShape& shape() const { return shape_; }
+  // [num_kv_heads, head_dim] of one slot.
+  float* key(int64_t layer, int64_t block, int64_t slot) { return keys_[layer].data() + offset(block, slot); }
+  float* value(int64_t layer, int64_t block, int64_t slot) { return values_[layer].data() + offset(block, slot); }
+  const float* key(int64_t layer, int64_t block, int64_t slot) const { return keys_[layer].data() + offset(block, slot); }
+  const float* value(int64_t layer, int64_t block, int64_t slot) const {
+    return values_[layer].data() + offset(block, slot);
+  }
+
+ private:
+  int64_t offset(int64_t block, int64_t slot) const {
+    return (block * shape_.block_size + slot) * shape_.num_kv_heads * shape_.head_dim;
+  }
+  KvCacheShape shape_;
+  std::vector<std::vector<float>> keys_;    // per layer: [num_blocks, block_size, num_kv_heads, head_dim]
+  std::vector<std::vector<float>> values_;  // same layout
+};
+
+// Free-list of block ids. Allocation order is deterministic (lowest id first).
+class BlockAllocator {
+ public:
+  explicit BlockAllocator(int64_t num_blocks);
+  int64_t total() const { return total_; }
+  int64_t free_count() const { return static_cast<int64_t>(free_.size()); }
+  // -1 when none is free.
+  int32_t allocate();
+  void release(int32_t block);
+
+ private:
+  int64_t total_;
+  std::vector<int32_t> free_;  // a stack: the next block to hand out is at the back
+  std::vector<bool> in_use_;
+};
+
+}  // namespace tandem
