@@ -1,1 +1,153 @@
-// HF tokenizer.json byte-level BPE (placeholder until it lands).
+// BpeTokenizer's encode and decode over the tables bpe_tokenizer_json.cpp loads.
+#include "actor/bpe_tokenizer.h"
+
+#include "actor/bpe_tokenizer_state.h"
+#include "actor/byte_level.h"
+#include "actor/unicode_text.h"
+#include "core/error.h"
+
+#include <deque>
+#include <filesystem>
+
+namespace tandem {
+
+namespace {
+
+using State = BpeTokenizer::State;
+
+// One encode() call: its scratch buffers and its hold (if it got one) on the word cache.
+class Encoder {
+ public:
+  Encoder(const State& state, std::vector<int32_t>& ids)
+      : state_(state), ids_(ids), cache_lock_(state.cache_mutex, std::try_to_lock) {}
+
+  // Text between raw added tokens: any bytes.
+  void encode_segment(std::string_view text) {
+    size_t run = 0;  // start of the current well-formed run
+    size_t pos = 0;
+    while (pos < text.size()) {
+      if (static_cast<unsigned char>(text[pos]) < 0x80) {
+        ++pos;
+        continue;
+      }
+      size_t bad = 0;
+      size_t length = unicode::utf8_sequence_length(text, pos, &bad);
+      if (length > 0) {
+        pos += length;
+        continue;
+      }
+      // HF never sees ill-formed UTF-8; each such byte becomes a word of its own.
+      encode_well_formed(text.substr(run, pos - run));
+      for (size_t i = 0; i < bad; ++i) encode_word(text.substr(pos + i, 1));
+      pos += bad;
+      run = pos;
+    }
+    encode_well_formed(text.substr(run));
+  }
+
+ private:
+  void encode_well_formed(std::string_view text) {
+    if (text.empty()) return;
+    if (state_.nfc && unicode::nfc_normalize(text, normalized_)) text = normalized_;
+    if (state_.normalized_added.empty()) {
+      encode_normalized(text);
+      return;
+    }
+    std::vector<AddedTokenMatcher::Segment> segments;
+    state_.normalized_added.split(text, segments);
+    for (const auto& segment : segments) {
+      if (segment.id >= 0) ids_.push_back(segment.id);
+      else encode_normalized(text.substr(segment.begin, segment.end - segment.begin));
+    }
+  }
+
+  void encode_normalized(std::string_view text) {
+    words_.clear();
+    storage_.clear();
+    state_.pre_tokenizer.split(text, words_, storage_);
+    for (std::string_view word : words_) encode_word(word);
+  }
+
+  void encode_word(std::string_view word) {
+    if (word.size() == 1 || !cache_lock_.owns_lock() || word.size() > State::kCacheMaxWordBytes) {
+      state_.model.encode_word(word, ids_);
+      return;
+    }
+    key_.assign(word.data(), word.size());  // reused, so lookups rarely allocate
+    auto it = state_.cache.find(key_);
+    if (it != state_.cache.end()) {
+      ids_.insert(ids_.end(), it->second.begin(), it->second.end());
+      return;
+    }
+    size_t first = ids_.size();
+    state_.model.encode_word(word, ids_);
+    if (state_.cache.size() >= State::kCacheMaxWords) state_.cache.clear();
+    state_.cache.emplace(key_, std::vector<int32_t>(ids_.begin() + static_cast<std::ptrdiff_t>(first), ids_.end()));
+  }
+
+  const State& state_;
+  std::vector<int32_t>& ids_;
+  std::unique_lock<std::mutex> cache_lock_;
+  std::string normalized_;
+  std::string key_;
+  std::vector<std::string_view> words_;
+  std::deque<std::string> storage_;
+};
+
+}  // namespace
+
+BpeTokenizer::BpeTokenizer(std::unique_ptr<State> state) : state_(std::move(state)) {}
+BpeTokenizer::~BpeTokenizer() = default;
+
+std::unique_ptr<BpeTokenizer> BpeTokenizer::from_file(const std::string& tokenizer_json_path) {
+  return std::unique_ptr<BpeTokenizer>(new BpeTokenizer(load_bpe_tokenizer_state(tokenizer_json_path)));
+}
+
+std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3);
+  Encoder encoder(*state_, ids);
+  if (state_->raw_added.empty()) {
+    encoder.encode_segment(text);
+    return ids;
+  }
+  std::vector<AddedTokenMatcher::Segment> segments;
+  state_->raw_added.split(text, segments);
+  for (const auto& segment : segments) {
+    if (segment.id >= 0) ids.push_back(segment.id);
+    else encoder.encode_segment(std::string_view(text).substr(segment.begin, segment.end - segment.begin));
+  }
+  return ids;
+}
+
+std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string bytes;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    int32_t id = ids[i];
+    if (id < 0 || id >= state_->vocab_size || !state_->id_known[id]) {
+      throw Error(fmt::format("token {} at position {} is outside the vocabulary [0, {}) of {}", id, i, state_->vocab_size,
+                              state_->path));
+    }
+    bytes += state_->id_bytes[id];
+  }
+  return unicode::utf8_lossy(bytes);
+}
+
+int32_t BpeTokenizer::vocab_size() const { return state_->vocab_size; }
+
+std::optional<int32_t> BpeTokenizer::token_to_id(const std::string& token) const {
+  if (auto it = state_->added_ids.find(token); it != state_->added_ids.end()) return it->second;
+  if (std::optional<std::string> bytes = byte_level::decode(token)) {
+    int32_t id = state_->model.id_of(*bytes);
+    if (id >= 0) return id;
+    return std::nullopt;
+  }
+  if (auto it = state_->unmapped_vocab_ids.find(token); it != state_->unmapped_vocab_ids.end()) return it->second;
+  return std::nullopt;
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir) {
+  return BpeTokenizer::from_file((std::filesystem::path(model_dir) / "tokenizer.json").string());
+}
+
+}  // namespace tandem

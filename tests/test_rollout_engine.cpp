@@ -1,0 +1,346 @@
+// The CPU rollout engine: its forward against the float64 reference, its log-probs
+// against the learner's training module, KV-cache decoding against recomputation,
+// continuous batching and preemption against each request alone, stops, weight updates.
+#include "actor/policy_torch.h"
+#include "core/error.h"
+#include "reference_model.h"
+#include "rollout/cpu_model.h"
+#include "rollout/engine.h"
+
+#include <ATen/ATen.h>
+#include <doctest/doctest.h>
+
+#include <random>
+
+using namespace tandem;
+using namespace tandem::testing;
+
+namespace {
+
+std::vector<int32_t> random_tokens(std::mt19937_64& rng, int64_t length, int64_t vocab) {
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(vocab) - 2);  // never the eos id (vocab - 1)
+  std::vector<int32_t> t(length);
+  for (auto& x : t) x = pick(rng);
+  return t;
+}
+
+// Logits of every position of `tokens` from one CpuModel forward (a single prefill).
+std::vector<float> prefill_logits(CpuModel& model, const std::vector<int32_t>& tokens) {
+  KvCacheShape shape{model.config().num_hidden_layers, model.config().num_key_value_heads, model.config().head_dim, 16, 0};
+  shape.num_blocks = (static_cast<int64_t>(tokens.size()) + 15) / 16;
+  KvCache cache(shape);
+  std::vector<int32_t> table(shape.num_blocks);
+  for (int64_t b = 0; b < shape.num_blocks; ++b) table[b] = static_cast<int32_t>(shape.num_blocks - 1 - b);  // scattered
+  ForwardBatch batch;
+  batch.tokens = tokens;
+  batch.sequences.push_back({0, static_cast<int64_t>(tokens.size()), 0, table.data()});
+  for (size_t t = 0; t < tokens.size(); ++t) batch.logit_rows.push_back(static_cast<int64_t>(t));
+  std::vector<float> logits;
+  model.forward(batch, cache, logits);
+  return logits;
+}
+
+EngineOptions small_engine() {
+  EngineOptions o;
+  o.kv_cache_bytes = 8 << 20;
+  o.block_size = 4;  // small blocks: sequences cross many block boundaries
+  return o;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double d = std::abs(static_cast<double>(a[i]) - b[i]);
+    if (std::isnan(d)) return INFINITY;
+    m = std::max(m, d);
+  }
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("CPU forward matches the float64 reference for every architecture feature") {
+  std::mt19937_64 rng(std::random_device{}());
+  for (const TestModel& m : test_models()) {
+    ModelWeights weights = random_model_weights(m.config, rng(), 0.15, true);
+    CpuModel model(m.config, weights);
+    std::vector<int32_t> tokens = random_tokens(rng, 70, m.config.vocab_size);
+    std::vector<float> logits = prefill_logits(model, tokens);
+    Matrix want = reference_logits(m.config, weights, tokens);
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      for (int64_t v = 0; v < m.config.vocab_size; ++v) {
+        const double got = logits[t * m.config.vocab_size + v], ref = want[t][v];
+        if (!(std::abs(got - ref) <= 2e-5 + 2e-4 * std::abs(ref))) {
+          FAIL(m.name << ": token " << t << " logit " << v << " is " << got << ", reference " << ref);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("decoding with the paged KV cache equals recomputing from scratch") {
+  std::mt19937_64 rng(std::random_device{}());
+  for (const TestModel& m : test_models()) {
+    ModelWeights weights = random_model_weights(m.config, rng(), 0.15, true);
+    CpuModel model(m.config, weights);
+    std::vector<int32_t> tokens = random_tokens(rng, 23, m.config.vocab_size);
+    std::vector<float> full = prefill_logits(model, tokens);
+
+    // Prefill 5 tokens, then feed the rest one at a time through 3-slot blocks.
+    KvCacheShape shape{m.config.num_hidden_layers, m.config.num_key_value_heads, m.config.head_dim, 3, 16};
+    KvCache cache(shape);
+    std::vector<int32_t> table = {9, 2, 14, 0, 7, 11, 3, 5};
+    std::vector<float> incremental, logits;
+    for (int64_t begin = 0; begin < 23;) {
+      const int64_t end = begin == 0 ? 5 : begin + 1;
+      ForwardBatch batch;
+      batch.tokens.assign(tokens.begin() + begin, tokens.begin() + end);
+      batch.sequences.push_back({0, end - begin, begin, table.data()});
+      for (int64_t t = 0; t < end - begin; ++t) batch.logit_rows.push_back(t);
+      model.forward(batch, cache, logits);
+      incremental.insert(incremental.end(), logits.begin(), logits.end());
+      begin = end;
+    }
+    INFO(m.name);
+    CHECK(max_abs_diff(incremental, full) <= 1e-5);
+  }
+}
+
+TEST_CASE("rollout log-probs equal the learner module's for the same weights and tokens") {
+  std::mt19937_64 rng(std::random_device{}());
+  for (const TestModel& m : test_models()) {
+    ModelWeights weights = random_model_weights(m.config, rng(), 0.15, true);
+    PolicyModel learner(m.config, weights, at::kFloat);
+    RolloutEngine engine(m.config, weights, small_engine());
+    for (double temperature : {1.0, 0.6}) {
+      std::vector<GenerationRequest> requests;
+      for (uint64_t id = 0; id < 3; ++id) {
+        GenerationRequest r;
+        r.id = id;
+        r.prompt = random_tokens(rng, 3 + 5 * id, m.config.vocab_size);
+        r.n = 2;
+        r.max_new_tokens = 12;
+        r.sampling.temperature = temperature;
+        r.sampling.top_p = id == 2 ? 0.9 : 1.0;  // truncation changes what is drawn, not `logprobs`
+        r.seed = rng();
+        requests.push_back(r);
+      }
+      double worst = 0;
+      for (const GeneratedSample& s : engine.generate(requests)) {
+        std::vector<int32_t> sequence = requests[s.request_id].prompt;
+        const int64_t prompt_length = static_cast<int64_t>(sequence.size());
+        sequence.insert(sequence.end(), s.tokens.begin(), s.tokens.end());
+        TokenLayout layout = padded_layout({sequence});
+        TokenLogProbs lp = token_logprobs(learner.forward(layout), layout, temperature);
+        for (size_t t = 0; t < s.tokens.size(); ++t) {
+          const double d = std::abs(lp.logprobs[0][prompt_length + t].item<float>() - s.logprobs[t]);
+          worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+        }
+      }
+      INFO(m.name << " temperature " << temperature);
+      CHECK(worst <= 1e-5);
+    }
+  }
+}
+
+TEST_CASE("continuous batching, chunked prefill and preemption give each request's solo tokens") {
+  std::mt19937_64 rng(std::random_device{}());
+  const TestModel m = test_models()[3];
+  ModelWeights weights = random_model_weights(m.config, rng(), 0.3, true);
+  std::vector<GenerationRequest> requests;
+  for (uint64_t id = 0; id < 12; ++id) {
+    GenerationRequest r;
+    r.id = 100 + id;
+    r.prompt = random_tokens(rng, 1 + static_cast<int64_t>(rng() % 30), m.config.vocab_size);
+    r.n = 1 + static_cast<int64_t>(id % 3);
+    r.max_new_tokens = 4 + static_cast<int64_t>(rng() % 20);
+    r.sampling.temperature = id % 4 == 0 ? 0.0 : 0.8;
+    r.sampling.top_k = id % 5 == 1 ? 10 : 0;
+    r.sampling.top_p = id % 3 == 2 ? 0.85 : 1.0;
+    r.seed = rng();
+    requests.push_back(r);
+  }
+  std::vector<GeneratedSample> solo;
+  {
+    RolloutEngine engine(m.config, weights, small_engine());
+    for (const GenerationRequest& r : requests) {
+      for (GeneratedSample& s : engine.generate({r})) solo.push_back(std::move(s));
+    }
+  }
+  auto compare = [&](const std::vector<GeneratedSample>& got, const std::string& how) {
+    INFO(how);
+    REQUIRE(got.size() == solo.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("request " << got[i].request_id << " sample " << got[i].sample_index);
+      CHECK(got[i].request_id == solo[i].request_id);
+      CHECK(got[i].sample_index == solo[i].sample_index);
+      CHECK(got[i].tokens == solo[i].tokens);
+      CHECK(max_abs_diff(got[i].logprobs, solo[i].logprobs) <= 1e-5);
+      CHECK(got[i].finish_reason == solo[i].finish_reason);
+    }
+  };
+  {
+    RolloutEngine engine(m.config, weights, small_engine());
+    compare(engine.generate(requests), "all at once");
+    CHECK(engine.stats().preemptions == 0);
+  }
+  {
+    EngineOptions tight = small_engine();
+    tight.max_batch_tokens = 7;  // prompts prefill in chunks over several steps
+    tight.max_running = 5;
+    RolloutEngine engine(m.config, weights, tight);
+    compare(engine.generate(requests), "chunked prefill, at most 5 running");
+  }
+  {
+    EngineOptions starved = small_engine();
+    KvCacheShape shape{m.config.num_hidden_layers, m.config.num_key_value_heads, m.config.head_dim, 4, 0};
+    starved.kv_cache_bytes = 14 * shape.bytes_per_block();  // 56 token slots for ~25 samples
+    RolloutEngine engine(m.config, weights, starved);
+    compare(engine.generate(requests), "KV cache too small for everyone: preemption");
+    CHECK(engine.stats().preemptions > 0);
+    CHECK(engine.stats().kv_blocks_peak <= 14);
+  }
+  {
+    // Requests arriving while others run.
+    RolloutEngine engine(m.config, weights, small_engine());
+    std::vector<GeneratedSample> got;
+    size_t next = 0;
+    while (next < requests.size() || engine.has_unfinished()) {
+      if (next < requests.size()) engine.add_request(requests[next++]);
+      for (GeneratedSample& s : engine.step()) got.push_back(std::move(s));
+    }
+    std::sort(got.begin(), got.end(), [](const GeneratedSample& a, const GeneratedSample& b) {
+      return a.request_id != b.request_id ? a.request_id < b.request_id : a.sample_index < b.sample_index;
+    });
+    compare(got, "requests arriving during generation");
+  }
+}
+
+TEST_CASE("seeds make sampling reproducible and distinct") {
+  const TestModel m = test_models()[0];
+  ModelWeights weights = random_model_weights(m.config, 21, 0.3, true);
+  RolloutEngine engine(m.config, weights, small_engine());
+  GenerationRequest r;
+  r.prompt = {1, 2, 3};
+  r.n = 4;
+  r.max_new_tokens = 24;
+  r.ignore_eos = true;
+  r.seed = 5;
+  std::vector<GeneratedSample> a = engine.generate({r});
+  std::vector<GeneratedSample> b = engine.generate({r});
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i].tokens == b[i].tokens);
+  CHECK(a[0].tokens != a[1].tokens);  // samples of one request differ
+  r.seed = 6;
+  CHECK(engine.generate({r})[0].tokens != a[0].tokens);
+}
+
+TEST_CASE("stop tokens, stop strings and length limits end samples with the right reason") {
+  const TestModel m = test_models()[1];
+  ModelWeights weights = random_model_weights(m.config, 3, 0.3, true);
+  // Text of a completion: each token as a letter, so stop strings are easy to place.
+  Detokenizer letters = [](const std::vector<int32_t>& ids) {
+    std::string s;
+    for (int32_t id : ids) s += static_cast<char>('a' + id % 26);
+    return s;
+  };
+  RolloutEngine engine(m.config, weights, small_engine(), letters);
+  GenerationRequest r;
+  r.prompt = {4, 8, 15};
+  r.max_new_tokens = 40;
+  r.ignore_eos = true;
+  r.seed = 9;
+  GeneratedSample free_run = engine.generate({r})[0];
+  REQUIRE(free_run.tokens.size() == 40);
+  CHECK(free_run.finish_reason == FinishReason::finish_reason_length);
+
+  r.stop_token_ids = {free_run.tokens[10]};
+  GeneratedSample stopped = engine.generate({r})[0];
+  CHECK(stopped.finish_reason == FinishReason::finish_reason_stop);
+  CHECK(stopped.tokens.back() == free_run.tokens[10]);  // the stop token is kept
+  CHECK(stopped.tokens.size() <= 11);
+
+  r.stop_token_ids.clear();
+  const std::string text = letters(free_run.tokens);
+  r.stop_strings = {text.substr(20, 3)};
+  GeneratedSample by_string = engine.generate({r})[0];
+  CHECK(by_string.finish_reason == FinishReason::finish_reason_stop);
+  CHECK(by_string.stop == text.substr(20, 3));
+  CHECK(letters(by_string.tokens).find(text.substr(20, 3)) == letters(by_string.tokens).size() - 3);
+
+  r.stop_strings.clear();
+  r.ignore_eos = false;  // the model's eos id (96) stops it when drawn
+  r.prompt = {96};
+  r.sampling.temperature = 0;
+  GeneratedSample greedy = engine.generate({r})[0];
+  CHECK(std::count(greedy.tokens.begin(), greedy.tokens.end(), 96) <= 1);
+}
+
+TEST_CASE("bad requests are clear errors and queue nothing") {
+  const TestModel m = test_models()[0];
+  RolloutEngine engine(m.config, random_model_weights(m.config, 1), small_engine());
+  GenerationRequest good;
+  good.prompt = {1, 2};
+  auto error_of = [&](GenerationRequest r) {
+    try {
+      engine.generate({good, r});
+    } catch (const tandem::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  GenerationRequest r = good;
+  r.id = 7;
+  r.prompt = {};
+  CHECK(error_of(r).find("request 7: the prompt is empty") != std::string::npos);
+  r.prompt = {1, 97};
+  CHECK(error_of(r).find("prompt token 1 is 97, outside the vocabulary") != std::string::npos);
+  r.prompt = {1};
+  r.sampling.top_p = 0;
+  CHECK(error_of(r).find("top_p") != std::string::npos);
+  r.sampling.top_p = 1;
+  r.stop_strings = {"x"};
+  CHECK(error_of(r).find("stop strings need a tokenizer") != std::string::npos);
+  r.stop_strings.clear();
+  r.max_new_tokens = 100000;
+  // max_position_embeddings (512) caps a sample, and 512 positions fit in 8 MB: lower the budget.
+  EngineOptions tiny = small_engine();
+  tiny.kv_cache_bytes = 64 << 10;
+  RolloutEngine small(m.config, random_model_weights(m.config, 1), tiny);
+  CHECK_THROWS_WITH_AS(small.add_request(r), doctest::Contains("raise rollout.kv_cache_mb"), tandem::Error);
+  CHECK_FALSE(engine.has_unfinished());
+  CHECK_FALSE(small.has_unfinished());
+}
+
+TEST_CASE("weight updates load between steps, record the version and are checked first") {
+  std::mt19937_64 rng(std::random_device{}());
+  const TestModel m = test_models()[2];
+  ModelWeights before = random_model_weights(m.config, rng(), 0.15, true);
+  ModelWeights after = random_model_weights(m.config, rng(), 0.15, true);
+  RolloutEngine engine(m.config, before, small_engine());
+  GenerationRequest r;
+  r.prompt = random_tokens(rng, 6, m.config.vocab_size);
+  r.max_new_tokens = 8;
+  r.seed = 1;
+  CHECK(engine.generate({r})[0].weight_version == 0);
+
+  engine.update_weights(after, 3);
+  GeneratedSample s = engine.generate({r})[0];
+  CHECK(s.weight_version == 3);
+  CHECK(engine.weight_version() == 3);
+  std::vector<int32_t> sequence = r.prompt;
+  sequence.insert(sequence.end(), s.tokens.begin(), s.tokens.end());
+  TokenLayout layout = padded_layout({sequence});
+  TokenLogProbs lp = token_logprobs(PolicyModel(m.config, after, at::kFloat).forward(layout), layout);
+  for (size_t t = 0; t < s.tokens.size(); ++t) CHECK(std::abs(lp.logprobs[0][6 + t].item<float>() - s.logprobs[t]) <= 1e-5);
+
+  // A wrong shape anywhere: nothing changes.
+  std::vector<WeightTensor> bad = after.tensors();
+  bad.back().shape = {1, 1};
+  bad.back().data = {0.0f};
+  bad.front().data.assign(bad.front().data.size(), 0.0f);
+  CHECK_THROWS_WITH_AS(engine.update_weights(ModelWeights(bad), 4), doctest::Contains("has shape [1, 1]"), tandem::Error);
+  CHECK(engine.weight_version() == 3);
+  CHECK(engine.generate({r})[0].tokens == s.tokens);
+  CHECK_THROWS_WITH_AS(engine.update_weights(after, 3), doctest::Contains("must increase"), tandem::Error);
+}
