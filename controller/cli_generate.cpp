@@ -1,6 +1,68 @@
-// placeholder until it lands
+// `tandem generate --model DIR --prompt "..." [--n 4 --temperature 0.7 ...]`: sample
+// completions on CPU with the rollout engine, for users trying a model.
+#include "actor/model_weights.h"
+#include "actor/presets.h"
+#include "actor/tokenizer.h"
 #include "controller/cli.h"
 #include "core/error.h"
+#include "rollout/engine.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+
 namespace tandem {
-int cli_generate(const GenerateArgs&) { throw UsageError("tandem: not implemented yet"); }
+
+int cli_generate(const GenerateArgs& args) {
+  const std::string dir = resolve_model_path(args.model);
+  const ModelConfig config = read_model_config(dir + "/config.json");
+  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(dir);
+  if (tokenizer->vocab_size() > config.vocab_size) {
+    throw Error(fmt::format("{}: the tokenizer has {} ids but config.json's vocab_size is {}", dir,
+                            tokenizer->vocab_size(), config.vocab_size));
+  }
+  const Tokenizer& tok = *tokenizer;
+  RolloutEngine engine(config, load_model_weights(dir, config), EngineOptions{},
+                       [&tok](const std::vector<int32_t>& ids) { return tok.decode(ids); });
+
+  std::vector<GenerationRequest> requests;
+  for (size_t i = 0; i < args.prompts.size(); ++i) {
+    GenerationRequest r;
+    r.id = i;
+    r.prompt = tok.encode(args.prompts[i]);
+    if (r.prompt.empty()) throw UsageError(fmt::format("--prompt {} is empty", i + 1));
+    r.n = args.n;
+    r.max_new_tokens = args.max_new_tokens;
+    r.sampling = {args.temperature, args.top_k, args.top_p};
+    r.stop_strings = args.stop;
+    r.seed = static_cast<uint64_t>(args.seed) + i;
+    requests.push_back(std::move(r));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<GeneratedSample> samples = engine.generate(requests);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  int64_t generated = 0;
+  for (const GeneratedSample& s : samples) {
+    generated += static_cast<int64_t>(s.tokens.size());
+    const std::string text = tok.decode(s.tokens);
+    if (args.json) {
+      nlohmann::json line = {{"prompt", s.request_id}, {"sample", s.sample_index}, {"text", text},
+                             {"token_ids", s.tokens}, {"logprobs", s.logprobs},
+                             {"finish_reason", finish_reason_name(s.finish_reason)},
+                             {"weight_version", s.weight_version}};
+      std::printf("%s\n", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    } else {
+      std::printf("--- prompt %llu, sample %lld (%zu tokens, %s)\n%s%s\n", static_cast<unsigned long long>(s.request_id) + 1,
+                  static_cast<long long>(s.sample_index) + 1, s.tokens.size(), finish_reason_name(s.finish_reason),
+                  args.prompts[s.request_id].c_str(), text.c_str());
+    }
+  }
+  std::fprintf(stderr, "generated %lld tokens in %.2f s (%.0f tokens/s, %lld engine steps, %lld preemptions)\n",
+               static_cast<long long>(generated), seconds, generated / std::max(seconds, 1e-9),
+               static_cast<long long>(engine.stats().steps), static_cast<long long>(engine.stats().preemptions));
+  return 0;
+}
+
 }  // namespace tandem

@@ -1,6 +1,28 @@
-// placeholder until it lands
+// `tandem init-model --preset tiny|small --out DIR`: a random-weight HF model directory.
+#include "actor/model_weights.h"
+#include "actor/presets.h"
 #include "controller/cli.h"
-#include "core/error.h"
+#include "core/safetensors.h"
+
+#include <cstdio>
+
 namespace tandem {
-int cli_init_model(const InitModelArgs&) { throw UsageError("tandem: not implemented yet"); }
+
+int cli_init_model(const InitModelArgs& args) {
+  const DType dtype = args.dtype == "bfloat16" ? DType::bf16 : args.dtype == "float16" ? DType::f16 : DType::f32;
+  write_model_preset(args.preset, args.out_dir, static_cast<uint64_t>(args.seed), dtype);
+  const ModelConfig config = model_preset_config(args.preset);
+  int64_t parameters = 0;
+  for (const WeightSpec& spec : expected_weights(config)) {
+    int64_t n = 1;
+    for (int64_t d : spec.shape) n *= d;
+    parameters += n;
+  }
+  std::printf("wrote %s: %s preset (%s, %lld parameters, %s, seed %lld): config.json, model.safetensors, "
+              "tokenizer.json, tokenizer_config.json\n",
+              args.out_dir.c_str(), args.preset.c_str(), config.model_type.c_str(), static_cast<long long>(parameters),
+              args.dtype.c_str(), static_cast<long long>(args.seed));
+  return 0;
+}
+
 }  // namespace tandem

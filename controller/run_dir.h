@@ -1,6 +1,8 @@
 // The run directory: config.yaml, metrics.jsonl, logs/, checkpoints/, policy/.
 #pragma once
 
+#include "core/files.h"  // write_file_atomic
+
 #include <string>
 
 namespace tandem {
@@ -15,7 +17,5 @@ void check_run_dir_free(const std::string& path);
 // Creates the directory and logs/.
 void create_run_dir(const std::string& path);
 
-// Writes `content` to `path` atomically: a temporary file, fsync, then rename.
-void write_file_atomic(const std::string& path, const std::string& content);
 
 }  // namespace tandem

@@ -9,6 +9,10 @@ namespace tandem {
 // The whole file, or nullopt (with errno from the failed open) when it cannot be read.
 std::optional<std::string> read_file(const std::string& path);
 
+// Writes `content` to path.tmp, fsyncs and renames it over `path`: readers see the old
+// file or the new one, never a torn one. A full disk is an Error and leaves `path` as it was.
+void write_file_atomic(const std::string& path, const std::string& content);
+
 // A private temporary directory, removed with its contents on destruction.
 class TempDir {
  public:

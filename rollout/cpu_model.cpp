@@ -2,8 +2,7 @@
 
 #include "core/error.h"
 #include "rollout/cpu_ops.h"
-
-#include <omp.h>
+#include "rollout/thread_pool.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,11 +10,14 @@
 
 namespace tandem {
 
-CpuModel::CpuModel(const ModelConfig& config, ModelWeights weights) : config_(config), weights_(std::move(weights)) {
+CpuModel::CpuModel(const ModelConfig& config, ModelWeights weights, int threads)
+    : config_(config), weights_(std::move(weights)), pool_(std::make_unique<ThreadPool>(threads)) {
   check_weights(config_, weights_, "rollout engine");
   inverse_frequencies_ = rope_inverse_frequencies(config_);
   bind_weights();
 }
+
+CpuModel::~CpuModel() = default;
 
 void CpuModel::bind_weights() {
   const ModelConfig& c = config_;
@@ -104,16 +106,16 @@ void CpuModel::forward(const ForwardBatch& batch, KvCache& cache, std::vector<fl
 
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     const LayerWeights& l = layers_[layer];
-    cpu::rms_norm(x_.data(), tokens, hidden, l.input_norm, c.rms_norm_eps, h_.data());
-    cpu::linear(h_.data(), tokens, hidden, l.q, l.q_bias, qs, q_.data());
-    cpu::linear(h_.data(), tokens, hidden, l.k, l.k_bias, kvs, k_.data());
-    cpu::linear(h_.data(), tokens, hidden, l.v, l.v_bias, kvs, v_.data());
+    cpu::rms_norm(*pool_, x_.data(), tokens, hidden, l.input_norm, c.rms_norm_eps, h_.data());
+    cpu::linear(*pool_, h_.data(), tokens, hidden, l.q, l.q_bias, qs, q_.data());
+    cpu::linear(*pool_, h_.data(), tokens, hidden, l.k, l.k_bias, kvs, k_.data());
+    cpu::linear(*pool_, h_.data(), tokens, hidden, l.v, l.v_bias, kvs, v_.data());
     if (c.qk_norm) {
-      cpu::rms_norm(q_.data(), tokens * c.num_attention_heads, c.head_dim, l.q_norm, c.rms_norm_eps, q_.data());
-      cpu::rms_norm(k_.data(), tokens * c.num_key_value_heads, c.head_dim, l.k_norm, c.rms_norm_eps, k_.data());
+      cpu::rms_norm(*pool_, q_.data(), tokens * c.num_attention_heads, c.head_dim, l.q_norm, c.rms_norm_eps, q_.data());
+      cpu::rms_norm(*pool_, k_.data(), tokens * c.num_key_value_heads, c.head_dim, l.k_norm, c.rms_norm_eps, k_.data());
     }
-    cpu::rope(q_.data(), tokens, c.num_attention_heads, c.head_dim, cos_.data(), sin_.data());
-    cpu::rope(k_.data(), tokens, c.num_key_value_heads, c.head_dim, cos_.data(), sin_.data());
+    cpu::rope(*pool_, q_.data(), tokens, c.num_attention_heads, c.head_dim, cos_.data(), sin_.data());
+    cpu::rope(*pool_, k_.data(), tokens, c.num_key_value_heads, c.head_dim, cos_.data(), sin_.data());
     // Append this step's keys and values at their positions, then attend over the cache.
     const int64_t block_size = cache.shape().block_size;
     for (const ForwardSequence& s : batch.sequences) {
@@ -125,14 +127,14 @@ void CpuModel::forward(const ForwardBatch& batch, KvCache& cache, std::vector<fl
       }
     }
     attention(batch, layer, cache);
-    cpu::linear(attn_.data(), tokens, qs, l.o, l.o_bias, hidden, h_.data());
+    cpu::linear(*pool_, attn_.data(), tokens, qs, l.o, l.o_bias, hidden, h_.data());
     for (int64_t i = 0; i < tokens * hidden; ++i) x_[i] += h_[i];
 
-    cpu::rms_norm(x_.data(), tokens, hidden, l.post_norm, c.rms_norm_eps, h_.data());
-    cpu::linear(h_.data(), tokens, hidden, l.gate, nullptr, inter, gate_.data());
-    cpu::linear(h_.data(), tokens, hidden, l.up, nullptr, inter, up_.data());
-    cpu::silu_mul(gate_.data(), up_.data(), tokens * inter, gate_.data());
-    cpu::linear(gate_.data(), tokens, inter, l.down, nullptr, hidden, h_.data());
+    cpu::rms_norm(*pool_, x_.data(), tokens, hidden, l.post_norm, c.rms_norm_eps, h_.data());
+    cpu::linear(*pool_, h_.data(), tokens, hidden, l.gate, nullptr, inter, gate_.data());
+    cpu::linear(*pool_, h_.data(), tokens, hidden, l.up, nullptr, inter, up_.data());
+    cpu::silu_mul(*pool_, gate_.data(), up_.data(), tokens * inter, gate_.data());
+    cpu::linear(*pool_, gate_.data(), tokens, inter, l.down, nullptr, hidden, h_.data());
     for (int64_t i = 0; i < tokens * hidden; ++i) x_[i] += h_[i];
   }
 
@@ -144,9 +146,9 @@ void CpuModel::forward(const ForwardBatch& batch, KvCache& cache, std::vector<fl
     TANDEM_CHECK(t >= 0 && t < tokens, "logit row {} outside the step's {} tokens", t, tokens);
     std::memcpy(&rows_[r * hidden], &x_[t * hidden], hidden * sizeof(float));
   }
-  cpu::rms_norm(rows_.data(), rows, hidden, final_norm_, c.rms_norm_eps, rows_.data());
+  cpu::rms_norm(*pool_, rows_.data(), rows, hidden, final_norm_, c.rms_norm_eps, rows_.data());
   logits.resize(rows * c.vocab_size);
-  if (rows > 0) cpu::linear(rows_.data(), rows, hidden, lm_head_, nullptr, c.vocab_size, logits.data());
+  if (rows > 0) cpu::linear(*pool_, rows_.data(), rows, hidden, lm_head_, nullptr, c.vocab_size, logits.data());
 }
 
 void CpuModel::attention(const ForwardBatch& batch, int64_t layer, const KvCache& cache) {
@@ -165,41 +167,43 @@ void CpuModel::attention(const ForwardBatch& batch, int64_t layer, const KvCache
   for (const ForwardSequence& s : batch.sequences)
     for (int64_t t = s.token_begin; t < s.token_end; ++t) items.push_back({&s, t});
   const int64_t work = static_cast<int64_t>(items.size()) * heads;
+  int64_t multiply_adds = 0;  // q.k and p.v products: worth threads only when large
+  for (const Item& item : items) multiply_adds += 2 * (positions_[item.token] + 1) * heads * head_dim;
 
-#pragma omp parallel if (work > 1)
-  {
-    std::vector<float> scores;
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t w = 0; w < work; ++w) {
-      const Item& item = items[w / heads];
-      const int64_t head = w % heads;
-      const int64_t kv_head = head / group;
-      const int64_t context = positions_[item.token] + 1;  // causal: positions 0..p
-      const float* q = &q_[(item.token * heads + head) * head_dim];
-      scores.resize(context);
-      float max_score = -INFINITY;
-      for (int64_t j = 0; j < context; ++j) {
-        const float* k = cache.key(layer, item.sequence->block_table[j / block_size], j % block_size) + kv_head * head_dim;
-        float dot = 0;
-        for (int64_t d = 0; d < head_dim; ++d) dot += q[d] * k[d];
-        scores[j] = dot * scale;
-        max_score = std::max(max_score, scores[j]);
-      }
-      float sum = 0;
-      for (int64_t j = 0; j < context; ++j) {
-        scores[j] = std::exp(scores[j] - max_score);
-        sum += scores[j];
-      }
-      float* out = &attn_[(item.token * heads + head) * head_dim];
-      std::fill(out, out + head_dim, 0.0f);
-      for (int64_t j = 0; j < context; ++j) {
-        const float* v =
-            cache.value(layer, item.sequence->block_table[j / block_size], j % block_size) + kv_head * head_dim;
-        const float p = scores[j] / sum;
-        for (int64_t d = 0; d < head_dim; ++d) out[d] += p * v[d];
-      }
+  auto attend = [&](int64_t w, std::vector<float>& scores) {
+    const Item& item = items[w / heads];
+    const int64_t head = w % heads;
+    const int64_t kv_head = head / group;
+    const int64_t context = positions_[item.token] + 1;  // causal: positions 0..p
+    const float* q = &q_[(item.token * heads + head) * head_dim];
+    scores.resize(context);
+    float max_score = -INFINITY;
+    for (int64_t j = 0; j < context; ++j) {
+      const float* k = cache.key(layer, item.sequence->block_table[j / block_size], j % block_size) + kv_head * head_dim;
+      float dot = 0;
+      for (int64_t d = 0; d < head_dim; ++d) dot += q[d] * k[d];
+      scores[j] = dot * scale;
+      max_score = std::max(max_score, scores[j]);
     }
-  }
+    float sum = 0;
+    for (int64_t j = 0; j < context; ++j) {
+      scores[j] = std::exp(scores[j] - max_score);
+      sum += scores[j];
+    }
+    float* out = &attn_[(item.token * heads + head) * head_dim];
+    std::fill(out, out + head_dim, 0.0f);
+    for (int64_t j = 0; j < context; ++j) {
+      const float* v = cache.value(layer, item.sequence->block_table[j / block_size], j % block_size) + kv_head * head_dim;
+      const float p = scores[j] / sum;
+      for (int64_t d = 0; d < head_dim; ++d) out[d] += p * v[d];
+    }
+  };
+  // Below ~2^18 multiply-adds one thread is faster than handing out chunks.
+  const int64_t chunks = multiply_adds >= (int64_t{1} << 18) ? std::min<int64_t>(work, 8 * pool_->threads()) : 1;
+  pool_->run(chunks, [&](int64_t chunk) {
+    std::vector<float> scores;
+    for (int64_t w = chunk * work / chunks; w < (chunk + 1) * work / chunks; ++w) attend(w, scores);
+  });
 }
 
 }  // namespace tandem

@@ -9,9 +9,12 @@
 #include "rollout/kv_cache.h"
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace tandem {
+
+class ThreadPool;
 
 struct ForwardSequence {
   int64_t token_begin = 0;     // this step's tokens of the sequence: batch.tokens[token_begin, token_end)
@@ -28,7 +31,9 @@ struct ForwardBatch {
 
 class CpuModel {
  public:
-  CpuModel(const ModelConfig& config, ModelWeights weights);
+  // `threads`: cores to use, 0 for all.
+  CpuModel(const ModelConfig& config, ModelWeights weights, int threads = 0);
+  ~CpuModel();
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
@@ -71,6 +76,7 @@ class CpuModel {
   // Workspace, grown to the largest step seen and reused (no allocation per layer).
   std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, cos_, sin_, rows_;
   std::vector<int64_t> positions_;
+  std::unique_ptr<ThreadPool> pool_;
 };
 
 }  // namespace tandem

@@ -1,23 +1,28 @@
-// The CPU backend's building blocks: float32 in and out, multi-threaded with OpenMP.
+// The CPU backend's building blocks: float32 in and out, split over a ThreadPool when
+// the work is large enough to pay for it.
 // Each is the CPU counterpart of a kernel family the CUDA backend implements.
 #pragma once
 
 #include <cstdint>
 
+namespace tandem {
+class ThreadPool;
+}
+
 namespace tandem::cpu {
 
 // y[rows, out] = x[rows, in] * w[out, in]^T (+ bias[out]). Output features are split
 // across threads, so a single-row product (decode at batch 1) uses every core too.
-void linear(const float* x, int64_t rows, int64_t in, const float* w, const float* bias, int64_t out, float* y);
+void linear(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const float* w, const float* bias, int64_t out, float* y);
 
 // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, for `rows` rows of `dim` (in place allowed).
-void rms_norm(const float* x, int64_t rows, int64_t dim, const float* weight, double eps, float* y);
+void rms_norm(ThreadPool& pool, const float* x, int64_t rows, int64_t dim, const float* weight, double eps, float* y);
 
 // Rotates each head of x[tokens, heads, head_dim] in place by its token's angles
 // (Hugging Face's rotate_half layout); cos/sin are [tokens, head_dim / 2].
-void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, const float* cos, const float* sin);
+void rope(ThreadPool& pool, float* x, int64_t tokens, int64_t heads, int64_t head_dim, const float* cos, const float* sin);
 
 // out[r, i] = silu(gate[r, i]) * up[r, i].
-void silu_mul(const float* gate, const float* up, int64_t count, float* out);
+void silu_mul(ThreadPool& pool, const float* gate, const float* up, int64_t count, float* out);
 
 }  // namespace tandem::cpu

@@ -5,8 +5,6 @@
 #include "rollout/kv_cache.h"
 #include "rollout/scheduler.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <list>
 #include <map>
@@ -43,7 +41,7 @@ uint64_t sample_seed(uint64_t request_seed, int64_t index) {
 
 struct RolloutEngine::Impl {
   Impl(const ModelConfig& config, ModelWeights weights, const EngineOptions& options, Detokenizer detokenize)
-      : model(config, std::move(weights)),
+      : model(config, std::move(weights), options.threads),
         cache_shape(make_shape(config, options)),
         cache(cache_shape),
         blocks(cache_shape.num_blocks),
@@ -147,7 +145,6 @@ void RolloutEngine::add_request(const GenerationRequest& r) {
 
 std::vector<GeneratedSample> RolloutEngine::step() {
   Impl& m = *impl_;
-  if (m.options.threads > 0) omp_set_num_threads(m.options.threads);
   std::vector<ScheduledChunk> chunks = m.scheduler.plan();
   std::vector<GeneratedSample> finished;
   if (chunks.empty()) return finished;

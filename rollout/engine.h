@@ -23,7 +23,7 @@ struct EngineOptions {
   int64_t block_size = 16;                      // token slots per KV block
   int64_t max_batch_tokens = 2048;              // tokens per step (prefill chunks + decodes)
   int64_t max_running = 256;                    // sequences decoding at once
-  int threads = 0;                              // OpenMP threads; 0: all cores
+  int threads = 0;                              // CPU threads, the caller's included; 0: all cores
 };
 
 struct EngineStats {
