@@ -4,6 +4,8 @@
 #include "rollout/cpu_ops.h"
 #include "rollout/thread_pool.h"
 
+#include <Eigen/Core>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -180,9 +182,8 @@ void CpuModel::attention(const ForwardBatch& batch, int64_t layer, const KvCache
     float max_score = -INFINITY;
     for (int64_t j = 0; j < context; ++j) {
       const float* k = cache.key(layer, item.sequence->block_table[j / block_size], j % block_size) + kv_head * head_dim;
-      float dot = 0;
-      for (int64_t d = 0; d < head_dim; ++d) dot += q[d] * k[d];
-      scores[j] = dot * scale;
+      // Eigen's dot is vectorised (a plain loop is not: float sums cannot be reordered).
+      scores[j] = Eigen::Map<const Eigen::VectorXf>(q, head_dim).dot(Eigen::Map<const Eigen::VectorXf>(k, head_dim)) * scale;
       max_score = std::max(max_score, scores[j]);
     }
     float sum = 0;
