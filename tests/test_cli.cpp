@@ -2,6 +2,7 @@
 // config error, and no process left behind when the controller is interrupted or killed.
 #include "core/files.h"
 #include "core/process.h"
+#include "run_tandem.h"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -15,24 +16,12 @@
 #include <thread>
 
 using namespace tandem;
+using namespace tandem::testing;
 namespace fs = std::filesystem;
 
 namespace {
 
-// The file's text, or "" while it does not exist yet.
-std::string read_text(const std::string& path) { return read_file(path).value_or(""); }
-
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
-
-// Runs `tandem args...`, returning its exit status and output.
-ExitStatus run_tandem(const std::vector<std::string>& args, const std::string& output_path, double timeout_s = 60) {
-  std::vector<std::string> argv = {TANDEM_BINARY};
-  argv.insert(argv.end(), args.begin(), args.end());
-  ChildProcess child = ChildProcess::spawn(argv, {output_path, false});
-  auto status = child.wait_for(timeout_s);
-  REQUIRE_MESSAGE(status.has_value(), "tandem did not finish in ", timeout_s, " s");
-  return *status;
-}
 
 // The children of a process, from /proc.
 std::vector<int> children_of(int parent) {

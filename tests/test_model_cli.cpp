@@ -1,0 +1,112 @@
+// `tandem init-model`, `tandem generate` and `builtin:` model paths as a user meets them.
+#include "actor/model_config.h"
+#include "actor/model_weights.h"
+#include "actor/tokenizer.h"
+#include "core/files.h"
+#include "run_tandem.h"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+using namespace tandem;
+using namespace tandem::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<nlohmann::json> json_lines(const std::string& text) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
+  }
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("init-model writes a complete Hugging Face directory that loads back") {
+  TempDir dir;
+  const std::string model = dir.path() + "/tiny", out = dir.path() + "/out.txt";
+  ExitStatus status = run_tandem({"init-model", "--preset", "tiny", "--out", model, "--seed", "4"}, out);
+  REQUIRE_MESSAGE(status.success(), read_text(out));
+  for (const char* file : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}) {
+    CHECK_MESSAGE(fs::exists(fs::path(model) / file), file);
+  }
+  const ModelConfig config = read_model_config(model + "/config.json");
+  CHECK(config.model_type == "qwen3");
+  const ModelWeights weights = load_model_weights(model, config);
+  CHECK(weights.contains("model.layers.1.self_attn.q_norm.weight"));
+  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(model);
+  CHECK(tokenizer->vocab_size() == config.vocab_size);
+  CHECK(tokenizer->encode("hi<|im_end|>") == std::vector<int32_t>{'h', 'i', 258});
+
+  // Into an existing non-empty directory: a usage error, nothing overwritten.
+  const std::string before = read_text(model + "/config.json");
+  ExitStatus again = run_tandem({"init-model", "--preset", "small", "--out", model}, out);
+  CHECK(again.exit_code == 2);
+  CHECK(read_text(out).find("not an empty directory") != std::string::npos);
+  CHECK(read_text(model + "/config.json") == before);
+  CHECK(run_tandem({"init-model", "--preset", "huge", "--out", dir.path() + "/x"}, out).exit_code == 2);
+  CHECK_FALSE(fs::exists(dir.path() + "/x"));
+
+  // bf16 weights: half the bytes, still loadable.
+  ExitStatus bf16 = run_tandem({"init-model", "--preset", "tiny", "--out", dir.path() + "/bf16", "--dtype", "bfloat16"}, out);
+  REQUIRE(bf16.success());
+  CHECK(fs::file_size(dir.path() + "/bf16/model.safetensors") < fs::file_size(model + "/model.safetensors") * 6 / 10);
+  CHECK(load_model_weights(dir.path() + "/bf16", config).parameter_count() == weights.parameter_count());
+}
+
+TEST_CASE("generate prints reproducible completions with log-probs") {
+  TempDir dir;
+  const std::string model = dir.path() + "/tiny", out = dir.path() + "/out.txt";
+  REQUIRE(run_tandem({"init-model", "--preset", "tiny", "--out", model}, out).success());
+  auto generate = [&](const std::string& seed) {
+    const std::string path = dir.path() + "/generate-" + seed + ".txt";
+    ExitStatus status = run_tandem({"generate", "--model", model, "--prompt", "12+7=", "--prompt", "3*4=", "--n", "3",
+                                    "--max-new-tokens", "9", "--temperature", "0.8", "--top-p", "0.95", "--seed", seed,
+                                    "--json"},
+                                   path);
+    REQUIRE_MESSAGE(status.success(), read_text(path));
+    return json_lines(read_text(path));
+  };
+  std::vector<nlohmann::json> first = generate("5");
+  REQUIRE(first.size() == 6);  // 2 prompts x 3 samples
+  for (const nlohmann::json& line : first) {
+    const size_t tokens = line["token_ids"].size();
+    CHECK(tokens >= 1);
+    CHECK(tokens <= 9);
+    CHECK(line["logprobs"].size() == tokens);
+    for (const auto& lp : line["logprobs"]) CHECK(lp.get<double>() <= 0.0);
+    CHECK((line["finish_reason"] == "length" || line["finish_reason"] == "stop"));
+  }
+  std::vector<nlohmann::json> again = generate("5");
+  for (size_t i = 0; i < first.size(); ++i) CHECK(first[i]["token_ids"] == again[i]["token_ids"]);
+  std::vector<nlohmann::json> other = generate("6");
+  bool any_different = false;
+  for (size_t i = 0; i < first.size(); ++i) any_different |= first[i]["token_ids"] != other[i]["token_ids"];
+  CHECK(any_different);
+}
+
+TEST_CASE("builtin: model paths materialise the preset once in the cache") {
+  TempDir dir;
+  ::setenv("TANDEM_CACHE_DIR", dir.path().c_str(), 1);  // inherited by the child
+  const std::string out = dir.path() + "/out.txt";
+  ExitStatus status =
+      run_tandem({"generate", "--model", "builtin:tiny", "--prompt", "hello", "--max-new-tokens", "4"}, out);
+  REQUIRE_MESSAGE(status.success(), read_text(out));
+  CHECK(fs::exists(dir.path() + "/models/tiny-seed1/model.safetensors"));
+  CHECK(read_text(out).find("--- prompt 1, sample 1") != std::string::npos);
+
+  ExitStatus unknown = run_tandem({"generate", "--model", "builtin:tinny", "--prompt", "x"}, out);
+  CHECK(unknown.exit_code == 2);
+  CHECK(read_text(out).find("did you mean \"tiny\"") != std::string::npos);
+  ExitStatus missing = run_tandem({"generate", "--model", dir.path() + "/nowhere", "--prompt", "x"}, out);
+  CHECK(missing.exit_code == 2);
+  CHECK(read_text(out).find("nowhere") != std::string::npos);
+  ::unsetenv("TANDEM_CACHE_DIR");
+}
