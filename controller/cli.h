@@ -57,6 +57,8 @@ struct GenerateArgs {
   int64_t seed = 1;
   std::vector<std::string> stop;
   bool json = false;  // one JSON line per completion with ids and log-probs
+  int64_t kv_cache_mb = 256;
+  int threads = 0;
 };
 
 int cli_run(const RunArgs& args);

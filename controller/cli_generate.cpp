@@ -23,7 +23,10 @@ int cli_generate(const GenerateArgs& args) {
                             tokenizer->vocab_size(), config.vocab_size));
   }
   const Tokenizer& tok = *tokenizer;
-  RolloutEngine engine(config, load_model_weights(dir, config), EngineOptions{},
+  RolloutConfig rollout;
+  rollout.kv_cache_mb = args.kv_cache_mb;
+  rollout.threads = args.threads;
+  RolloutEngine engine(config, load_model_weights(dir, config), engine_options(rollout),
                        [&tok](const std::vector<int32_t>& ids) { return tok.decode(ids); });
 
   std::vector<GenerationRequest> requests;

@@ -61,6 +61,8 @@ int main(int argc, char** argv) {
   generate_cmd->add_option("--top-p", generate.top_p, "nucleus mass in (0, 1]")->check(CLI::Range(0.0, 1.0));
   generate_cmd->add_option("--seed", generate.seed, "sampling seed");
   generate_cmd->add_option("--stop", generate.stop, "stop string (repeatable)");
+  generate_cmd->add_option("--kv-cache-mb", generate.kv_cache_mb, "KV-cache budget, MiB")->check(CLI::PositiveNumber);
+  generate_cmd->add_option("--threads", generate.threads, "CPU threads; 0: all cores")->check(CLI::NonNegativeNumber);
   generate_cmd->add_flag("--json", generate.json, "one JSON line per completion: text, ids, log-probs, finish reason");
 
   app.add_subcommand("version", "print the build: versions, CUDA, NCCL, devices");

@@ -20,7 +20,9 @@ struct ExperimentConfig {
   int64_t keep_checkpoints = 2;
 };
 
-struct ModelConfig {
+// The `model:` section (where the policy comes from); the architecture itself is
+// actor/model_config.h's ModelConfig, read from the model directory.
+struct ModelSourceConfig {
   std::string path = "builtin:tiny";
   std::string dtype = "float32";
 };
@@ -67,6 +69,10 @@ struct RolloutConfig {
   double top_p = 1.0;
   int64_t top_k = 0;  // 0: off
   int64_t kv_cache_mb = 256;
+  int64_t kv_block_size = 16;
+  int64_t max_batch_tokens = 2048;
+  int64_t max_running = 256;
+  int64_t threads = 0;  // 0: all cores
 };
 
 struct OptimizerConfig {
@@ -121,7 +127,7 @@ struct LoggingConfig {
 
 struct Config {
   ExperimentConfig experiment;
-  ModelConfig model;
+  ModelSourceConfig model;
   DataConfig data;
   AlgorithmConfig algorithm;
   RolloutConfig rollout;

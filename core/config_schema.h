@@ -23,7 +23,7 @@ template <class V> void describe(V& v, ExperimentConfig& c) {
   v.field("keep_checkpoints", c.keep_checkpoints, at_least(1), "how many of the newest checkpoints to keep");
 }
 
-template <class V> void describe(V& v, ModelConfig& c) {
+template <class V> void describe(V& v, ModelSourceConfig& c) {
   v.field("path", c.path, required_text(), "Hugging Face model directory, or builtin:tiny | builtin:small");
   v.field("dtype", c.dtype, one_of({"float32", "bfloat16", "float16"}), "parameter dtype");
 }
@@ -73,6 +73,10 @@ template <class V> void describe(V& v, RolloutConfig& c) {
   v.field("top_p", c.top_p, above_up_to(0.0, 1.0), "nucleus sampling mass; 1: off");
   v.field("top_k", c.top_k, at_least(0), "sample among the k most likely tokens; 0: off");
   v.field("kv_cache_mb", c.kv_cache_mb, at_least(1), "KV-cache memory budget per worker, MiB");
+  v.field("kv_block_size", c.kv_block_size, at_least(1), "token slots per KV-cache block");
+  v.field("max_batch_tokens", c.max_batch_tokens, at_least(1), "tokens per engine step (prefill chunks + decodes)");
+  v.field("max_running", c.max_running, at_least(1), "samples decoding at once per worker");
+  v.field("threads", c.threads, at_least(0), "CPU backend threads per worker; 0: all cores");
 }
 
 template <class V> void describe(V& v, OptimizerConfig& c) {

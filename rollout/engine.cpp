@@ -16,6 +16,16 @@ const char* finish_reason_name(FinishReason reason) {
   return reason == FinishReason::finish_reason_stop ? "stop" : "length";
 }
 
+EngineOptions engine_options(const RolloutConfig& rollout) {
+  EngineOptions o;
+  o.kv_cache_bytes = rollout.kv_cache_mb << 20;
+  o.block_size = rollout.kv_block_size;
+  o.max_batch_tokens = rollout.max_batch_tokens;
+  o.max_running = rollout.max_running;
+  o.threads = static_cast<int>(rollout.threads);
+  return o;
+}
+
 namespace {
 
 struct RequestState {

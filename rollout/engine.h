@@ -8,6 +8,7 @@
 
 #include "actor/model_config.h"
 #include "actor/model_weights.h"
+#include "core/config.h"
 #include "rollout/request.h"
 
 #include <cstdint>
@@ -25,6 +26,9 @@ struct EngineOptions {
   int64_t max_running = 256;                    // sequences decoding at once
   int threads = 0;                              // CPU threads, the caller's included; 0: all cores
 };
+
+// The engine options a rollout config asks for (rollout.kv_cache_mb, ...).
+EngineOptions engine_options(const RolloutConfig& rollout);
 
 struct EngineStats {
   int64_t steps = 0;
