@@ -17,6 +17,23 @@ void BpeModel::add_merge(int32_t left, int32_t right, int32_t rank, int32_t merg
   merges_[pair_key(left, right)] = BpeMerge{rank, merged};
 }
 
+void BpeModel::finish_merges() {
+  merge_table_.clear();
+  if (merges_.empty()) return;  // encode_word then skips merging altogether
+  size_t capacity = 2;  // a power of two, at most half full so that probes stay short
+  unsigned bits = 1;
+  while (capacity < 2 * merges_.size()) capacity <<= 1, ++bits;
+  merge_table_.assign(capacity, MergeSlot{kEmptySlot, BpeMerge{0, 0}});
+  merge_shift_ = 64 - bits;
+  merge_mask_ = capacity - 1;
+  for (const auto& [key, merge] : merges_) {
+    size_t slot = (key * 0x9E3779B97F4A7C15ull) >> merge_shift_;
+    while (merge_table_[slot].key != kEmptySlot) slot = (slot + 1) & merge_mask_;
+    merge_table_[slot] = {key, merge};
+  }
+  std::unordered_map<uint64_t, BpeMerge>().swap(merges_);
+}
+
 int BpeModel::find_missing_byte() {
   int missing = -1;
   for (int b = 0; b < 256; ++b) {
@@ -37,7 +54,9 @@ struct Symbol {
 
 struct Candidate {
   int32_t rank;
-  int32_t pos;  // index of the left symbol
+  int32_t pos;    // index of the left symbol
+  int32_t left;   // the pair it merges, as it was when queued
+  int32_t right;
   int32_t new_id;
   // std::priority_queue pops the largest: make that the lowest rank, then leftmost.
   bool operator<(const Candidate& other) const {
@@ -48,16 +67,16 @@ struct Candidate {
 }  // namespace
 
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& ids) const {
-  if (word.size() == 1) {
-    ids.push_back(byte_ids_[static_cast<uint8_t>(word[0])]);
-    return;
-  }
-  if (ignore_merges_) {
+  if (ignore_merges_ && word.size() > 1) {
     int32_t whole = id_of(word);
     if (whole >= 0) {
       ids.push_back(whole);
       return;
     }
+  }
+  if (word.size() == 1 || merge_table_.empty()) {  // nothing to merge (tandem's byte-level vocabulary has no merges)
+    for (char byte : word) ids.push_back(byte_ids_[static_cast<uint8_t>(byte)]);
+    return;
   }
   const int32_t n = static_cast<int32_t>(word.size());
   std::vector<Symbol> symbols(static_cast<size_t>(n));
@@ -67,8 +86,8 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& ids) con
   storage.reserve(static_cast<size_t>(n));
   std::priority_queue<Candidate> queue(std::less<Candidate>(), std::move(storage));
   auto push_pair = [&](int32_t pos) {
-    auto it = merges_.find(pair_key(symbols[pos].id, symbols[symbols[pos].next].id));
-    if (it != merges_.end()) queue.push({it->second.rank, pos, it->second.new_id});
+    int32_t left = symbols[pos].id, right = symbols[symbols[pos].next].id;
+    if (const BpeMerge* merge = find_merge(left, right)) queue.push({merge->rank, pos, left, right, merge->new_id});
   };
   for (int32_t i = 0; i + 1 < n; ++i) push_pair(i);
 
@@ -77,10 +96,10 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& ids) con
     queue.pop();
     Symbol& left = symbols[top.pos];
     if (!left.live || left.next < 0) continue;
-    // Entries go stale when a neighbour merged first; HF recognises a live entry by the
-    // pair it would merge now still producing the same symbol, and so do we.
-    auto it = merges_.find(pair_key(left.id, symbols[left.next].id));
-    if (it == merges_.end() || it->second.new_id != top.new_id) continue;
+    // Entries go stale when a neighbour merged first. HF keeps an entry when the pair
+    // there now still merges into the same symbol; symbols only grow, so a changed pair
+    // always spells a longer string, and that test is the same as the pair being unchanged.
+    if (left.id != top.left || symbols[left.next].id != top.right) continue;
     Symbol& right = symbols[left.next];
     left.id = top.new_id;
     right.live = false;

@@ -19,6 +19,30 @@ std::string pcre2_message(int code) {
   return reinterpret_cast<const char*>(buffer);
 }
 
+// HF compiles patterns with Oniguruma. Where PCRE2 reads a shorthand differently, the
+// pattern is rewritten: Oniguruma's \s is the White_Space property, while PCRE2's also
+// takes U+180E. Shorthands with no exact PCRE2 spelling are refused, not approximated.
+std::string oniguruma_to_pcre2(const std::string& pattern, const std::string& where) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '\\' || i + 1 == pattern.size()) {
+      out += pattern[i];
+      continue;
+    }
+    char escaped = pattern[++i];
+    switch (escaped) {
+      case 's': out += "\\p{White_Space}"; break;
+      case 'S': out += "\\P{White_Space}"; break;
+      case 'w': case 'W': case 'b': case 'B': case 'h': case 'H':
+        throw Error(fmt::format("{}: the split pattern uses \\{}, which Oniguruma (Hugging Face's regex engine) and PCRE2 "
+                                "read differently; tandem does not support it: {}",
+                                where, escaped, pattern));
+      default: out += '\\'; out += escaped;  // \p{..}, \x{..}, \r, \\ ...: the same in both
+    }
+  }
+  return out;
+}
+
 struct MatchDataDeleter {
   void operator()(pcre2_match_data* data) const { pcre2_match_data_free(data); }
 };
@@ -36,13 +60,14 @@ RegexSplit::RegexSplit(const std::string& pattern, bool literal, SplitBehavior b
     : behavior_(behavior) {
   auto compiled = std::make_shared<Compiled>();
   compiled->pattern = pattern;
+  std::string source = literal ? pattern : oniguruma_to_pcre2(pattern, where);
   int error = 0;
   PCRE2_SIZE offset = 0;
   uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
-  compiled->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset, nullptr);
+  compiled->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(source.data()), source.size(), options, &error, &offset, nullptr);
   if (!compiled->code) {
-    throw Error(fmt::format("{}: the split pattern does not compile (PCRE2: {} at offset {}): {}", where, pcre2_message(error),
-                            offset, pattern));
+    throw Error(fmt::format("{}: the split pattern does not compile (PCRE2: {} at offset {}): {}", where,
+                            pcre2_message(error), offset, source));
   }
   // JIT is several times faster; without it (an unsupported CPU) the interpreter is used.
   compiled->jit = pcre2_jit_compile(compiled->code, PCRE2_JIT_COMPLETE) == 0;

@@ -171,6 +171,7 @@ class Loader {
       }
       state_.model.add_merge(left_id, right_id, static_cast<int32_t>(rank), merged_id);
     }
+    state_.model.finish_merges();
   }
 
   void load_added_tokens(const json& root) {
@@ -233,7 +234,8 @@ class Loader {
       if (!list.is_array()) fail(fmt::format("{}.pretokenizers is not a JSON array", where));
       for (size_t i = 0; i < list.size(); ++i) add_pre_tokenizer(list[i], fmt::format("{}.pretokenizers[{}]", where, i));
     } else if (type == "ByteLevel") {
-      if (flag(step, "add_prefix_space", true, where)) state_.pre_tokenizer.add_prefix_space();
+      field(step, "add_prefix_space", where + ".add_prefix_space");  // HF has no default for it either
+      if (flag(step, "add_prefix_space", false, where)) state_.pre_tokenizer.add_prefix_space();
       if (flag(step, "use_regex", true, where)) {
         state_.pre_tokenizer.add_split(RegexSplit(kGpt2SplitPattern, false, SplitBehavior::isolated, path_ + ": " + where));
       }

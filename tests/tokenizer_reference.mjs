@@ -26,7 +26,7 @@ const { Tokenizer } = await import(pathToFileURL(path.join(packageDir, packageJs
 const readJson = (file, fallback) => (fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, "utf8")) : fallback);
 const tokenizer = new Tokenizer(readJson(path.join(dir, "tokenizer.json")), readJson(path.join(dir, "tokenizer_config.json"), {}));
 const encode = (text) => tokenizer.encode(text, { add_special_tokens: false }).ids;
-const decode = (ids) => tokenizer.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
+const decode = (ids) => ids.length === 0 ? "" : tokenizer.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
 
 if (mode === "--bench") {
   const text = fs.readFileSync(benchFile, "utf8");
