@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <fstream>
 #include <filesystem>
 #include <sstream>
 
@@ -109,4 +110,31 @@ TEST_CASE("builtin: model paths materialise the preset once in the cache") {
   CHECK(missing.exit_code == 2);
   CHECK(read_text(out).find("nowhere") != std::string::npos);
   ::unsetenv("TANDEM_CACHE_DIR");
+}
+
+TEST_CASE("tokenize prints ids as JSON and --decode reverses it; bad input exits 2") {
+  TempDir dir;
+  const std::string model = dir.path() + "/tiny", out = dir.path() + "/out.txt";
+  REQUIRE(run_tandem({"init-model", "--preset", "tiny", "--out", model}, out).success());
+  auto tandem_output = [&](const std::vector<std::string>& args, int expected_exit) {
+    const std::string path = dir.path() + "/tokenize.txt";
+    std::filesystem::remove(path);
+    ExitStatus status = run_tandem(args, path);
+    CHECK_MESSAGE(status.exit_code == expected_exit, read_text(path));
+    return read_text(path);
+  };
+  CHECK(tandem_output({"tokenize", "--tokenizer", model, "--text", "ab<|im_end|>"}, 0) == "[97,98,258]\n");
+  CHECK(tandem_output({"tokenize", "--tokenizer", model, "--decode", "--text", "[97,98,258]"}, 0) == "ab<|im_end|>");
+  const std::string file = dir.path() + "/prompt.txt";
+  std::ofstream(file) << "é\n";
+  CHECK(tandem_output({"tokenize", "--tokenizer", model, "--file", file}, 0) == "[195,169,10]\n");
+
+  CHECK(tandem_output({"tokenize", "--tokenizer", model, "--decode", "--text", "[97,"}, 2).find("not JSON") !=
+        std::string::npos);
+  CHECK(tandem_output({"tokenize", "--tokenizer", model, "--decode", "--text", "[97,9999]"}, 2)
+            .find("token 9999 at position 1 is outside the vocabulary") != std::string::npos);
+  CHECK(tandem_output({"tokenize", "--tokenizer", dir.path() + "/none", "--text", "x"}, 2).find("none") !=
+        std::string::npos);
+  CHECK(tandem_output({"tokenize", "--tokenizer", model, "--text", "x", "--file", file}, 2).find("excludes") !=
+        std::string::npos);
 }
