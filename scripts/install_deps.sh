@@ -7,7 +7,7 @@ packages=(
   build-essential pkg-config meson ninja-build ccache
   libtorch-dev libzmq3-dev cppzmq-dev libcapnp-dev capnproto libyaml-cpp-dev
   libeigen3-dev doctest-dev libcli11-dev libfmt-dev nlohmann-json3-dev libpcre2-dev
-  libopenblas0-openmp libicu-dev
+  libopenblas0-openmp libicu-dev libgloo-dev
 )
 
 missing=()

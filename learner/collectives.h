@@ -1,0 +1,45 @@
+// The collectives a learner rank needs, over c10d's ProcessGroupGloo (CPU; NCCL on GPU
+// later). No collective is hand-written over sockets: this only wraps the engine.
+//
+// Rendezvous addresses (the controller hands one to every rank of a run):
+//   tcp://HOST:PORT   a c10d TCPStore; rank 0 serves it
+//   file:///PATH      a c10d FileStore (one host, or a shared file system)
+//   memory://NAME     an in-process store: ranks as threads of one process (tests)
+// Every collective waits at most `timeout_s`; a lost peer is an Error naming the
+// collective, the rank and the timeout, never a hang.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+
+namespace tandem {
+
+struct CollectivesOptions {
+  std::string rendezvous;          // see above; ignored when world_size == 1
+  int rank = 0;
+  int world_size = 1;
+  double timeout_s = 300.0;
+  std::string host = "127.0.0.1";  // this rank's address for Gloo's connections
+};
+
+class Collectives {
+ public:
+  // world_size 1 needs no rendezvous and every collective is the identity.
+  static std::unique_ptr<Collectives> create(const CollectivesOptions& options);
+  virtual ~Collectives() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // In place: every rank ends with the element-wise sum.
+  virtual void all_reduce_sum(at::Tensor& tensor) = 0;
+  // `full` has world_size equal shards (1-D, contiguous); `shard` receives the sum over
+  // ranks of shard number rank().
+  virtual void reduce_scatter_sum(const at::Tensor& full, at::Tensor& shard) = 0;
+  // Every rank's `shard` concatenated in rank order into `full`.
+  virtual void all_gather(const at::Tensor& shard, at::Tensor& full) = 0;
+  virtual void barrier() = 0;
+};
+
+}  // namespace tandem
