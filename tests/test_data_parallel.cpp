@@ -62,21 +62,28 @@ TEST_CASE("Gloo collectives: all-reduce, reduce-scatter and all-gather match the
   });
 }
 
-TEST_CASE("a rank whose peer never joins the collective fails within the timeout, naming it") {
-  std::string error;
-  auto start = std::chrono::steady_clock::now();
-  run_ranks(2, [&](Collectives& c) {
-    if (c.rank() == 1) return;  // the peer leaves without taking part
-    at::Tensor t = at::ones({4});
-    try {
-      c.all_reduce_sum(t);
-    } catch (const Error& e) {
-      error = e.what();
-    }
-  }, /*timeout_s=*/2);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  CHECK(error.find("learner rank 0/2: all_reduce failed") != std::string::npos);
-  CHECK(seconds < 20);
+TEST_CASE("a rank whose peer is gone or stalled fails within the timeout, naming the collective") {
+  for (bool stalled : {false, true}) {
+    std::string error;
+    double seconds = 0;
+    run_ranks(2, [&](Collectives& c) {
+      if (c.rank() == 1) {  // the peer leaves at once, or hangs past the timeout, without taking part
+        if (stalled) std::this_thread::sleep_for(std::chrono::seconds(5));
+        return;
+      }
+      at::Tensor t = at::ones({4});
+      auto start = std::chrono::steady_clock::now();
+      try {
+        c.all_reduce_sum(t);
+      } catch (const Error& e) {
+        error = e.what();
+      }
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }, /*timeout_s=*/2);
+    INFO("stalled peer: " << stalled);
+    CHECK(error.find("learner rank 0/2: all_reduce failed") != std::string::npos);
+    CHECK(seconds < 4.5);  // the 2 s timeout, not the peer's 5 s stall
+  }
 }
 
 TEST_CASE("flat parameters: the model's tensors are views, backward fills the flat gradient") {
