@@ -22,6 +22,7 @@ class SingleRank final : public Collectives {
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
   void all_reduce_sum(at::Tensor&) override {}
+  void all_reduce_max(at::Tensor&) override {}
   void reduce_scatter_sum(const at::Tensor& full, at::Tensor& shard) override { shard.copy_(full); }
   void all_gather(const at::Tensor& shard, at::Tensor& full) override { full.copy_(shard); }
   void barrier() override {}
@@ -76,12 +77,8 @@ class GlooCollectives final : public Collectives {
   int rank() const override { return options_.rank; }
   int world_size() const override { return options_.world_size; }
 
-  void all_reduce_sum(at::Tensor& tensor) override {
-    run("all_reduce", [&] {
-      std::vector<at::Tensor> tensors{tensor};
-      group_->allreduce(tensors)->wait();
-    });
-  }
+  void all_reduce_sum(at::Tensor& tensor) override { all_reduce(tensor, c10d::ReduceOp::SUM); }
+  void all_reduce_max(at::Tensor& tensor) override { all_reduce(tensor, c10d::ReduceOp::MAX); }
 
   // Gloo in libtorch 1.13 has no reduce_scatter: one reduce per shard to its owner moves
   // the same bytes per rank as a ring reduce-scatter.
@@ -121,6 +118,15 @@ class GlooCollectives final : public Collectives {
   }
 
  private:
+  void all_reduce(at::Tensor& tensor, c10d::ReduceOp op) {
+    run("all_reduce", [&] {
+      std::vector<at::Tensor> tensors{tensor};
+      c10d::AllreduceOptions options;
+      options.reduceOp = op;
+      group_->allreduce(tensors, options)->wait();
+    });
+  }
+
   static std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
   template <class Fn>

@@ -34,6 +34,7 @@ class Collectives {
   virtual int world_size() const = 0;
   // In place: every rank ends with the element-wise sum.
   virtual void all_reduce_sum(at::Tensor& tensor) = 0;
+  virtual void all_reduce_max(at::Tensor& tensor) = 0;
   // `full` has world_size equal shards (1-D, contiguous); `shard` receives the sum over
   // ranks of shard number rank().
   virtual void reduce_scatter_sum(const at::Tensor& full, at::Tensor& shard) = 0;

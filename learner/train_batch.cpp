@@ -1,0 +1,58 @@
+#include "learner/train_batch.h"
+
+#include "core/error.h"
+
+#include <ATen/ATen.h>
+
+namespace tandem {
+
+MicroBatch make_micro_batch(const std::vector<TrainingSample>& samples, size_t begin, size_t end) {
+  TANDEM_CHECK(begin < end && end <= samples.size(), "micro-batch [{}, {}) of {} samples", begin, end, samples.size());
+  const int64_t rows = static_cast<int64_t>(end - begin);
+  int64_t longest = 1;
+  bool all_have_ref = true;
+  std::vector<std::vector<int32_t>> sequences;
+  for (size_t i = begin; i < end; ++i) {
+    const TrainingSample& s = samples[i];
+    const size_t n = s.response.size();
+    TANDEM_CHECK(!s.prompt.empty(), "training sample {}: the prompt is empty", i);
+    TANDEM_CHECK(s.old_logprobs.size() == n && s.advantages.size() == n,
+                 "training sample {}: {} response tokens but {} old log-probs and {} advantages", i, n,
+                 s.old_logprobs.size(), s.advantages.size());
+    TANDEM_CHECK(s.ref_logprobs.empty() || s.ref_logprobs.size() == n,
+                 "training sample {}: {} response tokens but {} reference log-probs", i, n, s.ref_logprobs.size());
+    all_have_ref = all_have_ref && !s.ref_logprobs.empty();
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(n));
+    std::vector<int32_t> sequence = s.prompt;
+    sequence.insert(sequence.end(), s.response.begin(), s.response.end());
+    sequences.push_back(std::move(sequence));
+  }
+  MicroBatch batch;
+  batch.layout = padded_layout(sequences);
+  std::vector<int64_t> position(rows * longest, 0);
+  std::vector<float> mask(rows * longest, 0), old_lp(rows * longest, 0), adv(rows * longest, 0), ref(rows * longest, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const TrainingSample& s = samples[begin + r];
+    for (size_t t = 0; t < s.response.size(); ++t) {
+      const int64_t k = r * longest + static_cast<int64_t>(t);
+      position[k] = static_cast<int64_t>(s.prompt.size() + t);
+      mask[k] = 1;
+      old_lp[k] = s.old_logprobs[t];
+      adv[k] = s.advantages[t];
+      if (all_have_ref) ref[k] = s.ref_logprobs[t];
+    }
+  }
+  auto floats = [&](const std::vector<float>& v) { return at::tensor(v, at::kFloat).view({rows, longest}); };
+  batch.response_position = at::tensor(position, at::kLong).view({rows, longest});
+  batch.mask = floats(mask);
+  batch.old_logprobs = floats(old_lp);
+  batch.advantages = floats(adv);
+  if (all_have_ref) batch.ref_logprobs = floats(ref);
+  return batch;
+}
+
+at::Tensor response_values(const at::Tensor& per_position, const MicroBatch& batch) {
+  return per_position.gather(1, batch.response_position) * batch.mask;
+}
+
+}  // namespace tandem

@@ -1,0 +1,38 @@
+// What a learner rank trains on, and how samples become tensors for one micro-batch.
+#pragma once
+
+#include "actor/policy_torch.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace tandem {
+
+// One sampled response, as the controller sends it to a learner rank.
+struct TrainingSample {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> response;
+  std::vector<float> old_logprobs;  // per response token: the policy that sampled it (the rollout's)
+  std::vector<float> advantages;    // per response token
+  std::vector<float> ref_logprobs;  // per response token, optional: the reference policy's
+};
+
+struct MicroBatch {
+  TokenLayout layout;            // prompt + response, one sample per row, right-padded
+  at::Tensor response_position;  // [B, T] int64: index into the row of response token t (0 where padding)
+  at::Tensor mask;               // [B, T] float: 1 for response tokens
+  at::Tensor old_logprobs;       // [B, T] float
+  at::Tensor advantages;         // [B, T] float
+  at::Tensor ref_logprobs;       // [B, T] float, undefined unless every sample has them
+};
+
+// Samples [begin, end) of `samples`; T is their longest response. Errors name the sample
+// whose per-token vectors do not match its response length.
+MicroBatch make_micro_batch(const std::vector<TrainingSample>& samples, size_t begin, size_t end);
+
+// Picks the response tokens' entries out of a per-position tensor [B, L] into [B, T].
+at::Tensor response_values(const at::Tensor& per_position, const MicroBatch& batch);
+
+}  // namespace tandem

@@ -1,0 +1,67 @@
+// One learner rank's training: the policy, its flat parameters, the optimizer, and the
+// data-parallel strategy that keeps every rank's policy identical.
+//
+// An update is `epochs` passes over the step's mini-batches, one optimizer step per
+// mini-batch. A mini-batch is split over ranks (each rank gets its share, any size, even
+// none) and each share into micro-batches of `micro_batch_size` samples. Loss
+// denominators are counted over the whole mini-batch across ranks, so the summed
+// gradients equal those of one process training on the whole mini-batch.
+//
+// Strategies (learner.sharding):
+//   ddp    gradients all-reduced; every rank keeps full parameters and optimizer state
+//   zero2  gradients reduce-scattered; each rank keeps and steps the optimizer state of its
+//          shard only (1/N of AdamW's moments), then parameters are all-gathered
+//   fsdp   not yet: parameters sharded at rest and gathered per layer (the next step)
+#pragma once
+
+#include "actor/model_config.h"
+#include "actor/model_weights.h"
+#include "core/config.h"
+#include "learner/objective_metrics.h"
+#include "learner/train_batch.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tandem {
+
+class Collectives;
+
+struct TrainerOptions {
+  LearnerConfig learner;
+  AlgorithmConfig algorithm;
+  double temperature = 1.0;           // rollout.temperature: log-probs are of softmax(logits / T)
+  int64_t max_response_length = 0;    // rollout.max_new_tokens (Dr.GRPO's normaliser)
+  int64_t total_optimizer_steps = 1;  // for the cosine schedule
+};
+
+struct UpdateMetrics {
+  ObjectiveMetrics objective;  // combined over micro-batches, ranks and optimizer steps
+  double grad_norm = 0;        // mean over optimizer steps of the global norm before clipping
+  double lr = 0;               // learning rate of the last optimizer step
+  int64_t optimizer_steps = 0;
+  int64_t tokens = 0;          // response tokens trained on, all ranks, all epochs
+  std::vector<std::pair<std::string, double>> entries() const;  // actor/pg_loss, actor/grad_norm, ...
+};
+
+class Trainer {
+ public:
+  // `collectives` outlives the trainer; every rank constructs its trainer from the same weights.
+  Trainer(const ModelConfig& config, const ModelWeights& weights, const TrainerOptions& options,
+          Collectives& collectives);
+  ~Trainer();
+
+  // mini_batches[m]: this rank's share of mini-batch m (every rank passes the same count).
+  UpdateMetrics train(const std::vector<std::vector<TrainingSample>>& mini_batches);
+
+  ModelWeights weights() const;  // the current policy, float32 (identical on every rank)
+  int64_t optimizer_steps() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem

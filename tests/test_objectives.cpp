@@ -1,0 +1,807 @@
+// The learner's RL objectives against float64 references written from the definitions
+// with plain loops (no at:: ops): every advantage estimator, policy loss, aggregation mode
+// and KL estimator, on fresh random ragged batches (all-masked rows, equal-reward groups,
+// NaN in every padded slot so that leaks show), plus their known properties and the
+// objective registry.
+#include "learner/advantages.h"
+#include "learner/kl.h"
+#include "learner/loss_aggregation.h"
+#include "learner/objective.h"
+#include "learner/objective_registry.h"
+#include "learner/policy_loss.h"
+#include "learner/value_loss.h"
+
+#include "core/error.h"
+
+#include <ATen/ATen.h>
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace tandem;
+
+namespace {
+
+using Row = std::vector<double>;
+using Matrix = std::vector<Row>;  // [B][T]
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Tolerances, as atol + rtol * |ref|:
+// - kExact: outputs computed in float64 and rounded once to float32 (advantages).
+// - kFloat: losses computed in float32 from float32 inputs: a few ulps of exp() and of the
+//   sums over up to T tokens.
+struct Tolerance {
+  double atol, rtol;
+};
+constexpr Tolerance kExact{1e-6, 1e-6};
+constexpr Tolerance kFloat{1e-5, 2e-5};
+
+// |got - want| <= atol + rtol |want|, written so that NaN fails.
+bool close(double got, double want, Tolerance tol) { return std::abs(got - want) <= tol.atol + tol.rtol * std::abs(want); }
+
+void check_scalar(double got, double want, Tolerance tol, const std::string& what) {
+  if (!close(got, want, tol)) FAIL(what << ": got " << got << ", reference " << want);
+}
+
+Matrix to_matrix(const at::Tensor& t) {
+  at::Tensor c = t.detach().to(at::kCPU, at::kDouble).contiguous();
+  REQUIRE(c.dim() == 2);
+  Matrix m(c.size(0), Row(c.size(1)));
+  const double* p = c.data_ptr<double>();
+  for (auto& row : m)
+    for (double& x : row) x = *p++;
+  return m;
+}
+
+at::Tensor tensor(const Matrix& m, at::ScalarType dtype = at::kFloat) {
+  at::Tensor t = at::empty({static_cast<int64_t>(m.size()), static_cast<int64_t>(m[0].size())}, at::kDouble);
+  double* p = t.data_ptr<double>();
+  for (const auto& row : m)
+    for (double x : row) *p++ = x;
+  return t.to(dtype);
+}
+
+at::Tensor tensor(const Row& r) { return at::tensor(r, at::kDouble).to(at::kFloat); }
+
+void check_matrix(const at::Tensor& got_tensor, const Matrix& want, Tolerance tol, const std::string& what) {
+  Matrix got = to_matrix(got_tensor);
+  REQUIRE(got.size() == want.size());
+  for (size_t b = 0; b < want.size(); ++b)
+    for (size_t t = 0; t < want[b].size(); ++t)
+      if (!close(got[b][t], want[b][t], tol))
+        FAIL(what << " [" << b << "][" << t << "]: got " << got[b][t] << ", reference " << want[b][t]);
+}
+
+// A random batch shaped like the learner's: groups of consecutive samples, ragged masks
+// (prompt prefix, response, padding, sometimes a hole), at least one all-masked row, one
+// group of equal rewards, and NaN in every masked slot of every [B, T] input.
+struct Batch {
+  int64_t group_size = 0;
+  std::vector<std::vector<bool>> valid;  // [B][T]
+  Row rewards;                           // [B]
+  Matrix logprobs, old_logprobs, ref_logprobs, advantages, token_rewards, values, old_values, entropy;
+  int64_t rows() const { return static_cast<int64_t>(valid.size()); }
+  at::Tensor mask(at::ScalarType dtype = at::kBool) const {
+    Matrix m(valid.size(), Row(valid[0].size()));
+    for (size_t b = 0; b < m.size(); ++b)
+      for (size_t t = 0; t < m[b].size(); ++t) m[b][t] = valid[b][t] ? 1 : 0;
+    return tensor(m, dtype);
+  }
+};
+
+class Random {
+ public:
+  explicit Random(uint64_t seed) : gen_(seed) {}
+  double normal(double sd = 1) { return std::normal_distribution<double>(0, sd)(gen_); }
+  double uniform(double a, double b) { return std::uniform_real_distribution<double>(a, b)(gen_); }
+  int64_t integer(int64_t a, int64_t b) { return std::uniform_int_distribution<int64_t>(a, b)(gen_); }
+  bool chance(double p) { return uniform(0, 1) < p; }
+
+ private:
+  std::mt19937_64 gen_;
+};
+
+// Inputs are drawn as float32 values, so the float64 reference sees exactly what the
+// float32 tensors hold and differences measure the computation alone.
+double as_float(double x) { return static_cast<float>(x); }
+
+uint64_t fresh_seed() { return std::random_device{}(); }
+
+Batch random_batch(Random& rng, int64_t groups, int64_t group_size, int64_t T) {
+  Batch x;
+  x.group_size = group_size;
+  const int64_t B = groups * group_size;
+  x.valid.assign(B, std::vector<bool>(T, false));
+  const int64_t empty_row = rng.integer(0, B - 1);
+  for (int64_t b = 0; b < B; ++b) {
+    if (b == empty_row || rng.chance(0.05)) continue;
+    const int64_t prompt = rng.integer(0, T / 3);
+    const int64_t response = rng.integer(1, T - prompt);
+    for (int64_t t = prompt; t < prompt + response; ++t) x.valid[b][t] = true;
+    if (response > 2 && rng.chance(0.2)) x.valid[b][prompt + rng.integer(1, response - 2)] = false;
+  }
+  const int64_t equal_group = rng.integer(0, groups - 1);
+  const double shared = rng.uniform(-1, 1);
+  for (int64_t b = 0; b < B; ++b) {
+    const bool binary = (b / group_size) % 2 == 0;
+    x.rewards.push_back(b / group_size == equal_group ? as_float(shared)
+                        : binary                     ? static_cast<double>(rng.integer(0, 1))
+                                                     : as_float(rng.normal()));
+  }
+  auto fill = [&](auto draw) {
+    Matrix m(B, Row(T));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) m[b][t] = x.valid[b][t] ? as_float(draw(b, t)) : kNaN;
+    return m;
+  };
+  x.logprobs = fill([&](int64_t, int64_t) { return -rng.uniform(0.05, 3.0); });
+  // Log-ratios of sd 0.3: plenty of tokens on both sides of every clip bound.
+  x.old_logprobs = fill([&](int64_t b, int64_t t) { return x.logprobs[b][t] + rng.normal(0.3); });
+  x.ref_logprobs = fill([&](int64_t b, int64_t t) { return x.logprobs[b][t] + rng.normal(0.5); });
+  x.advantages = fill([&](int64_t, int64_t) { return rng.normal(); });
+  x.token_rewards = fill([&](int64_t, int64_t) { return rng.normal(0.1); });
+  x.values = fill([&](int64_t, int64_t) { return rng.normal(); });
+  x.old_values = fill([&](int64_t b, int64_t t) { return x.values[b][t] + rng.normal(0.3); });
+  x.entropy = fill([&](int64_t, int64_t) { return rng.uniform(0.0, 4.0); });
+  return x;
+}
+
+// ---------------------------------------------------------------- float64 references
+
+Row ref_sequence_rewards(const Batch& x, bool with_token_rewards) {
+  Row r = x.rewards;
+  if (with_token_rewards)
+    for (int64_t b = 0; b < x.rows(); ++b)
+      for (size_t t = 0; t < x.valid[b].size(); ++t)
+        if (x.valid[b][t]) r[b] += x.token_rewards[b][t];
+  return r;
+}
+
+Matrix ref_broadcast(const Batch& x, const Row& per_sequence) {
+  Matrix a(x.rows(), Row(x.valid[0].size(), 0.0));
+  for (int64_t b = 0; b < x.rows(); ++b)
+    for (size_t t = 0; t < a[b].size(); ++t)
+      if (x.valid[b][t]) a[b][t] = per_sequence[b];
+  return a;
+}
+
+enum class GroupBaseline { mean_over_std, mean, leave_one_out };
+
+Row ref_group_advantages(const Row& r, int64_t n, GroupBaseline kind, double eps) {
+  Row a(r.size());
+  for (size_t start = 0; start < r.size(); start += n) {
+    double sum = 0;
+    bool all_equal = true;
+    for (int64_t i = 0; i < n; ++i) {
+      sum += r[start + i];
+      all_equal = all_equal && r[start + i] == r[start];
+    }
+    const double mean = sum / n;
+    double squares = 0;
+    for (int64_t i = 0; i < n; ++i) squares += (r[start + i] - mean) * (r[start + i] - mean);
+    const double std = std::sqrt(squares / (n - 1));  // Bessel's correction, as torch.std
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = r[start + i];
+      double adv = kind == GroupBaseline::leave_one_out ? v - (sum - v) / (n - 1) : v - mean;
+      if (kind == GroupBaseline::mean_over_std) adv /= std + eps;
+      a[start + i] = all_equal ? 0.0 : adv;
+    }
+  }
+  return a;
+}
+
+// Token rewards with the sequence reward added at each row's last valid token.
+Matrix ref_token_level_rewards(const Batch& x, bool with_token_rewards) {
+  Matrix r(x.rows(), Row(x.valid[0].size(), 0.0));
+  for (int64_t b = 0; b < x.rows(); ++b) {
+    int64_t last = -1;
+    for (size_t t = 0; t < r[b].size(); ++t) {
+      if (!x.valid[b][t]) continue;
+      last = static_cast<int64_t>(t);
+      if (with_token_rewards) r[b][t] = x.token_rewards[b][t];
+    }
+    if (last >= 0) r[b][last] += x.rewards[b];
+  }
+  return r;
+}
+
+// (x - mean) / (population std + eps) over valid tokens; 0 if all valid values are equal.
+Matrix ref_whiten(const Batch& x, const Matrix& m, double eps) {
+  double sum = 0, count = 0;
+  std::vector<double> seen;
+  for (int64_t b = 0; b < x.rows(); ++b)
+    for (size_t t = 0; t < m[b].size(); ++t)
+      if (x.valid[b][t]) sum += m[b][t], count += 1, seen.push_back(m[b][t]);
+  const double mean = count > 0 ? sum / count : 0;
+  double squares = 0;
+  for (double v : seen) squares += (v - mean) * (v - mean);
+  const double std = count > 0 ? std::sqrt(squares / count) : 0;
+  const bool all_equal = std::all_of(seen.begin(), seen.end(), [&](double v) { return v == seen[0]; });
+  Matrix out(m.size(), Row(m[0].size(), 0.0));
+  for (int64_t b = 0; b < x.rows(); ++b)
+    for (size_t t = 0; t < m[b].size(); ++t)
+      if (x.valid[b][t] && !all_equal) out[b][t] = (m[b][t] - mean) / (std + eps);
+  return out;
+}
+
+Matrix ref_reinforce_pp(const Batch& x, bool with_token_rewards, double gamma, double eps) {
+  Matrix r = ref_token_level_rewards(x, with_token_rewards);
+  Matrix g(x.rows(), Row(r[0].size(), 0.0));
+  for (int64_t b = 0; b < x.rows(); ++b) {
+    double running = 0;
+    for (int64_t t = static_cast<int64_t>(r[b].size()) - 1; t >= 0; --t)
+      if (x.valid[b][t]) g[b][t] = running = r[b][t] + gamma * running;
+  }
+  return ref_whiten(x, g, eps);
+}
+
+struct RefGae {
+  Matrix advantages, returns;
+};
+
+RefGae ref_gae(const Batch& x, bool with_token_rewards, double gamma, double lam, bool whiten, double eps) {
+  Matrix r = ref_token_level_rewards(x, with_token_rewards);
+  const size_t T = r[0].size();
+  RefGae out{Matrix(x.rows(), Row(T, 0.0)), Matrix(x.rows(), Row(T, 0.0))};
+  for (int64_t b = 0; b < x.rows(); ++b) {
+    // The valid positions in order; the value after the last one is 0 (terminal).
+    std::vector<size_t> steps;
+    for (size_t t = 0; t < T; ++t)
+      if (x.valid[b][t]) steps.push_back(t);
+    double following = 0;
+    for (size_t k = steps.size(); k-- > 0;) {
+      const size_t t = steps[k];
+      const double next_value = k + 1 < steps.size() ? x.values[b][steps[k + 1]] : 0.0;
+      const double delta = r[b][t] + gamma * next_value - x.values[b][t];
+      out.advantages[b][t] = following = delta + gamma * lam * following;
+      out.returns[b][t] = out.advantages[b][t] + x.values[b][t];
+    }
+  }
+  if (whiten) out.advantages = ref_whiten(x, out.advantages, eps);
+  return out;
+}
+
+struct RefPolicy {
+  Matrix loss, ratio, grad;          // grad: d loss[b][t] / d logprobs[b][t]
+  std::vector<std::vector<bool>> clipped;
+  std::vector<std::vector<bool>> near_bound;  // the clip decision is within rounding of a bound
+};
+
+// Written from the objective side: J = min(rho A, clip(rho) A), dual: J = max(J, c A) for
+// A < 0; loss = -J. `gspo` uses the sequence ratio (gradient s_i * d logprobs).
+RefPolicy ref_policy(const Batch& x, const PolicyLossParams& p, bool gspo) {
+  const size_t T = x.valid[0].size();
+  RefPolicy out{Matrix(x.rows(), Row(T, 0.0)), Matrix(x.rows(), Row(T, 1.0)), Matrix(x.rows(), Row(T, 0.0)),
+                std::vector<std::vector<bool>>(x.rows(), std::vector<bool>(T, false)),
+                std::vector<std::vector<bool>>(x.rows(), std::vector<bool>(T, false))};
+  for (int64_t b = 0; b < x.rows(); ++b) {
+    double sum = 0, count = 0;
+    for (size_t t = 0; t < T; ++t)
+      if (x.valid[b][t]) sum += x.logprobs[b][t] - x.old_logprobs[b][t], count += 1;
+    const double sequence_ratio = std::exp(count > 0 ? sum / count : 0.0);
+    for (size_t t = 0; t < T; ++t) {
+      if (!x.valid[b][t]) continue;
+      const double rho = gspo ? sequence_ratio : std::exp(x.logprobs[b][t] - x.old_logprobs[b][t]);
+      const double a = x.advantages[b][t];
+      const double low = 1 - p.clip_low, high = 1 + p.clip_high;
+      const double clipped_rho = std::min(std::max(rho, low), high);
+      double objective = std::min(rho * a, clipped_rho * a);
+      bool constant = clipped_rho * a < rho * a;
+      if (p.dual_c > 0 && a < 0 && p.dual_c * a > objective) {
+        objective = p.dual_c * a;
+        constant = true;
+      }
+      out.loss[b][t] = -objective;
+      out.ratio[b][t] = rho;
+      out.clipped[b][t] = constant;
+      out.grad[b][t] = constant ? 0.0 : -a * rho;
+      const double scale = 1e-4 * (1 + std::abs(rho));
+      out.near_bound[b][t] = std::abs(rho - low) < scale || std::abs(rho - high) < scale ||
+                             (p.dual_c > 0 && std::abs(rho - p.dual_c) < scale);
+    }
+  }
+  return out;
+}
+
+double ref_aggregate(const Batch& x, const Matrix& loss, LossAggregation mode, double max_length) {
+  double total = 0, tokens = 0, sequences = 0, sequence_means = 0;
+  for (int64_t b = 0; b < x.rows(); ++b) {
+    double row_sum = 0, row_tokens = 0;
+    for (size_t t = 0; t < loss[b].size(); ++t)
+      if (x.valid[b][t]) row_sum += loss[b][t], row_tokens += 1;
+    total += row_sum;
+    tokens += row_tokens;
+    if (row_tokens > 0) sequences += 1, sequence_means += row_sum / row_tokens;
+  }
+  switch (mode) {
+    case LossAggregation::token_mean: return tokens > 0 ? total / tokens : 0;
+    case LossAggregation::seq_mean_token_sum: return sequences > 0 ? total / sequences : 0;
+    case LossAggregation::seq_mean_token_mean: return sequences > 0 ? sequence_means / sequences : 0;
+    case LossAggregation::seq_mean_token_sum_norm: return total / (x.rows() * max_length);
+  }
+  return kNaN;
+}
+
+Matrix ref_kl(const Batch& x, KlEstimator estimator) {
+  Matrix k(x.rows(), Row(x.valid[0].size(), 0.0));
+  for (int64_t b = 0; b < x.rows(); ++b)
+    for (size_t t = 0; t < k[b].size(); ++t) {
+      if (!x.valid[b][t]) continue;
+      const double d = x.logprobs[b][t] - x.ref_logprobs[b][t];
+      k[b][t] = estimator == KlEstimator::k1 ? d : estimator == KlEstimator::k2 ? d * d / 2 : std::exp(-d) - 1 + d;
+    }
+  return k;
+}
+
+double ref_masked_mean(const Batch& x, const Matrix& m) {
+  double sum = 0, count = 0;
+  for (int64_t b = 0; b < x.rows(); ++b)
+    for (size_t t = 0; t < m[b].size(); ++t)
+      if (x.valid[b][t]) sum += m[b][t], count += 1;
+  return count > 0 ? sum / count : 0;
+}
+
+const std::vector<LossAggregation> kModes = {LossAggregation::token_mean, LossAggregation::seq_mean_token_sum,
+                                             LossAggregation::seq_mean_token_mean,
+                                             LossAggregation::seq_mean_token_sum_norm};
+
+AdvantageInputs advantage_inputs(const Batch& x, bool with_token_rewards) {
+  AdvantageInputs in;
+  in.rewards = tensor(x.rewards);
+  in.mask = x.mask(at::kFloat);
+  if (with_token_rewards) in.token_rewards = tensor(x.token_rewards);
+  in.values = tensor(x.values);
+  in.group_size = x.group_size;
+  return in;
+}
+
+PolicyLossInputs policy_inputs(const Batch& x, at::Tensor& logprobs_leaf) {
+  logprobs_leaf = tensor(x.logprobs).requires_grad_(true);
+  return {logprobs_leaf, tensor(x.old_logprobs), tensor(x.advantages), x.mask()};
+}
+
+}  // namespace
+
+TEST_CASE("group advantages (grpo, dr_grpo, rloo) match the float64 reference") {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Random rng(seed);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int64_t group_size = rng.integer(2, 6);
+    Batch x = random_batch(rng, rng.integer(2, 5), group_size, rng.integer(3, 12));
+    const bool with_token_rewards = trial % 2 == 1;  // kl.in: reward folds into the sequence reward
+    AdvantageInputs in = advantage_inputs(x, with_token_rewards);
+    AdvantageParams params;
+    const Row r = ref_sequence_rewards(x, with_token_rewards);
+    struct Case {
+      const char* name;
+      GroupBaseline kind;
+      bool normalize_std;
+    };
+    for (const Case& c : {Case{"grpo", GroupBaseline::mean_over_std, true}, Case{"grpo", GroupBaseline::mean, false},
+                          Case{"dr_grpo", GroupBaseline::mean, true},
+                          Case{"rloo", GroupBaseline::leave_one_out, true}}) {
+      INFO(c.name << " normalize_std " << c.normalize_std << " token rewards " << with_token_rewards);
+      params.normalize_std = c.normalize_std;
+      AdvantageResult got = find_advantage_estimator(c.name)(in, params);
+      CHECK_FALSE(got.returns.defined());
+      const Row want = ref_group_advantages(r, group_size, c.kind, params.eps);
+      check_matrix(got.advantages, ref_broadcast(x, want), kExact, c.name);
+      // Zero mean over each group's sequences (read at any valid token; groups holding an
+      // all-masked row have no token to read it from).
+      Matrix a = to_matrix(got.advantages);
+      for (int64_t g = 0; g < x.rows() / group_size; ++g) {
+        double sum = 0;
+        bool complete = true;
+        for (int64_t b = g * group_size; b < (g + 1) * group_size; ++b) {
+          auto first = std::find(x.valid[b].begin(), x.valid[b].end(), true);
+          if (first == x.valid[b].end()) complete = false;
+          else sum += a[b][first - x.valid[b].begin()];
+        }
+        if (complete) check_scalar(sum / group_size, 0.0, {1e-5, 0}, "group mean of advantages");
+      }
+    }
+  }
+}
+
+TEST_CASE("equal-reward groups and all-masked rows give exact zeros, never NaN") {
+  // 0.1 is not representable: the float64 mean of its copies need not equal it.
+  Batch x;
+  x.group_size = 4;
+  x.valid = {{true, true, false}, {false, false, false}, {true, false, false}, {true, true, true},
+             {true, true, true},  {false, false, false}, {true, true, false},  {false, true, true}};
+  x.rewards = {0.1, 0.1, 0.1, 0.1, 0.3, 1.0, 0.7, 0.3};
+  AdvantageInputs in;
+  in.rewards = tensor(x.rewards);
+  in.mask = x.mask();
+  in.group_size = 4;
+  for (const char* name : {"grpo", "dr_grpo", "rloo"}) {
+    Matrix a = to_matrix(find_advantage_estimator(name)(in, AdvantageParams{}).advantages);
+    for (int64_t t = 0; t < 3; ++t) {
+      for (int64_t b = 0; b < 4; ++b) CHECK(a[b][t] == 0.0);
+      CHECK(a[5][t] == 0.0);
+    }
+    for (const Row& row : a)
+      for (double v : row) CHECK(std::isfinite(v));
+  }
+  // One valid value over the whole batch, or none: whitening gives 0, not 0/0.
+  in.rewards = tensor(Row(8, 0.1));
+  for (const char* name : {"reinforce_pp", "gae"}) {
+    in.values = tensor(Matrix(8, Row(3, 0.0)));
+    in.mask = tensor(Matrix(8, Row(3, 0.0)));
+    for (const Row& row : to_matrix(find_advantage_estimator(name)(in, AdvantageParams{}).advantages))
+      for (double v : row) CHECK(v == 0.0);
+  }
+}
+
+TEST_CASE("reinforce_pp: discounted return-to-go of the token rewards, whitened over the batch") {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Random rng(seed);
+  for (int trial = 0; trial < 20; ++trial) {
+    Batch x = random_batch(rng, rng.integer(1, 4), rng.integer(1, 4), rng.integer(2, 14));
+    const bool with_token_rewards = trial % 2 == 0;
+    AdvantageParams params;
+    params.gamma = trial % 3 == 0 ? 1.0 : rng.uniform(0.5, 1.0);
+    INFO("gamma " << params.gamma << " token rewards " << with_token_rewards);
+    AdvantageResult got = reinforce_pp_advantages(advantage_inputs(x, with_token_rewards), params);
+    // Whitening divides by std + eps with std ~ 1: an extra ulp-level relative error.
+    check_matrix(got.advantages, ref_reinforce_pp(x, with_token_rewards, params.gamma, params.eps), {1e-5, 1e-5},
+                 "reinforce_pp");
+  }
+}
+
+TEST_CASE("gae: advantages and returns match the float64 reference, with and without whitening") {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Random rng(seed);
+  for (int trial = 0; trial < 20; ++trial) {
+    Batch x = random_batch(rng, rng.integer(1, 4), rng.integer(1, 3), rng.integer(2, 14));
+    const bool with_token_rewards = trial % 2 == 0;
+    AdvantageParams params;
+    params.gamma = rng.uniform(0.8, 1.0);
+    params.lam = rng.uniform(0.5, 1.0);
+    params.whiten_advantages = trial % 4 < 2;
+    INFO("gamma " << params.gamma << " lam " << params.lam << " whiten " << params.whiten_advantages);
+    AdvantageResult got = gae_advantages(advantage_inputs(x, with_token_rewards), params);
+    RefGae want = ref_gae(x, with_token_rewards, params.gamma, params.lam, params.whiten_advantages, params.eps);
+    check_matrix(got.advantages, want.advantages, {1e-5, 1e-5}, "gae advantages");
+    check_matrix(got.returns, want.returns, {1e-5, 1e-5}, "gae returns");
+  }
+}
+
+TEST_CASE("ppo_clip and gspo: loss, ratio, clip flags and gradients match the reference") {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Random rng(seed);
+  for (int trial = 0; trial < 24; ++trial) {
+    Batch x = random_batch(rng, rng.integer(1, 4), rng.integer(1, 4), rng.integer(2, 16));
+    PolicyLossParams params;
+    params.clip_low = rng.uniform(0.05, 0.3);
+    params.clip_high = rng.uniform(0.05, 0.4);
+    params.dual_c = trial % 2 == 0 ? 0.0 : rng.uniform(1.05, 3.0);
+    for (const bool gspo : {false, true}) {
+      INFO((gspo ? "gspo" : "ppo_clip") << " low " << params.clip_low << " high " << params.clip_high << " dual_c "
+                                        << params.dual_c);
+      at::Tensor logprobs;
+      PolicyLossResult got = find_policy_loss(gspo ? "gspo" : "ppo_clip")(policy_inputs(x, logprobs), params);
+      RefPolicy want = ref_policy(x, params, gspo);
+      check_matrix(got.loss, want.loss, kFloat, "loss");
+      check_matrix(got.ratio, want.ratio, kFloat, "ratio");
+      got.loss.sum().backward();
+      Matrix grad = to_matrix(logprobs.grad());
+      Matrix clipped = to_matrix(got.clipped);
+      for (int64_t b = 0; b < x.rows(); ++b)
+        for (size_t t = 0; t < x.valid[b].size(); ++t) {
+          if (!x.valid[b][t]) {
+            CHECK(grad[b][t] == 0.0);  // NaN padding never reaches the gradient
+            continue;
+          }
+          if (want.near_bound[b][t]) continue;  // float32 and float64 may decide differently
+          CHECK((clipped[b][t] != 0) == want.clipped[b][t]);
+          if (want.clipped[b][t]) CHECK(grad[b][t] == 0.0);  // clipped tokens have no gradient
+          check_scalar(grad[b][t], want.grad[b][t], kFloat, "d loss / d logprobs");
+          // Dual clip: a negative advantage costs at most dual_c * |A|.
+          if (params.dual_c > 0 && x.advantages[b][t] < 0)
+            CHECK(want.loss[b][t] <= params.dual_c * -x.advantages[b][t] * (1 + 1e-6));
+        }
+    }
+  }
+}
+
+TEST_CASE("ratio 1: the clipped loss equals the unclipped loss and nothing is clipped") {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Random rng(seed);
+  Batch x = random_batch(rng, 3, 4, 10);
+  x.old_logprobs = x.logprobs;
+  for (const char* name : {"ppo_clip", "gspo"}) {
+    PolicyLossParams params{0.2, 0.28, 3.0};
+    at::Tensor logprobs;
+    PolicyLossResult got = find_policy_loss(name)(policy_inputs(x, logprobs), params);
+    Matrix unclipped(x.rows(), Row(x.valid[0].size(), 0.0));
+    for (int64_t b = 0; b < x.rows(); ++b)
+      for (size_t t = 0; t < x.valid[b].size(); ++t)
+        if (x.valid[b][t]) unclipped[b][t] = -x.advantages[b][t];
+    check_matrix(got.loss, unclipped, kExact, name);
+    CHECK(got.clipped.sum().item<int64_t>() == 0);
+  }
+}
+
+TEST_CASE("loss aggregation: every mode matches the reference; micro-batches with the global scale add up") {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Random rng(seed);
+  for (int trial = 0; trial < 20; ++trial) {
+    Batch x = random_batch(rng, rng.integer(2, 5), rng.integer(1, 4), rng.integer(2, 16));
+    const double max_length = static_cast<double>(x.valid[0].size() + rng.integer(0, 8));
+    at::Tensor loss = tensor(x.advantages);  // any per-token values, NaN in the padding
+    at::Tensor mask = x.mask(trial % 2 ? at::kBool : at::kFloat);
+    // Micro-batches: up to 3 contiguous row ranges of random sizes.
+    std::vector<int64_t> cuts = {0, rng.integer(0, x.rows()), rng.integer(0, x.rows()), x.rows()};
+    std::sort(cuts.begin(), cuts.end());
+    const AggregationScale scale = aggregation_scale(mask, max_length);
+    AggregationScale combined{0, 0, 0, max_length};
+    for (LossAggregation mode : kModes) {
+      INFO(loss_aggregation_name(mode));
+      const double want = ref_aggregate(x, x.advantages, mode, max_length);
+      check_scalar(aggregate_loss(loss, mask, mode, max_length).item<double>(), want, kFloat, "full batch");
+      double sum = 0;
+      for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+        at::Tensor part_mask = mask.slice(0, cuts[i], cuts[i + 1]);
+        sum += aggregate_loss(loss.slice(0, cuts[i], cuts[i + 1]), part_mask, mode, scale).item<double>();
+        if (mode == LossAggregation::token_mean) combined = combine(combined, aggregation_scale(part_mask, max_length));
+      }
+      check_scalar(sum, want, kFloat, "sum of micro-batches");
+    }
+    CHECK(combined.tokens == scale.tokens);
+    CHECK(combined.sequences == scale.sequences);
+    CHECK(combined.rows == scale.rows);
+  }
+  CHECK_THROWS_WITH_AS(aggregate_loss(at::ones({2, 3}), at::ones({2, 3}), LossAggregation::seq_mean_token_sum_norm),
+                       doctest::Contains("max_response_length > 0"), Error);
+}
+
+TEST_CASE("KL estimators k1, k2, k3 match the reference; k3 >= 0; the reward form is -coef * kl, detached") {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Random rng(seed);
+  for (int trial = 0; trial < 10; ++trial) {
+    Batch x = random_batch(rng, rng.integer(1, 4), rng.integer(1, 4), rng.integer(2, 16));
+    if (trial == 0) {  // far from the reference too: log-ratios up to +-8
+      for (int64_t b = 0; b < x.rows(); ++b)
+        for (size_t t = 0; t < x.valid[b].size(); ++t)
+          if (x.valid[b][t]) x.ref_logprobs[b][t] = as_float(x.logprobs[b][t] + rng.uniform(-8, 8));
+    }
+    for (const std::string& name : kl_estimator_names()) {
+      INFO(name);
+      const KlEstimator estimator = kl_estimator_from_name(name);
+      at::Tensor logprobs = tensor(x.logprobs).requires_grad_(true);
+      at::Tensor kl = kl_per_token(logprobs, tensor(x.ref_logprobs), x.mask(), estimator);
+      const Matrix want = ref_kl(x, estimator);
+      check_matrix(kl, want, kFloat, name);
+      if (estimator == KlEstimator::k3) CHECK(kl.min().item<double>() >= 0.0);
+      const double coef = rng.uniform(0.01, 0.5);
+      at::Tensor penalty = kl_token_rewards(logprobs, tensor(x.ref_logprobs), x.mask(), estimator, coef);
+      CHECK_FALSE(penalty.requires_grad());
+      Matrix scaled = want;
+      for (auto& row : scaled)
+        for (double& v : row) v *= -coef;
+      check_matrix(penalty, scaled, kFloat, "kl_token_rewards");
+    }
+  }
+  CHECK_THROWS_WITH_AS(kl_estimator_from_name("k4"), doctest::Contains("did you mean k1?"), Error);
+}
+
+TEST_CASE("actor objective: pg loss + kl_coef * kl - entropy_coef * entropy, and its metrics") {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Random rng(seed);
+  for (int trial = 0; trial < 12; ++trial) {
+    Batch x = random_batch(rng, rng.integer(2, 4), rng.integer(1, 4), rng.integer(2, 12));
+    ActorObjectiveParams params;
+    params.policy_loss = trial % 2 ? "gspo" : "ppo_clip";
+    params.clip = {0.2, 0.28, trial % 3 == 0 ? 2.0 : 0.0};
+    params.aggregation = kModes[trial % kModes.size()];
+    params.kl_estimator = static_cast<KlEstimator>(trial % 3);
+    params.kl_coef = rng.uniform(0.0, 0.3);
+    params.entropy_coef = rng.uniform(0.0, 0.1);
+    const double max_length = static_cast<double>(x.valid[0].size());
+    INFO(params.policy_loss << " " << loss_aggregation_name(params.aggregation));
+    at::Tensor logprobs;
+    PolicyLossInputs p = policy_inputs(x, logprobs);
+    ActorObjectiveInputs in{p.logprobs, p.old_logprobs, p.advantages, p.mask, tensor(x.ref_logprobs), tensor(x.entropy)};
+    const AggregationScale scale = aggregation_scale(in.mask, max_length);
+    ObjectiveResult got = actor_objective(in, params, scale);
+
+    RefPolicy policy = ref_policy(x, params.clip, params.policy_loss == "gspo");
+    const Matrix kl = ref_kl(x, params.kl_estimator);
+    const double pg = ref_aggregate(x, policy.loss, params.aggregation, max_length);
+    const double total = pg + params.kl_coef * ref_aggregate(x, kl, params.aggregation, max_length) -
+                         params.entropy_coef * ref_aggregate(x, x.entropy, params.aggregation, max_length);
+    check_scalar(got.loss.item<double>(), total, kFloat, "loss");
+    check_scalar(got.metrics.loss, total, kFloat, "metrics.loss");
+    check_scalar(got.metrics.pg_loss, pg, kFloat, "pg_loss");
+    check_scalar(got.metrics.kl, ref_masked_mean(x, kl), kFloat, "kl");
+    check_scalar(got.metrics.entropy, ref_masked_mean(x, x.entropy), kFloat, "entropy");
+    Matrix half_square(x.rows(), Row(x.valid[0].size(), 0.0)), flags = half_square;
+    double ratio_min = 1e300, ratio_max = -1e300, near = 0;
+    for (int64_t b = 0; b < x.rows(); ++b)
+      for (size_t t = 0; t < x.valid[b].size(); ++t) {
+        if (!x.valid[b][t]) continue;
+        const double d = x.logprobs[b][t] - x.old_logprobs[b][t];
+        half_square[b][t] = 0.5 * d * d;
+        flags[b][t] = policy.clipped[b][t] ? 1 : 0;
+        near += policy.near_bound[b][t] ? 1 : 0;
+        ratio_min = std::min(ratio_min, policy.ratio[b][t]);
+        ratio_max = std::max(ratio_max, policy.ratio[b][t]);
+      }
+    check_scalar(got.metrics.approx_kl, ref_masked_mean(x, half_square), kFloat, "approx_kl");
+    // A batch without a valid token reports the neutral ratio 1.
+    const bool any_valid = ratio_max >= ratio_min;
+    check_scalar(got.metrics.ratio_mean, any_valid ? ref_masked_mean(x, policy.ratio) : 1.0, kFloat, "ratio_mean");
+    check_scalar(got.metrics.ratio_min, any_valid ? ratio_min : 1.0, kFloat, "ratio_min");
+    check_scalar(got.metrics.ratio_max, any_valid ? ratio_max : 1.0, kFloat, "ratio_max");
+    // Tokens within rounding of a clip bound may be flagged either way.
+    const double tokens = got.metrics.tokens;
+    check_scalar(got.metrics.clipfrac, ref_masked_mean(x, flags), {near / std::max(tokens, 1.0) + 1e-6, 0},
+                 "clipfrac");
+
+    // Micro-batches with the mini-batch's scale: losses, gradients and metrics add up.
+    got.loss.backward();
+    at::Tensor full_grad = logprobs.grad().clone();
+    logprobs.grad().zero_();
+    ObjectiveMetrics merged;
+    double sum = 0;
+    const int64_t cut = rng.integer(0, x.rows());
+    for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, cut}, {cut, x.rows()}}) {
+      auto rows = [&](const at::Tensor& t) { return t.slice(0, begin, end); };
+      ActorObjectiveInputs part{rows(in.logprobs), rows(in.old_logprobs), rows(in.advantages),
+                                rows(in.mask),     rows(in.ref_logprobs), rows(in.entropy)};
+      ObjectiveResult r = actor_objective(part, params, scale);
+      r.loss.backward();
+      sum += r.loss.item<double>();
+      accumulate(merged, r.metrics);
+    }
+    check_scalar(sum, total, kFloat, "sum of micro-batch losses");
+    check_matrix(logprobs.grad(), to_matrix(full_grad), kFloat, "accumulated gradient");
+    check_scalar(merged.pg_loss, got.metrics.pg_loss, kFloat, "merged pg_loss");
+    check_scalar(merged.kl, got.metrics.kl, kFloat, "merged kl");
+    check_scalar(merged.ratio_max, got.metrics.ratio_max, kFloat, "merged ratio_max");
+    CHECK(merged.tokens == got.metrics.tokens);
+  }
+}
+
+TEST_CASE("critic objective: clipped value loss (0.5 * squared error) and explained variance") {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Random rng(seed);
+  for (int trial = 0; trial < 12; ++trial) {
+    Batch x = random_batch(rng, rng.integer(1, 4), rng.integer(1, 4), rng.integer(2, 12));
+    const double clip_range = trial % 3 == 0 ? 0.0 : rng.uniform(0.05, 0.5);
+    Matrix returns = x.advantages;  // any targets with NaN padding
+    Matrix want(x.rows(), Row(x.valid[0].size(), 0.0));
+    double sum_r = 0, sum_e = 0, n = 0;
+    for (int64_t b = 0; b < x.rows(); ++b)
+      for (size_t t = 0; t < want[b].size(); ++t) {
+        if (!x.valid[b][t]) continue;
+        const double v = x.values[b][t], old = x.old_values[b][t], r = returns[b][t];
+        const double v_clipped = old + std::min(std::max(v - old, -clip_range), clip_range);
+        const double plain = (v - r) * (v - r);
+        want[b][t] = 0.5 * (clip_range > 0 ? std::max(plain, (v_clipped - r) * (v_clipped - r)) : plain);
+        sum_r += r, sum_e += r - v, n += 1;
+      }
+    double var_r = 0, var_e = 0;
+    for (int64_t b = 0; b < x.rows(); ++b)
+      for (size_t t = 0; t < want[b].size(); ++t)
+        if (x.valid[b][t]) {
+          const double r = returns[b][t], e = r - x.values[b][t];
+          var_r += (r - sum_r / n) * (r - sum_r / n);
+          var_e += (e - sum_e / n) * (e - sum_e / n);
+        }
+    at::Tensor values = tensor(x.values).requires_grad_(true);
+    at::Tensor mask = x.mask();
+    check_matrix(clipped_value_loss(values, tensor(x.old_values), tensor(returns), mask, clip_range), want, kFloat,
+                 "value loss");
+    const LossAggregation mode = kModes[trial % kModes.size()];
+    ObjectiveResult got = critic_objective(values, tensor(x.old_values), tensor(returns), mask, clip_range, mode,
+                                           aggregation_scale(mask, 16));
+    check_scalar(got.metrics.value_loss, ref_aggregate(x, want, mode, 16), kFloat, "aggregated value loss");
+    check_scalar(got.metrics.explained_variance, var_r > 0 ? 1 - var_e / var_r : 0.0, {1e-5, 1e-5}, "explained var");
+    got.loss.backward();
+    for (const Row& row : to_matrix(values.grad()))
+      for (double g : row) CHECK(std::isfinite(g));
+  }
+}
+
+TEST_CASE("adaptive KL controller follows Ziegler et al.'s clipped proportional update") {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Random rng(seed);
+  KlController fixed(0.05, false, 0.01);
+  fixed.update(1.0, 512);
+  CHECK(fixed.coef() == 0.05);
+  const double target = rng.uniform(0.005, 0.1), horizon = 10000;
+  KlController controller(0.1, true, target, horizon);
+  double want = 0.1;
+  for (int step = 0; step < 50; ++step) {
+    const double measured = target * rng.uniform(0.0, 2.5);  // inside and outside the +-20% clip
+    const int64_t n = rng.integer(1, 1024);
+    want *= 1 + std::min(std::max(measured / target - 1, -0.2), 0.2) * n / horizon;
+    controller.update(measured, n);
+    check_scalar(controller.coef(), want, {0, 1e-12}, "coef");
+  }
+  KlController rising(0.1, true, 0.01, 100);
+  rising.update(10.0, 100);  // error clipped to +0.2
+  check_scalar(rising.coef(), 0.12, {0, 1e-12}, "clipped increase");
+  CHECK_THROWS_AS(rising.update(std::nan(""), 1), Error);
+}
+
+TEST_CASE("input checks: group layout, group sizes, shapes") {
+  AdvantageInputs in;
+  in.rewards = at::ones({6});
+  in.mask = at::ones({6, 4});
+  in.group_size = 4;
+  CHECK_THROWS_WITH_AS(grpo_advantages(in, {}), doctest::Contains("not a whole number of groups of group_size 4"),
+                       Error);
+  in.group_size = 1;
+  CHECK_THROWS_WITH_AS(rloo_advantages(in, {}), doctest::Contains("needs group_size >= 2, got 1"), Error);
+  CHECK_THROWS_WITH_AS(gae_advantages(in, {}), doctest::Contains("values"), Error);
+  in.rewards = at::ones({5});
+  CHECK_THROWS_WITH_AS(reinforce_pp_advantages(in, {}), doctest::Contains("rewards must be a [B] tensor"), Error);
+  PolicyLossInputs p{at::zeros({2, 3}), at::zeros({2, 4}), at::zeros({2, 3}), at::ones({2, 3})};
+  CHECK_THROWS_WITH_AS(ppo_clip_loss(p, {}), doctest::Contains("old_logprobs has shape [2, 4]"), Error);
+  p.old_logprobs = at::zeros({2, 3});
+  CHECK_THROWS_WITH_AS(ppo_clip_loss(p, {0.2, 0.2, 0.5}), doctest::Contains("dual clip needs a constant > 1"), Error);
+  CHECK_THROWS_WITH_AS(loss_aggregation_from_name("token_men"), doctest::Contains("did you mean token_mean?"), Error);
+}
+
+TEST_CASE("registry: built-ins by name, unknown names with a did-you-mean, plugins added by name") {
+  CHECK(advantage_estimator_names() ==
+        std::vector<std::string>{"grpo", "dr_grpo", "rloo", "reinforce_pp", "gae"});
+  CHECK(policy_loss_names() == std::vector<std::string>{"ppo_clip", "gspo"});
+  CHECK_THROWS_WITH_AS(find_advantage_estimator("grpoo"),
+                       "unknown advantage estimator (algorithm.advantage) \"grpoo\" (did you mean grpo?); "
+                       "known: grpo, dr_grpo, rloo, reinforce_pp or gae",
+                       Error);
+  CHECK_THROWS_WITH_AS(find_policy_loss("ppo"), doctest::Contains("did you mean gspo?"), Error);
+  CHECK_THROWS_WITH_AS(find_policy_loss("something_else"),
+                       "unknown policy loss (algorithm.policy_loss) \"something_else\"; known: ppo_clip or gspo", Error);
+
+  // A plugin's estimator: the sequence reward times 2, on every valid token.
+  register_advantage_estimator("test_double_reward", [](const AdvantageInputs& in, const AdvantageParams&) {
+    at::Tensor per_token = (2 * in.rewards).unsqueeze(1).expand(in.mask.sizes());
+    return AdvantageResult{at::where(in.mask.ne(0), per_token, at::zeros({}, per_token.options())), at::Tensor()};
+  });
+  register_policy_loss("test_vanilla_pg", [](const PolicyLossInputs& in, const PolicyLossParams&) {
+    at::Tensor valid = in.mask.ne(0);
+    at::Tensor loss = at::where(valid, -in.advantages * in.logprobs, at::zeros({}, in.logprobs.options()));
+    return PolicyLossResult{loss, at::ones_like(loss), at::zeros_like(valid)};
+  });
+  CHECK_THROWS_WITH_AS(register_advantage_estimator("grpo", grpo_advantages),
+                       doctest::Contains("already registered"), Error);
+  CHECK_THROWS_AS(register_policy_loss("empty", PolicyLossFn()), Error);
+  CHECK(advantage_estimator_names().back() == "test_double_reward");
+  CHECK_THROWS_WITH_AS(find_advantage_estimator("test_double_rewards"),
+                       doctest::Contains("did you mean test_double_reward?"), Error);
+
+  AdvantageInputs in;
+  in.rewards = at::tensor({0.5, -1.5}, at::kFloat);
+  in.mask = at::tensor({1, 0, 1, 1}, at::kFloat).view({2, 2});
+  Matrix a = to_matrix(find_advantage_estimator("test_double_reward")(in, AdvantageParams{}).advantages);
+  CHECK(a == Matrix{{1.0, 0.0}, {-3.0, -3.0}});
+
+  // The custom loss through the actor objective, by name.
+  ActorObjectiveParams params;
+  params.policy_loss = "test_vanilla_pg";
+  at::Tensor logprobs = at::tensor({-1.0, -2.0, -0.5, -4.0}, at::kFloat).view({2, 2});
+  ActorObjectiveInputs objective_in{logprobs, logprobs, at::tensor({1.0, 2.0, -1.0, 3.0}, at::kFloat).view({2, 2}),
+                                    in.mask, at::Tensor(), at::Tensor()};
+  ObjectiveResult r = actor_objective(objective_in, params, aggregation_scale(in.mask));
+  check_scalar(r.metrics.pg_loss, (1.0 * 1.0 + -1.0 * 0.5 + 3.0 * 4.0) / 3.0, kFloat, "custom pg loss");
+}

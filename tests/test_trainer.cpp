@@ -1,0 +1,179 @@
+// The learner's training loop: sharded (ddp, zero2; ranks as threads and as processes)
+// equals one process on the same global batch; micro-batching does not change the
+// result; a policy-gradient step moves log-probs the way the advantages say.
+#include "core/error.h"
+#include "core/files.h"
+#include "core/process.h"
+#include "learner/collectives.h"
+#include "trainer_scenario.h"
+
+#include <ATen/ATen.h>
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+using namespace tandem;
+using namespace tandem::testing;
+
+namespace {
+
+double max_weight_diff(const ModelWeights& a, const ModelWeights& b) {
+  double worst = 0;
+  for (const WeightTensor& t : a.tensors()) {
+    const std::vector<float>& u = t.data;
+    const std::vector<float>& v = b.get(t.name).data;
+    for (size_t i = 0; i < u.size(); ++i) {
+      const double d = std::abs(static_cast<double>(u[i]) - v[i]);
+      worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+    }
+  }
+  return worst;
+}
+
+ModelWeights train_single(const TrainerScenario& s, UpdateMetrics* metrics = nullptr) {
+  auto collectives = Collectives::create({});
+  Trainer trainer(s.config, s.weights, s.options, *collectives);
+  UpdateMetrics m = trainer.train(s.mini_batches);
+  if (metrics) *metrics = m;
+  return trainer.weights();
+}
+
+// Ranks as threads over an in-memory rendezvous; returns every rank's final weights.
+std::vector<ModelWeights> train_threads(const TrainerScenario& s, int world, UpdateMetrics* rank0_metrics) {
+  static int store = 0;
+  const std::string rendezvous = "memory://trainer-" + std::to_string(store++);
+  std::vector<ModelWeights> out(world);
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        auto collectives = Collectives::create({rendezvous, rank, world, 60.0});
+        Trainer trainer(s.config, s.weights, s.options, *collectives);
+        UpdateMetrics m = trainer.train(rank_shares(s.mini_batches, rank, world));
+        if (rank == 0 && rank0_metrics) *rank0_metrics = m;
+        out[rank] = trainer.weights();
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < world; ++rank) REQUIRE_MESSAGE(errors[rank].empty(), "rank ", rank, ": ", errors[rank]);
+  return out;
+}
+
+int free_tcp_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+}  // namespace
+
+TEST_CASE("2 and 3 ranks (threads) with ddp and zero2 equal one process after 3 optimizer steps") {
+  for (const char* sharding : {"ddp", "zero2"}) {
+    TrainerScenario s = trainer_scenario(11, sharding);
+    UpdateMetrics single_metrics, sharded_metrics;
+    const ModelWeights single = train_single(s, &single_metrics);
+    CHECK(max_weight_diff(single, s.weights) > 1e-3);  // training moved the weights
+    for (int world : {2, 3}) {
+      std::vector<ModelWeights> ranks = train_threads(s, world, &sharded_metrics);
+      INFO(sharding << " with " << world << " ranks");
+      for (int r = 0; r < world; ++r) CHECK(max_weight_diff(ranks[r], single) <= 1e-5);
+      CHECK(sharded_metrics.objective.pg_loss == doctest::Approx(single_metrics.objective.pg_loss).epsilon(1e-4));
+      CHECK(sharded_metrics.objective.kl == doctest::Approx(single_metrics.objective.kl).epsilon(1e-4));
+      CHECK(sharded_metrics.grad_norm == doctest::Approx(single_metrics.grad_norm).epsilon(1e-4));
+      CHECK(sharded_metrics.tokens == single_metrics.tokens);
+    }
+    CHECK(single_metrics.grad_norm > 0.5);  // the clip was active, so the global norm mattered
+    CHECK(single_metrics.optimizer_steps == 3);
+  }
+}
+
+TEST_CASE("2 rank processes over a TCP rendezvous equal one process") {
+  TrainerScenario s = trainer_scenario(11, "zero2");
+  const ModelWeights single = train_single(s);
+  for (const char* sharding : {"ddp", "zero2"}) {
+    TempDir dir;
+    const std::string rendezvous = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
+    std::vector<ChildProcess> ranks;
+    for (int rank = 0; rank < 2; ++rank) {
+      ranks.push_back(ChildProcess::spawn({TRAINER_RANK_BINARY, rendezvous, std::to_string(rank), "2", sharding, dir.path()},
+                                          {dir.path() + "/rank" + std::to_string(rank) + ".log", false}));
+    }
+    for (int rank = 0; rank < 2; ++rank) {
+      auto status = ranks[rank].wait_for(120);
+      REQUIRE_MESSAGE(status.has_value(), "rank ", rank, " did not finish");
+      REQUIRE_MESSAGE(status->success(), "rank ", rank, " ", status->describe(), ": ",
+                      read_file(dir.path() + "/rank" + std::to_string(rank) + ".log").value_or(""));
+    }
+    INFO(sharding);
+    CHECK(max_weight_diff(load_model_weights(dir.path(), s.config), single) <= 1e-5);
+  }
+}
+
+TEST_CASE("micro-batch size does not change the update") {
+  const ModelWeights one = train_single(trainer_scenario(5, "ddp", 1));
+  const ModelWeights four = train_single(trainer_scenario(5, "ddp", 4));
+  const ModelWeights all = train_single(trainer_scenario(5, "ddp", 7));
+  CHECK(max_weight_diff(one, four) <= 1e-5);
+  CHECK(max_weight_diff(one, all) <= 1e-5);
+}
+
+TEST_CASE("a policy-gradient step raises the log-probs of positively rewarded tokens") {
+  TrainerScenario s = trainer_scenario(3, "ddp", 8);
+  s.options.algorithm.kl.coef = 0;
+  s.options.algorithm.entropy_coef = 0;
+  s.options.learner.optimizer.grad_clip = 0;
+  s.mini_batches.resize(1);
+  // Old log-probs equal to the current ones (on-policy), advantage +1 on sample 0, -1 on sample 1.
+  auto collectives = Collectives::create({});
+  Trainer probe(s.config, s.weights, s.options, *collectives);
+  std::vector<TrainingSample>& batch = s.mini_batches[0];
+  batch.resize(2);
+  auto current = [&](const ModelWeights& w, const TrainingSample& t) {
+    PolicyModel model(s.config, w, at::kFloat);
+    std::vector<int32_t> sequence = t.prompt;
+    sequence.insert(sequence.end(), t.response.begin(), t.response.end());
+    TokenLayout layout = padded_layout({sequence});
+    TokenLogProbs lp = token_logprobs(model.forward(layout), layout, s.options.temperature);
+    double sum = 0;
+    for (size_t k = 0; k < t.response.size(); ++k) sum += lp.logprobs[0][t.prompt.size() + k].item<float>();
+    return sum;
+  };
+  for (int i = 0; i < 2; ++i) {
+    TrainingSample& t = batch[i];
+    PolicyModel model(s.config, s.weights, at::kFloat);
+    std::vector<int32_t> sequence = t.prompt;
+    sequence.insert(sequence.end(), t.response.begin(), t.response.end());
+    TokenLayout layout = padded_layout({sequence});
+    TokenLogProbs lp = token_logprobs(model.forward(layout), layout, s.options.temperature);
+    for (size_t k = 0; k < t.response.size(); ++k) {
+      t.old_logprobs[k] = lp.logprobs[0][t.prompt.size() + k].item<float>();
+      t.advantages[k] = i == 0 ? 1.0f : -1.0f;
+    }
+  }
+  const double before0 = current(s.weights, batch[0]), before1 = current(s.weights, batch[1]);
+  UpdateMetrics m = probe.train(s.mini_batches);
+  CHECK(m.objective.clipfrac == 0);  // ratio 1 on the first step: nothing clipped
+  CHECK(m.objective.ratio_mean == doctest::Approx(1.0).epsilon(1e-5));
+  CHECK(current(probe.weights(), batch[0]) > before0);
+  CHECK(current(probe.weights(), batch[1]) < before1);
+}
+
+TEST_CASE("unsupported strategies and devices are named") {
+  TrainerScenario s = trainer_scenario(1, "fsdp");
+  auto collectives = Collectives::create({});
+  CHECK_THROWS_WITH_AS(Trainer(s.config, s.weights, s.options, *collectives),
+                       doctest::Contains("learner.sharding: \"fsdp\" is not implemented yet"), tandem::Error);
+}
