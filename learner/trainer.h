@@ -59,6 +59,14 @@ class Trainer {
   ModelWeights weights() const;  // the current policy, float32 (identical on every rank)
   int64_t optimizer_steps() const;
 
+  // Every rank calls these together. The checkpoint directory holds the policy
+  // (model.safetensors, config.json), trainer_state.json, and the optimizer moments as
+  // optimizer-<i>.safetensors files, each covering a global [offset, offset + n) range of
+  // the flat parameters: it loads into any worker count and either strategy. Written
+  // into DIR.tmp and renamed by rank 0 after all ranks finished: DIR is whole or absent.
+  void save_checkpoint(const std::string& dir);
+  void load_checkpoint(const std::string& dir);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -13,6 +13,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <functional>
 #include <thread>
 
 using namespace tandem;
@@ -120,6 +122,80 @@ TEST_CASE("2 rank processes over a TCP rendezvous equal one process") {
     INFO(sharding);
     CHECK(max_weight_diff(load_model_weights(dir.path(), s.config), single) <= 1e-5);
   }
+}
+
+// Ranks as threads running `body(trainer, collectives)` from the scenario's weights.
+void with_thread_ranks(const TrainerScenario& s, int world, const std::string& sharding,
+                       const std::function<void(Trainer&, Collectives&)>& body) {
+  static int store = 0;
+  const std::string rendezvous = "memory://checkpoint-" + std::to_string(store++);
+  TrainerOptions options = s.options;
+  options.learner.sharding = sharding;
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        auto collectives = Collectives::create({rendezvous, rank, world, 60.0});
+        Trainer trainer(s.config, s.weights, options, *collectives);
+        body(trainer, *collectives);
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < world; ++rank) REQUIRE_MESSAGE(errors[rank].empty(), "rank ", rank, ": ", errors[rank]);
+}
+
+TEST_CASE("checkpoint on N ranks, load on M (either strategy), continue identically") {
+  TrainerScenario s = trainer_scenario(17, "zero2");
+  const ModelWeights uninterrupted = train_single(s);
+  const std::vector<std::vector<TrainingSample>> first_two(s.mini_batches.begin(), s.mini_batches.begin() + 2);
+  const std::vector<std::vector<TrainingSample>> last = {s.mini_batches[2]};
+  struct Case {
+    int save_world;
+    const char* save_sharding;
+    int load_world;
+    const char* load_sharding;
+  };
+  for (Case c : {Case{2, "zero2", 1, "ddp"}, Case{2, "zero2", 3, "zero2"}, Case{1, "ddp", 2, "zero2"},
+                 Case{3, "ddp", 2, "ddp"}}) {
+    TempDir dir;
+    const std::string checkpoint = dir.path() + "/step_2";
+    with_thread_ranks(s, c.save_world, c.save_sharding, [&](Trainer& t, Collectives& coll) {
+      t.train(rank_shares(first_two, coll.rank(), coll.world_size()));
+      t.save_checkpoint(checkpoint);
+    });
+    CHECK_FALSE(std::filesystem::exists(checkpoint + ".tmp"));
+    std::vector<ModelWeights> resumed(c.load_world);
+    with_thread_ranks(s, c.load_world, c.load_sharding, [&](Trainer& t, Collectives& coll) {
+      t.load_checkpoint(checkpoint);
+      CHECK(t.optimizer_steps() == 2);
+      t.train(rank_shares(last, coll.rank(), coll.world_size()));
+      resumed[coll.rank()] = t.weights();
+    });
+    INFO("saved by " << c.save_world << " " << c.save_sharding << ", loaded by " << c.load_world << " "
+                     << c.load_sharding);
+    for (const ModelWeights& w : resumed) CHECK(max_weight_diff(w, uninterrupted) <= 1e-5);
+  }
+}
+
+TEST_CASE("loading a checkpoint of another model is a clear error") {
+  TrainerScenario s = trainer_scenario(2, "ddp");
+  TempDir dir;
+  auto collectives = Collectives::create({});
+  Trainer trainer(s.config, s.weights, s.options, *collectives);
+  trainer.save_checkpoint(dir.path() + "/c");
+  CHECK_THROWS_WITH_AS(trainer.save_checkpoint(dir.path() + "/c"), doctest::Contains("exists already"), tandem::Error);
+  TrainerScenario other = s;
+  other.config.intermediate_size += 8;
+  other.weights = random_model_weights(other.config, 1);
+  Trainer different(other.config, other.weights, other.options, *collectives);
+  CHECK_THROWS_WITH_AS(different.load_checkpoint(dir.path() + "/c"), doctest::Contains("parameters, this model has"),
+                       tandem::Error);
+  CHECK_THROWS_WITH_AS(trainer.load_checkpoint(dir.path() + "/none"), doctest::Contains("no trainer_state.json"),
+                       tandem::Error);
 }
 
 TEST_CASE("micro-batch size does not change the update") {
