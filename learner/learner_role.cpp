@@ -1,19 +1,94 @@
 #include "learner/learner_role.h"
 
+#include "actor/model_config.h"
+#include "actor/model_weights.h"
+#include "actor/presets.h"
+#include "core/config.h"
 #include "core/error.h"
+#include "learner/collectives.h"
+#include "learner/sample_codec.h"
+#include "learner/trainer.h"
 
 #include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
 #include <torch/version.h>
+
+#include <memory>
 
 namespace tandem {
 
+namespace {
+
+nlohmann::json parse_body(const CommandMsg& command) {
+  try {
+    return nlohmann::json::parse(command.body);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: the body is not JSON: {}", command.name, e.what()));
+  }
+}
+
+// One rank's state between commands; the executor thread runs commands one at a time.
+struct LearnerState {
+  std::unique_ptr<Collectives> collectives;
+  std::unique_ptr<Trainer> trainer;
+
+  Trainer& require_trainer(const std::string& command) {
+    if (!trainer) throw Error(fmt::format("{}: send learner_init first", command));
+    return *trainer;
+  }
+
+  CommandResult init(const CommandMsg& command) {
+    const nlohmann::json body = parse_body(command);
+    const Config config = load_config_text(body.at("config").get<std::string>(), "learner_init config").config;
+    const std::string model_dir = resolve_model_path(body.at("model").get<std::string>());
+    const ModelConfig model = read_model_config(model_dir + "/config.json");
+    TrainerOptions options;
+    options.learner = config.learner;
+    options.algorithm = config.algorithm;
+    options.temperature = config.rollout.temperature;
+    options.max_response_length = config.rollout.max_new_tokens;
+    options.total_optimizer_steps = body.value("total_optimizer_steps", int64_t{1});
+    CollectivesOptions group;
+    group.rendezvous = body.value("rendezvous", std::string());
+    group.rank = body.at("rank").get<int>();
+    group.world_size = body.at("world_size").get<int>();
+    trainer.reset();
+    collectives = Collectives::create(group);
+    trainer = std::make_unique<Trainer>(model, load_model_weights(model_dir, model), options, *collectives);
+    return {fmt::format("{{\"parameters\":{}}}", load_model_weights(model_dir, model).parameter_count()), {}};
+  }
+
+  CommandResult train(const CommandMsg& command, const std::vector<std::string>& attachments) {
+    Trainer& t = require_trainer(command.name);
+    UpdateMetrics metrics = t.train(decode_training_batch(command.body, attachments));
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [name, value] : metrics.entries()) out[name] = value;
+    out["optimizer_steps"] = t.optimizer_steps();
+    out["tokens"] = metrics.tokens;
+    return {out.dump(), {}};
+  }
+};
+
+}  // namespace
+
 CommandHandler learner_command_handler() {
-  return [](const CommandMsg& command, const std::vector<std::string>&) -> CommandResult {
+  auto state = std::make_shared<LearnerState>();
+  return [state](const CommandMsg& command, const std::vector<std::string>& attachments) -> CommandResult {
     if (command.name == "torch_info") {
       return {fmt::format("{{\"libtorch\":\"{}\",\"intra_op_threads\":{}}}", TORCH_VERSION, at::get_num_threads()),
               {}};
     }
-    throw Error(fmt::format("learner worker: unknown command \"{}\" (known: ping, describe, torch_info)",
+    if (command.name == "learner_init") return state->init(command);
+    if (command.name == "learner_train") return state->train(command, attachments);
+    if (command.name == "learner_save" || command.name == "learner_load") {
+      const std::string dir = parse_body(command).at("dir").get<std::string>();
+      Trainer& t = state->require_trainer(command.name);
+      if (command.name == "learner_save") t.save_checkpoint(dir);
+      else t.load_checkpoint(dir);
+      return {fmt::format("{{\"optimizer_steps\":{}}}", t.optimizer_steps()), {}};
+    }
+    throw Error(fmt::format("learner worker: unknown command \"{}\" (known: ping, describe, torch_info, learner_init, "
+                            "learner_train, learner_save, learner_load)",
                             command.name));
   };
 }

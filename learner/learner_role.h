@@ -1,13 +1,18 @@
 // The learner worker role: commands the controller sends to a training rank.
+//
+//   torch_info      the libtorch this worker runs (version, intra-op threads)
+//   learner_init    {"model", "config" (resolved YAML), "rank", "world_size", "rendezvous",
+//                    "total_optimizer_steps"}: loads the policy, joins the process group
+//   learner_train   header + 2 frames (learner/sample_codec.h): one update over this rank's
+//                   shares of the mini-batches; replies the update's metrics as JSON
+//   learner_save    {"dir"}: a checkpoint (all ranks together)
+//   learner_load    {"dir"}: load one (any worker count wrote it)
 #pragma once
 
 #include "core/worker_runtime.h"
 
 namespace tandem {
 
-// Knows "torch_info" (the libtorch this worker runs: version, intra-op threads), which
-// proves the learner's libtorch loads in a worker process; training commands arrive
-// with the learner issue.
 CommandHandler learner_command_handler();
 
 }  // namespace tandem

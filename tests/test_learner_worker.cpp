@@ -1,0 +1,121 @@
+// Learner workers as real processes (`tandem worker --role learner`): initialised over a
+// TCP rendezvous, trained on binary-encoded batches the "controller" (this test) sends,
+// checkpointed; the result equals one in-process trainer. Also the batch codec.
+#include "controller/launcher.h"
+#include "controller/worker_pool.h"
+#include "core/config.h"
+#include "core/files.h"
+#include "learner/collectives.h"
+#include "learner/sample_codec.h"
+#include "trainer_scenario.h"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+using namespace tandem;
+using namespace tandem::testing;
+
+namespace {
+
+PoolOptions pool_options(const std::string& dir) {
+  PoolOptions o;
+  o.bind_address = "tcp://127.0.0.1:*";
+  o.log_dir = dir;
+  o.register_timeout_s = 60;
+  o.heartbeat_interval_s = 0.2;
+  o.heartbeat_timeout_s = 10;
+  o.command_timeout_s = 120;
+  o.shutdown_grace_s = 2;
+  return o;
+}
+
+// The scenario's TrainerOptions as the experiment config a controller would send.
+std::string scenario_config_yaml(const TrainerScenario& s) {
+  Config c;
+  c.learner = s.options.learner;
+  c.algorithm = s.options.algorithm;
+  c.rollout.temperature = s.options.temperature;
+  c.rollout.max_new_tokens = s.options.max_response_length;
+  c.learner.workers = 2;
+  return config_to_yaml(c);
+}
+
+}  // namespace
+
+TEST_CASE("the training-batch codec round-trips and rejects damaged messages") {
+  TrainerScenario s = trainer_scenario(4, "ddp");
+  s.mini_batches[1][2].ref_logprobs.assign(s.mini_batches[1][2].response.size(), -1.5f);
+  EncodedBatch encoded = encode_training_batch(s.mini_batches);
+  auto decoded = decode_training_batch(encoded.header, encoded.attachments);
+  REQUIRE(decoded.size() == s.mini_batches.size());
+  for (size_t m = 0; m < decoded.size(); ++m) {
+    REQUIRE(decoded[m].size() == s.mini_batches[m].size());
+    for (size_t i = 0; i < decoded[m].size(); ++i) {
+      CHECK(decoded[m][i].prompt == s.mini_batches[m][i].prompt);
+      CHECK(decoded[m][i].response == s.mini_batches[m][i].response);
+      CHECK(decoded[m][i].old_logprobs == s.mini_batches[m][i].old_logprobs);
+      CHECK(decoded[m][i].advantages == s.mini_batches[m][i].advantages);
+      CHECK(decoded[m][i].ref_logprobs == s.mini_batches[m][i].ref_logprobs);
+    }
+  }
+  std::vector<std::string> short_frames = encoded.attachments;
+  short_frames[1].resize(short_frames[1].size() - 4);
+  CHECK_THROWS_WITH(decode_training_batch(encoded.header, short_frames), doctest::Contains("runs past the end"));
+  std::vector<std::string> long_frames = encoded.attachments;
+  long_frames[0] += "abcd";
+  CHECK_THROWS_WITH(decode_training_batch(encoded.header, long_frames), doctest::Contains("left over"));
+  CHECK_THROWS_WITH(decode_training_batch("[[[1, \"x\", false]]]", encoded.attachments),
+                    doctest::Contains("mini-batch 0 sample 0: expected [prompt_length, response_length, has_ref]"));
+  CHECK_THROWS_WITH(decode_training_batch("{", encoded.attachments), doctest::Contains("not JSON"));
+}
+
+TEST_CASE("two learner worker processes train like one in-process trainer") {
+  TrainerScenario s = trainer_scenario(11, "zero2");
+  auto single_collectives = Collectives::create({});
+  Trainer single(s.config, s.weights, s.options, *single_collectives);
+  single.train(s.mini_batches);
+
+  TempDir dir;
+  const std::string model_dir = dir.path() + "/model";
+  save_model_weights(model_dir, s.weights, DType::f32);
+  write_file_atomic(model_dir + "/config.json", model_config_to_json(s.config));
+
+  WorkerPool pool(pool_options(dir.path()), make_local_launcher(TANDEM_BINARY));
+  const std::vector<WorkerId> ranks = {{"learner", 0}, {"learner", 1}};
+  pool.start(ranks);
+  const std::string rendezvous = "file://" + dir.path() + "/rendezvous";
+  std::vector<uint64_t> pending;
+  for (int r = 0; r < 2; ++r) {
+    nlohmann::json body = {{"model", model_dir},     {"config", scenario_config_yaml(s)}, {"rank", r},
+                           {"world_size", 2},        {"rendezvous", rendezvous},         {"total_optimizer_steps", 3}};
+    pending.push_back(pool.send(ranks[r], "learner_init", body.dump()));
+  }
+  pool.wait(pending);
+  pending.clear();
+  for (int r = 0; r < 2; ++r) {
+    EncodedBatch batch = encode_training_batch(rank_shares(s.mini_batches, r, 2));
+    pending.push_back(pool.send(ranks[r], "learner_train", batch.header, batch.attachments));
+  }
+  auto replies = pool.wait(pending);
+  nlohmann::json metrics = nlohmann::json::parse(replies.at(pending[0]).reply.body);
+  CHECK(metrics.at("optimizer_steps").get<int>() == 3);
+  CHECK(metrics.contains("actor/pg_loss"));
+  CHECK(metrics.contains("actor/grad_norm"));
+
+  pending.clear();
+  const std::string checkpoint = dir.path() + "/checkpoint";
+  for (int r = 0; r < 2; ++r) pending.push_back(pool.send(ranks[r], "learner_save", nlohmann::json{{"dir", checkpoint}}.dump()));
+  pool.wait(pending);
+  const ModelWeights trained = load_model_weights(checkpoint, s.config);
+  const ModelWeights want = single.weights();
+  double worst = 0;
+  for (const WeightTensor& t : want.tensors()) {
+    for (size_t i = 0; i < t.data.size(); ++i) worst = std::max(worst, std::abs(double(t.data[i]) - trained.get(t.name).data[i]));
+  }
+  CHECK(worst <= 1e-5);
+
+  // A damaged batch is an error reply naming the problem; the worker survives it.
+  uint64_t bad = pool.send(ranks[0], "learner_train", "[[[3, 2, false]]]", {"ab", ""});
+  CHECK_THROWS_WITH(pool.wait({bad}), doctest::Contains("runs past the end"));
+  pool.shutdown("test done");
+}
