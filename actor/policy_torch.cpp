@@ -152,41 +152,54 @@ at::Tensor PolicyModel::attention(const at::Tensor& x, int64_t layer, const at::
 }
 
 at::Tensor PolicyModel::forward(const TokenLayout& layout) const {
-  const ModelConfig& c = config_;
+  at::Tensor x = embed(layout);
+  const LayerContext context = layer_context(layout, x.scalar_type());
+  for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) x = this->layer(layer, x, context);
+  return head(x);
+}
+
+at::Tensor PolicyModel::embed(const TokenLayout& layout) const {
   TANDEM_CHECK(layout.input_ids.dim() == 2, "input_ids must be [batch, length], got {} dims", layout.input_ids.dim());
   TANDEM_CHECK(layout.position_ids.sizes() == layout.input_ids.sizes() &&
                    layout.segment_ids.sizes() == layout.input_ids.sizes(),
                "input_ids, position_ids and segment_ids must have the same shape");
-  const int64_t length = layout.input_ids.size(1);
-  const at::Tensor& embed = param("model.embed_tokens.weight");
-  at::Tensor x = at::embedding(embed, layout.input_ids);
+  return at::embedding(param("model.embed_tokens.weight"), layout.input_ids);
+}
 
+PolicyModel::LayerContext PolicyModel::layer_context(const TokenLayout& layout, at::ScalarType dtype) const {
+  const int64_t length = layout.input_ids.size(1);
   // Rotary angles in float64, so the learner and the rollout engine agree at long positions.
-  std::vector<double> inv = rope_inverse_frequencies(c);
-  at::Tensor inv_freq = at::tensor(inv, at::kDouble);
+  at::Tensor inv_freq = at::tensor(rope_inverse_frequencies(config_), at::kDouble);
   at::Tensor angles = layout.position_ids.to(at::kDouble).unsqueeze(-1) * inv_freq;  // [B, L, head_dim/2]
   angles = at::cat({angles, angles}, -1).unsqueeze(1);                                 // [B, 1, L, head_dim]
-  at::Tensor cos = angles.cos().to(x.scalar_type());
-  at::Tensor sin = angles.sin().to(x.scalar_type());
-
+  LayerContext context;
+  context.cos = angles.cos().to(dtype);
+  context.sin = angles.sin().to(dtype);
   // mask[b, 1, i, j]: token i may attend to token j.
   at::Tensor seg_i = layout.segment_ids.unsqueeze(2);
   at::Tensor seg_j = layout.segment_ids.unsqueeze(1);
   at::Tensor causal = at::ones({length, length}, at::kBool).tril();
   at::Tensor diagonal = at::eye(length, at::kBool);
-  at::Tensor mask = (seg_i.eq(seg_j).logical_and(seg_j.ne(0)).logical_and(causal)).logical_or(diagonal).unsqueeze(1);
+  context.mask = (seg_i.eq(seg_j).logical_and(seg_j.ne(0)).logical_and(causal)).logical_or(diagonal).unsqueeze(1);
+  return context;
+}
 
-  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    const std::string p = "model.layers." + std::to_string(layer) + ".";
-    x = x + attention(rms_norm(x, param(p + "input_layernorm.weight"), c.rms_norm_eps), layer, cos, sin, mask);
-    at::Tensor h = rms_norm(x, param(p + "post_attention_layernorm.weight"), c.rms_norm_eps);
-    at::Tensor gated = at::silu(at::linear(h, param(p + "mlp.gate_proj.weight"))) *
-                       at::linear(h, param(p + "mlp.up_proj.weight"));
-    x = x + at::linear(gated, param(p + "mlp.down_proj.weight"));
-  }
-  x = rms_norm(x, param("model.norm.weight"), c.rms_norm_eps);
-  const at::Tensor& head = c.tie_word_embeddings ? embed : param("lm_head.weight");
-  return at::linear(x, head).to(at::kFloat);
+at::Tensor PolicyModel::layer(int64_t layer, const at::Tensor& x, const LayerContext& context) const {
+  const ModelConfig& c = config_;
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  at::Tensor y = x + attention(rms_norm(x, param(p + "input_layernorm.weight"), c.rms_norm_eps), layer, context.cos,
+                               context.sin, context.mask);
+  at::Tensor h = rms_norm(y, param(p + "post_attention_layernorm.weight"), c.rms_norm_eps);
+  at::Tensor gated =
+      at::silu(at::linear(h, param(p + "mlp.gate_proj.weight"))) * at::linear(h, param(p + "mlp.up_proj.weight"));
+  return y + at::linear(gated, param(p + "mlp.down_proj.weight"));
+}
+
+at::Tensor PolicyModel::head(const at::Tensor& x) const {
+  const ModelConfig& c = config_;
+  at::Tensor normed = rms_norm(x, param("model.norm.weight"), c.rms_norm_eps);
+  const at::Tensor& weight = c.tie_word_embeddings ? param("model.embed_tokens.weight") : param("lm_head.weight");
+  return at::linear(normed, weight).to(at::kFloat);
 }
 
 TokenLogProbs token_logprobs(const at::Tensor& logits, const TokenLayout& layout, double temperature) {

@@ -41,6 +41,17 @@ class PolicyModel {
   // Logits [B, L, vocab] in float32, whatever the parameter dtype.
   at::Tensor forward(const TokenLayout& layout) const;
 
+  // forward() in pieces, for layer-by-layer execution (FSDP gathers one layer at a time):
+  // head(layer(L-1, ... layer(0, embed(layout), context) ...)).
+  struct LayerContext {
+    at::Tensor cos, sin;  // [B, 1, L, head_dim] rotary tables
+    at::Tensor mask;      // [B, 1, L, L] bool: query i may attend to key j
+  };
+  at::Tensor embed(const TokenLayout& layout) const;  // [B, L, hidden]
+  LayerContext layer_context(const TokenLayout& layout, at::ScalarType dtype) const;
+  at::Tensor layer(int64_t layer, const at::Tensor& x, const LayerContext& context) const;  // [B, L, hidden]
+  at::Tensor head(const at::Tensor& x) const;  // final norm + LM head: logits [B, L, vocab] float32
+
   const ModelConfig& config() const { return config_; }
   // HF names, in expected_weights order (no lm_head when tied).
   const std::vector<std::pair<std::string, at::Tensor>>& named_parameters() const { return parameters_; }
