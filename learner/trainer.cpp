@@ -4,7 +4,170 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include <cmath>
+
 namespace tandem {
+
+namespace {
+
+Strategy strategy_from_name(const std::string& name) {
+  if (name == "ddp") return Strategy::ddp;
+  if (name == "zero2") return Strategy::zero2;
+  if (name == "fsdp") return Strategy::fsdp;
+  throw Error(fmt::format("learner.sharding: unknown strategy \"{}\" (ddp, zero2, fsdp)", name));
+}
+
+// FSDP units over the parameters in global order: embeddings, each layer, final norm + head.
+std::vector<size_t> fsdp_unit_sizes(const std::vector<std::pair<std::string, at::Tensor>>& parameters,
+                                    int64_t layers) {
+  std::vector<size_t> sizes(static_cast<size_t>(layers) + 2, 0);
+  for (const auto& [name, p] : parameters) {
+    if (name == "model.embed_tokens.weight") {
+      ++sizes.front();
+    } else if (name.rfind("model.layers.", 0) == 0) {
+      ++sizes[std::stoul(name.substr(13)) + 1];
+    } else {
+      ++sizes.back();
+    }
+  }
+  return sizes;
+}
+
+}  // namespace
+
+Trainer::Impl::Impl(const ModelConfig& config, const ModelWeights& weights, const TrainerOptions& o, Collectives& c)
+    : options(o),
+      collectives(c),
+      strategy(strategy_from_name(o.learner.sharding)),
+      model(config, weights, at::kFloat),
+      objective(actor_objective_params(o.algorithm, o.algorithm.kl.coef)) {
+  if (o.learner.device != "cpu") {
+    throw Error(fmt::format("learner.device: \"{}\" training is not implemented yet (cpu is)", o.learner.device));
+  }
+  if (strategy == Strategy::fsdp) {
+    fsdp = std::make_unique<FsdpParameters>(model.named_parameters(),
+                                            fsdp_unit_sizes(model.named_parameters(), config.num_hidden_layers), c);
+  } else {
+    flat = std::make_unique<FlatParameters>(model.named_parameters(), c.world_size());
+  }
+  const OptimizerConfig& opt = o.learner.optimizer;
+  adam = std::make_unique<AdamW>(local_values().numel(),
+                                 AdamWOptions{opt.beta1, opt.beta2, opt.eps, opt.weight_decay});
+  if (objective.kl_coef > 0) reference = std::make_unique<PolicyModel>(config, weights, at::kFloat);
+}
+
+at::Tensor Trainer::Impl::local_values() {
+  if (strategy == Strategy::fsdp) return fsdp->local_values();
+  return strategy == Strategy::zero2 ? flat->value_shard(collectives.rank()) : flat->values();
+}
+
+at::Tensor Trainer::Impl::local_grads() {
+  if (strategy == Strategy::fsdp) return fsdp->local_grads();
+  return strategy == Strategy::zero2 ? flat->grad_shard(collectives.rank()) : flat->grads();
+}
+
+std::vector<OwnedRange> Trainer::Impl::owned_ranges() const {
+  if (strategy == Strategy::fsdp) return fsdp->owned_ranges();
+  if (strategy == Strategy::ddp) return {{0, 0, flat->numel()}};
+  const int64_t shard = flat->shard_numel(), begin = std::min(flat->numel(), collectives.rank() * shard);
+  const int64_t end = std::min(flat->numel(), begin + shard);
+  if (end <= begin) return {};
+  return {{begin, 0, end - begin}};
+}
+
+ModelWeights Trainer::Impl::full_weights() {
+  if (strategy != Strategy::fsdp) return model.to_weights();
+  for (size_t u = 0; u < fsdp->units(); ++u) fsdp->gather(u);
+  ModelWeights weights = model.to_weights();
+  for (size_t u = 0; u < fsdp->units(); ++u) fsdp->release(u);
+  return weights;
+}
+
+std::pair<at::Tensor, at::Tensor> Trainer::Impl::response_logprobs(const at::Tensor& logits,
+                                                                   const MicroBatch& batch) const {
+  TokenLogProbs lp = token_logprobs(logits, batch.layout, options.temperature);
+  return {response_values(lp.logprobs, batch), response_values(lp.entropy, batch)};
+}
+
+ActorObjectiveInputs Trainer::Impl::objective_inputs(const at::Tensor& logits, const MicroBatch& batch) const {
+  auto [logprobs, entropy] = response_logprobs(logits, batch);
+  ActorObjectiveInputs in{logprobs, batch.old_logprobs, batch.advantages, batch.mask, batch.ref_logprobs, entropy};
+  if (reference && !in.ref_logprobs.defined()) {
+    c10::InferenceMode guard;
+    in.ref_logprobs = response_logprobs(reference->forward(batch.layout), batch).first;
+  }
+  return in;
+}
+
+AggregationScale Trainer::Impl::global_scale(const std::vector<TrainingSample>& share) {
+  double tokens = 0, sequences = 0;
+  for (const TrainingSample& s : share) {
+    tokens += static_cast<double>(s.response.size());
+    sequences += s.response.empty() ? 0 : 1;
+  }
+  at::Tensor counts = at::tensor({tokens, sequences, static_cast<double>(share.size())}, at::kDouble);
+  collectives.all_reduce_sum(counts);
+  AggregationScale scale;
+  scale.tokens = counts[0].item<double>();
+  scale.sequences = counts[1].item<double>();
+  scale.rows = counts[2].item<double>();
+  scale.max_response_length = static_cast<double>(options.max_response_length);
+  return scale;
+}
+
+ObjectiveMetrics Trainer::Impl::micro_batch(const MicroBatch& batch, const AggregationScale& scale) {
+  if (strategy == Strategy::fsdp) return fsdp_micro_batch(batch, scale);
+  ObjectiveResult result = actor_objective(objective_inputs(model.forward(batch.layout), batch), objective, scale);
+  result.loss.backward();  // accumulates into the flat gradient buffer
+  return result.metrics;
+}
+
+int64_t Trainer::Impl::micro_batches_to_run(int64_t local_count) {
+  if (strategy != Strategy::fsdp) return local_count;
+  // FSDP gathers and reduce-scatters inside every micro-batch: all ranks must run as many.
+  at::Tensor count = at::tensor({static_cast<double>(local_count)}, at::kDouble);
+  collectives.all_reduce_max(count);
+  return static_cast<int64_t>(count.item<double>());
+}
+
+MicroBatch Trainer::Impl::idle_micro_batch() const {
+  TrainingSample nothing;
+  nothing.prompt = {0};  // one token, no response: every loss term is masked out
+  return make_micro_batch({nothing}, 0, 1);
+}
+
+void Trainer::Impl::zero_gradients() {
+  if (flat) flat->zero_grads();
+  if (fsdp) fsdp->local_grads().zero_();
+}
+
+double Trainer::Impl::synchronise_and_step() {
+  at::Tensor grads = local_grads();
+  switch (strategy) {
+    case Strategy::ddp: collectives.all_reduce_sum(flat->grads()); break;
+    case Strategy::zero2: collectives.reduce_scatter_sum(flat->grads(), grads); break;
+    case Strategy::fsdp: break;  // reduce-scattered layer by layer during backward
+  }
+  at::Tensor norm_sq = grads.to(at::kDouble).pow(2).sum().reshape({1});
+  if (strategy != Strategy::ddp) collectives.all_reduce_sum(norm_sq);  // each rank holds shards
+  const double norm = std::sqrt(norm_sq.item<double>());
+  const OptimizerConfig& opt = options.learner.optimizer;
+  if (opt.grad_clip > 0 && norm > opt.grad_clip) grads.mul_(opt.grad_clip / (norm + 1e-6));
+  lr = scheduled_learning_rate(opt.lr, opt.schedule, opt.warmup_steps, steps, options.total_optimizer_steps);
+  at::Tensor params = local_values();
+  {
+    at::NoGradGuard no_grad;
+    if (opt.name == "adamw") {
+      adam->step(params, grads, lr);
+    } else {  // sgd
+      if (opt.weight_decay != 0) params.mul_(1.0 - lr * opt.weight_decay);
+      params.add_(grads, -lr);
+    }
+    if (strategy == Strategy::zero2) collectives.all_gather(params.clone(), flat->values());
+  }
+  ++steps;
+  return norm;
+}
 
 Trainer::Trainer(const ModelConfig& config, const ModelWeights& weights, const TrainerOptions& options,
                  Collectives& collectives)
@@ -14,11 +177,11 @@ Trainer::~Trainer() = default;
 
 int64_t Trainer::optimizer_steps() const { return impl_->steps; }
 
-ModelWeights Trainer::weights() const { return impl_->model.to_weights(); }
+ModelWeights Trainer::weights() const { return impl_->full_weights(); }
 
 UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& mini_batches) {
   Impl& m = *impl_;
-  const int64_t micro = m.options.learner.micro_batch_size;
+  const size_t micro = static_cast<size_t>(m.options.learner.micro_batch_size);
   ObjectiveMetrics total;
   total.ratio_min = INFINITY;
   total.ratio_max = -INFINITY;
@@ -27,18 +190,15 @@ UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& min
   for (int64_t epoch = 0; epoch < m.options.learner.epochs; ++epoch) {
     for (const std::vector<TrainingSample>& share : mini_batches) {
       const AggregationScale scale = m.global_scale(share);
-      m.flat.zero_grads();
-      for (size_t begin = 0; begin < share.size(); begin += static_cast<size_t>(micro)) {
-        MicroBatch batch = make_micro_batch(share, begin, std::min(share.size(), begin + static_cast<size_t>(micro)));
-        auto [logprobs, entropy] = m.policy_logprobs(m.model, batch);
-        ActorObjectiveInputs in{logprobs, batch.old_logprobs, batch.advantages, batch.mask, batch.ref_logprobs, entropy};
-        if (m.reference && !in.ref_logprobs.defined()) {
-          c10::InferenceMode guard;
-          in.ref_logprobs = m.policy_logprobs(*m.reference, batch).first;
+      m.zero_gradients();
+      const int64_t count = static_cast<int64_t>((share.size() + micro - 1) / micro);
+      for (int64_t i = 0; i < m.micro_batches_to_run(count); ++i) {
+        const size_t begin = static_cast<size_t>(i) * micro;
+        if (begin < share.size()) {
+          accumulate(total, m.micro_batch(make_micro_batch(share, begin, std::min(share.size(), begin + micro)), scale));
+        } else {
+          m.micro_batch(m.idle_micro_batch(), scale);  // keeps the per-layer collectives in step
         }
-        ObjectiveResult result = actor_objective(in, m.objective, scale);
-        result.loss.backward();
-        accumulate(total, result.metrics);
       }
       grad_norm_sum += m.synchronise_and_step();
       ++steps;
@@ -55,9 +215,9 @@ UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& min
   m.collectives.all_reduce_max(extremes);
   auto s = [&](int i) { return sums[i].item<double>(); };
   const double tokens = s(8), per_token = tokens > 0 ? 1.0 / tokens : 0.0;
+  const double per_step = steps > 0 ? 1.0 / static_cast<double>(steps) : 0.0;
   UpdateMetrics out;
   out.optimizer_steps = steps;
-  const double per_step = steps > 0 ? 1.0 / static_cast<double>(steps) : 0.0;
   out.objective.loss = s(0) * per_step;
   out.objective.pg_loss = s(1) * per_step;
   out.objective.value_loss = s(2) * per_step;

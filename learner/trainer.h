@@ -11,7 +11,10 @@
 //   ddp    gradients all-reduced; every rank keeps full parameters and optimizer state
 //   zero2  gradients reduce-scattered; each rank keeps and steps the optimizer state of its
 //          shard only (1/N of AdamW's moments), then parameters are all-gathered
-//   fsdp   not yet: parameters sharded at rest and gathered per layer (the next step)
+//   fsdp   parameters, gradients and optimizer state all sharded at rest; each layer is
+//          gathered for its forward and again for its backward (recomputed from the
+//          saved layer input), its gradients reduce-scattered, then freed
+//          (learner/trainer_fsdp.cpp). The reference policy for the KL stays whole.
 #pragma once
 
 #include "actor/model_config.h"
@@ -56,7 +59,9 @@ class Trainer {
   // mini_batches[m]: this rank's share of mini-batch m (every rank passes the same count).
   UpdateMetrics train(const std::vector<std::vector<TrainingSample>>& mini_batches);
 
-  ModelWeights weights() const;  // the current policy, float32 (identical on every rank)
+  // The current policy, float32 (identical on every rank). Under fsdp this gathers every
+  // unit: all ranks must call it together.
+  ModelWeights weights() const;
   int64_t optimizer_steps() const;
 
   // Every rank calls these together. The checkpoint directory holds the policy

@@ -1,4 +1,7 @@
-// Trainer checkpoints: save on N ranks, load on M (see trainer.h).
+// Trainer checkpoints: save on N ranks with any strategy, load on M with any (trainer.h).
+// Optimizer moments are stored per rank with the global ranges they cover
+// (checkpoint_ranges.h); loading copies, for each of the loading rank's ranges, the
+// overlapping parts of every file.
 #include "actor/model_weights.h"
 #include "core/files.h"
 #include "core/safetensors.h"
@@ -22,17 +25,27 @@ TensorToWrite float_tensor(const std::string& name, const at::Tensor& t) {
   return out;
 }
 
-// The part of `file`'s tensor `name` (covering [file_offset, ...)) that overlaps
-// [offset, offset + target.numel()), copied into target.
-void copy_overlap(const SafetensorsFile& file, const std::string& name, int64_t file_offset, int64_t offset,
-                  at::Tensor& target) {
+// Copies into `target` (laid out by `target_ranges`) every element that `source` (laid out
+// by `source_ranges`) holds.
+void copy_overlaps(const float* source, const std::vector<OwnedRange>& source_ranges, float* target,
+                   const std::vector<OwnedRange>& target_ranges) {
+  for (const OwnedRange& s : source_ranges) {
+    for (const OwnedRange& t : target_ranges) {
+      const int64_t begin = std::max(s.global_offset, t.global_offset);
+      const int64_t end = std::min(s.global_offset + s.numel, t.global_offset + t.numel);
+      if (begin >= end) continue;
+      std::memcpy(target + t.local_offset + (begin - t.global_offset), source + s.local_offset + (begin - s.global_offset),
+                  static_cast<size_t>(end - begin) * sizeof(float));
+    }
+  }
+}
+
+const float* f32_data(const SafetensorsFile& file, const std::string& name, int64_t min_numel) {
   const TensorView& view = file.get(name);
-  TANDEM_CHECK(view.dtype == DType::f32 && view.shape.size() == 1, "{}: {} is not a 1-D F32 tensor", file.path(), name);
-  const int64_t begin = std::max(offset, file_offset);
-  const int64_t end = std::min(offset + target.numel(), file_offset + view.shape[0]);
-  if (begin >= end) return;
-  std::memcpy(target.data_ptr<float>() + (begin - offset), view.data + (begin - file_offset) * 4,
-              static_cast<size_t>(end - begin) * 4);
+  if (view.dtype != DType::f32 || view.shape.size() != 1 || view.shape[0] < min_numel) {
+    throw Error(fmt::format("{}: {} must be a 1-D F32 tensor of at least {} values", file.path(), name, min_numel));
+  }
+  return reinterpret_cast<const float*>(view.data);
 }
 
 }  // namespace
@@ -46,22 +59,26 @@ void Trainer::save_checkpoint(const std::string& dir) {
     fs::remove_all(staging);
     fs::create_directories(staging);
   }
+  const ModelWeights weights = m.full_weights();  // collective under fsdp
   m.collectives.barrier();
-  // Optimizer moments: zero2 ranks own one shard each; ddp ranks all hold everything, rank 0 writes it.
-  const bool writes_optimizer = m.zero2 || rank == 0;
-  if (writes_optimizer && m.options.learner.optimizer.name == "adamw") {
-    const int64_t offset = m.zero2 ? rank * m.flat.shard_numel() : 0;
-    write_safetensors(fmt::format("{}/optimizer-{}.safetensors", staging, m.zero2 ? rank : 0),
-                      {float_tensor("exp_avg", m.adam.exp_avg()), float_tensor("exp_avg_sq", m.adam.exp_avg_sq())},
-                      {{"offset", std::to_string(offset)}, {"numel", std::to_string(m.adam.exp_avg().numel())}});
+  // ddp ranks all hold everything: rank 0 writes it. Sharded ranks write their own.
+  const bool sharded = m.strategy != Strategy::ddp;
+  const int files = sharded ? world : 1;
+  if ((sharded || rank == 0) && m.options.learner.optimizer.name == "adamw") {
+    write_safetensors(fmt::format("{}/optimizer-{}.safetensors", staging, rank),
+                      {float_tensor("exp_avg", m.adam->exp_avg()), float_tensor("exp_avg_sq", m.adam->exp_avg_sq())},
+                      {{"ranges", format_ranges(m.owned_ranges())}});
   }
   if (rank == 0) {
-    save_model_weights(staging, m.model.to_weights(), DType::f32);
+    save_model_weights(staging, weights, DType::f32);
     write_file_atomic(staging + "/config.json", model_config_to_json(m.model.config()));
-    nlohmann::json state = {{"optimizer_steps", m.steps},     {"adam_steps", m.adam.steps()},
-                            {"world_size", world},           {"sharding", m.options.learner.sharding},
-                            {"flat_numel", m.flat.numel()},  {"optimizer", m.options.learner.optimizer.name},
-                            {"optimizer_files", m.zero2 ? world : 1}};
+    nlohmann::json state = {{"optimizer_steps", m.steps},
+                            {"adam_steps", m.adam->steps()},
+                            {"world_size", world},
+                            {"sharding", m.options.learner.sharding},
+                            {"parameters", weights.parameter_count()},
+                            {"optimizer", m.options.learner.optimizer.name},
+                            {"optimizer_files", files}};
     write_file_atomic(staging + "/trainer_state.json", state.dump(2) + "\n");
   }
   m.collectives.barrier();  // every rank's files are written (and fsynced) before the rename
@@ -80,35 +97,42 @@ void Trainer::load_checkpoint(const std::string& dir) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("{}: not valid JSON: {}", state_path, e.what()));
   }
-  if (state.value("flat_numel", int64_t{-1}) != m.flat.numel()) {
-    throw Error(fmt::format("checkpoint {} holds {} parameters, this model has {}", dir,
-                            state.value("flat_numel", int64_t{-1}), m.flat.numel()));
-  }
+  const ModelWeights weights = load_model_weights(dir, m.model.config());  // names and shapes checked
   if (state.value("optimizer", std::string()) != m.options.learner.optimizer.name) {
     throw Error(fmt::format("checkpoint {} was written with optimizer {}, the config says {}", dir,
                             state.value("optimizer", std::string()), m.options.learner.optimizer.name));
   }
-  // Parameters: the whole policy on every rank (flat values are full under ddp and zero2).
-  const ModelWeights weights = load_model_weights(dir, m.model.config());
+  // The global flat layout: parameters in order, back to back.
+  std::vector<float> global;
+  for (const WeightSpec& spec : expected_weights(m.model.config())) {
+    const std::vector<float>& data = weights.get(spec.name).data;
+    global.insert(global.end(), data.begin(), data.end());
+  }
+  const std::vector<OwnedRange> mine = m.owned_ranges();
   {
     at::NoGradGuard no_grad;
-    for (const FlatParameters::Entry& e : m.flat.entries()) {
-      const WeightTensor& w = weights.get(e.name);
-      std::memcpy(m.flat.values().data_ptr<float>() + e.offset, w.data.data(), static_cast<size_t>(e.numel) * 4);
+    if (m.strategy == Strategy::fsdp) {
+      copy_overlaps(global.data(), {{0, 0, static_cast<int64_t>(global.size())}}, m.local_values().data_ptr<float>(),
+                    mine);
+    } else {  // ddp and zero2 keep the full parameters on every rank
+      std::memcpy(m.flat->values().data_ptr<float>(), global.data(), global.size() * sizeof(float));
     }
   }
-  // Optimizer moments: this rank's range, gathered from whichever files overlap it.
   if (m.options.learner.optimizer.name == "adamw") {
-    const int64_t offset = m.zero2 ? m.collectives.rank() * m.flat.shard_numel() : 0;
-    m.adam.exp_avg().zero_();
-    m.adam.exp_avg_sq().zero_();
-    for (int i = 0; i < state.value("optimizer_files", 0); ++i) {
+    m.adam->exp_avg().zero_();
+    m.adam->exp_avg_sq().zero_();
+    const int files = state.value("optimizer_files", 0);
+    for (int i = 0; i < files; ++i) {
       auto file = SafetensorsFile::open(fmt::format("{}/optimizer-{}.safetensors", dir, i));
-      const int64_t file_offset = std::stoll(file->metadata().at("offset"));
-      copy_overlap(*file, "exp_avg", file_offset, offset, m.adam.exp_avg());
-      copy_overlap(*file, "exp_avg_sq", file_offset, offset, m.adam.exp_avg_sq());
+      auto ranges_it = file->metadata().find("ranges");
+      if (ranges_it == file->metadata().end()) throw Error(fmt::format("{}: no \"ranges\" metadata", file->path()));
+      const std::vector<OwnedRange> ranges = parse_ranges(ranges_it->second, file->path());
+      int64_t needed = 0;
+      for (const OwnedRange& r : ranges) needed = std::max(needed, r.local_offset + r.numel);
+      copy_overlaps(f32_data(*file, "exp_avg", needed), ranges, m.adam->exp_avg().data_ptr<float>(), mine);
+      copy_overlaps(f32_data(*file, "exp_avg_sq", needed), ranges, m.adam->exp_avg_sq().data_ptr<float>(), mine);
     }
-    m.adam.set_steps(state.value("adam_steps", int64_t{0}));
+    m.adam->set_steps(state.value("adam_steps", int64_t{0}));
   }
   m.steps = state.value("optimizer_steps", int64_t{0});
 }

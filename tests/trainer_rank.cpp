@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
     auto collectives = Collectives::create({argv[1], rank, world, 60.0});
     Trainer trainer(s.config, s.weights, s.options, *collectives);
     trainer.train(testing::rank_shares(s.mini_batches, rank, world));
-    if (rank == 0) save_model_weights(argv[5], trainer.weights(), DType::f32);
+    const ModelWeights weights = trainer.weights();  // collective under fsdp: every rank calls it
+    if (rank == 0) save_model_weights(argv[5], weights, DType::f32);
     collectives->barrier();
     return 0;
   } catch (const std::exception& e) {

@@ -1,0 +1,57 @@
+// The FSDP micro-batch: parameters gathered one unit at a time.
+//
+// Forward runs without autograd, layer by layer, keeping each layer's input; the head
+// and the loss run with autograd from a detached copy of the last hidden state. Backward
+// then walks the layers in reverse: re-gather, recompute the layer from its saved input
+// with autograd, backpropagate the incoming gradient, reduce-scatter the layer's
+// parameter gradients into this rank's shard, release. Peak parameter memory: the
+// embeddings and head (kept for the whole micro-batch: tied heads reuse the embeddings)
+// plus one layer. The cost: each layer's forward runs twice (activation recomputation).
+#include "learner/trainer_impl.h"
+
+namespace tandem {
+
+ObjectiveMetrics Trainer::Impl::fsdp_micro_batch(const MicroBatch& batch, const AggregationScale& scale) {
+  const int64_t layers = model.config().num_hidden_layers;
+  const size_t embed_unit = 0, head_unit = static_cast<size_t>(layers) + 1;
+  auto layer_unit = [](int64_t layer) { return static_cast<size_t>(layer) + 1; };
+
+  fsdp->gather(embed_unit);
+  fsdp->gather(head_unit);
+  const PolicyModel::LayerContext context = model.layer_context(batch.layout, at::kFloat);
+  std::vector<at::Tensor> inputs;  // inputs[l]: layer l's input
+  at::Tensor hidden;
+  {
+    at::NoGradGuard no_grad;
+    hidden = model.embed(batch.layout);
+    for (int64_t l = 0; l < layers; ++l) {
+      fsdp->gather(layer_unit(l));
+      inputs.push_back(hidden);
+      hidden = model.layer(l, hidden, context);
+      fsdp->release(layer_unit(l));
+    }
+  }
+  at::Tensor top = hidden.detach().set_requires_grad(true);
+  at::Tensor logits = model.head(top);
+  ObjectiveResult result = actor_objective(objective_inputs(logits, batch), objective, scale);
+  result.loss.backward();
+  at::Tensor grad = top.grad();
+
+  for (int64_t l = layers - 1; l >= 0; --l) {
+    fsdp->gather(layer_unit(l));
+    at::Tensor input = inputs[l].detach().set_requires_grad(true);
+    model.layer(l, input, context).backward(grad);
+    grad = input.grad();
+    fsdp->reduce_gradients(layer_unit(l));
+    fsdp->release(layer_unit(l));
+    inputs[l] = at::Tensor();  // free the activation as soon as it is used
+  }
+  model.embed(batch.layout).backward(grad);
+  fsdp->reduce_gradients(embed_unit);
+  fsdp->reduce_gradients(head_unit);
+  fsdp->release(embed_unit);
+  fsdp->release(head_unit);
+  return result.metrics;
+}
+
+}  // namespace tandem
