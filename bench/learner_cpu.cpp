@@ -1,5 +1,5 @@
 // bench/learner_cpu: training tokens/s and per-rank memory of the learner (Trainer over
-// Gloo: 1 rank, and 2 ranks with ddp and zero2) on the small preset, against a plain
+// Gloo: 1 rank, and 2 ranks with ddp, zero2 and fsdp) on the small preset, against a plain
 // single-process libtorch loop (PolicyModel + torch::optim::AdamW, same loss shape) of the
 // same model and batch in the same run. Rank runs are separate processes (this binary
 // re-executed with `--rank`), each reporting its own peak RSS and state bytes.
@@ -105,11 +105,15 @@ int run_rank(const Args& a) {
   collectives->barrier();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const int64_t params = weights.parameter_count();
-  const double moments = a.sharding == "zero2" ? 2.0 * params / a.world : 2.0 * params;
+  // At rest per rank: fsdp shards everything; zero2 the optimizer state (its gradient
+  // buffer stays whole for the backward pass); ddp nothing.
+  const bool fsdp = a.sharding == "fsdp";
+  const double moments = a.sharding == "ddp" ? 2.0 * params : 2.0 * params / a.world;
+  const double resident_params = fsdp ? 1.0 * params / a.world : 1.0 * params;
   fmt::print("{{\"rank\":{},\"world\":{},\"sharding\":\"{}\",\"tokens_per_s\":{:.1f},\"peak_rss_mb\":{:.1f},"
              "\"param_mb\":{:.2f},\"grad_mb\":{:.2f},\"optimizer_state_mb\":{:.2f}}}\n",
-             a.rank, a.world, a.sharding, static_cast<double>(tokens) / seconds, peak_rss_mb(), params * 4 / 1048576.0,
-             params * 4 / 1048576.0, moments * 4 / 1048576.0);
+             a.rank, a.world, a.sharding, static_cast<double>(tokens) / seconds, peak_rss_mb(),
+             resident_params * 4 / 1048576.0, resident_params * 4 / 1048576.0, moments * 4 / 1048576.0);
   return 0;
 }
 
@@ -189,7 +193,7 @@ int main(int argc, char** argv) {
              "\"peak_rss_mb\":{:.1f}}}\n",
              baseline, peak_rss_mb());
   int attempt = 0;
-  for (auto [world, sharding] : {std::pair<int, const char*>{1, "ddp"}, {2, "ddp"}, {2, "zero2"}}) {
+  for (auto [world, sharding] : {std::pair<int, const char*>{1, "ddp"}, {2, "ddp"}, {2, "zero2"}, {2, "fsdp"}}) {
     for (const nlohmann::json& r : run_ranks(argv[0], a, world, sharding, attempt++)) {
       nlohmann::json line = r;
       line["bench"] = "learner_cpu";
