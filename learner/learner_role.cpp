@@ -87,8 +87,14 @@ CommandHandler learner_command_handler() {
       else t.load_checkpoint(dir);
       return {fmt::format("{{\"optimizer_steps\":{}}}", t.optimizer_steps()), {}};
     }
+    if (command.name == "learner_export") {
+      const nlohmann::json body = parse_body(command);
+      Trainer& t = state->require_trainer(command.name);
+      t.export_policy(body.at("dir").get<std::string>(), body.at("tokenizer_from").get<std::string>());
+      return {"{}", {}};
+    }
     throw Error(fmt::format("learner worker: unknown command \"{}\" (known: ping, describe, torch_info, learner_init, "
-                            "learner_train, learner_save, learner_load)",
+                            "learner_train, learner_save, learner_load, learner_export)",
                             command.name));
   };
 }

@@ -7,6 +7,7 @@
 //                   shares of the mini-batches; replies the update's metrics as JSON
 //   learner_save    {"dir"}: a checkpoint (all ranks together)
 //   learner_load    {"dir"}: load one (any worker count wrote it)
+//   learner_export  {"dir", "tokenizer_from"}: the policy as a Hugging Face directory
 #pragma once
 
 #include "core/worker_runtime.h"

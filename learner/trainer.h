@@ -20,6 +20,7 @@
 #include "actor/model_config.h"
 #include "actor/model_weights.h"
 #include "core/config.h"
+#include "core/safetensors.h"
 #include "learner/objective_metrics.h"
 #include "learner/train_batch.h"
 
@@ -71,6 +72,10 @@ class Trainer {
   // into DIR.tmp and renamed by rank 0 after all ranks finished: DIR is whole or absent.
   void save_checkpoint(const std::string& dir);
   void load_checkpoint(const std::string& dir);
+  // The policy as a Hugging Face directory (config.json, model.safetensors in `dtype`,
+  // and the tokenizer files copied from `tokenizer_dir`), written by rank 0, staged and
+  // renamed like a checkpoint. All ranks call it (fsdp gathers).
+  void export_policy(const std::string& dir, const std::string& tokenizer_dir, DType dtype = DType::f32);
 
  private:
   struct Impl;

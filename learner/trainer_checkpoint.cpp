@@ -86,6 +86,30 @@ void Trainer::save_checkpoint(const std::string& dir) {
   m.collectives.barrier();
 }
 
+void Trainer::export_policy(const std::string& dir, const std::string& tokenizer_dir, DType dtype) {
+  Impl& m = *impl_;
+  const ModelWeights weights = m.full_weights();  // collective under fsdp
+  if (m.collectives.rank() == 0) {
+    if (fs::exists(dir)) throw Error(fmt::format("export: {} exists already", dir));
+    const std::string staging = dir + ".tmp";
+    fs::remove_all(staging);
+    fs::create_directories(staging);
+    ModelConfig config = m.model.config();
+    config.torch_dtype = dtype == DType::bf16 ? "bfloat16" : dtype == DType::f16 ? "float16" : "float32";
+    write_file_atomic(staging + "/config.json", model_config_to_json(config));
+    save_model_weights(staging, weights, dtype);
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                             "generation_config.json"}) {
+      std::optional<std::string> text = read_file(tokenizer_dir + "/" + name);
+      if (text) write_file_atomic(staging + "/" + name, *text);
+      else if (std::string(name) == "tokenizer.json")
+        throw Error(fmt::format("export: {} has no tokenizer.json to copy", tokenizer_dir));
+    }
+    fs::rename(staging, dir);
+  }
+  m.collectives.barrier();
+}
+
 void Trainer::load_checkpoint(const std::string& dir) {
   Impl& m = *impl_;
   const std::string state_path = dir + "/trainer_state.json";

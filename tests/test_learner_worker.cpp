@@ -114,6 +114,16 @@ TEST_CASE("two learner worker processes train like one in-process trainer") {
   }
   CHECK(worst <= 1e-5);
 
+  write_file_atomic(model_dir + "/tokenizer.json", "{}");
+  pending.clear();
+  for (int r = 0; r < 2; ++r) {
+    pending.push_back(pool.send(ranks[r], "learner_export",
+                                nlohmann::json{{"dir", dir.path() + "/policy"}, {"tokenizer_from", model_dir}}.dump()));
+  }
+  pool.wait(pending);
+  CHECK(read_file(dir.path() + "/policy/tokenizer.json").has_value());
+  CHECK(load_model_weights(dir.path() + "/policy", s.config).parameter_count() == s.weights.parameter_count());
+
   // A damaged batch is an error reply naming the problem; the worker survives it.
   uint64_t bad = pool.send(ranks[0], "learner_train", "[[[3, 2, false]]]", {"ab", ""});
   CHECK_THROWS_WITH(pool.wait({bad}), doctest::Contains("runs past the end"));

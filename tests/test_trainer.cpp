@@ -198,6 +198,24 @@ TEST_CASE("loading a checkpoint of another model is a clear error") {
                        tandem::Error);
 }
 
+TEST_CASE("export_policy writes a loadable Hugging Face directory") {
+  TrainerScenario s = trainer_scenario(8, "fsdp");
+  TempDir dir;
+  write_file_atomic(dir.path() + "/tokenizer.json", "{\"model\": {}}");
+  std::vector<ModelWeights> trained(2);
+  with_thread_ranks(s, 2, "fsdp", [&](Trainer& t, Collectives& coll) {
+    t.train(rank_shares(s.mini_batches, coll.rank(), 2));
+    trained[coll.rank()] = t.weights();
+    t.export_policy(dir.path() + "/policy", dir.path(), DType::bf16);
+  });
+  const ModelConfig config = read_model_config(dir.path() + "/policy/config.json");
+  CHECK(config.torch_dtype == "bfloat16");
+  CHECK(read_file(dir.path() + "/policy/tokenizer.json").value_or("") == "{\"model\": {}}");
+  const ModelWeights exported = load_model_weights(dir.path() + "/policy", config);
+  CHECK(max_weight_diff(exported, trained[0]) <= 0.01);  // bf16 rounding of weights ~0.15
+  CHECK(max_weight_diff(trained[0], trained[1]) == 0);
+}
+
 TEST_CASE("a single fsdp rank equals a single ddp rank") {
   CHECK(max_weight_diff(train_single(trainer_scenario(6, "fsdp")), train_single(trainer_scenario(6, "ddp"))) <= 1e-5);
 }
