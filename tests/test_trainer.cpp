@@ -43,21 +43,21 @@ ModelWeights train_single(const TrainerScenario& s, UpdateMetrics* metrics = nul
   return trainer.weights();
 }
 
-// Ranks as threads over an in-memory rendezvous; returns every rank's final weights.
-std::vector<ModelWeights> train_threads(const TrainerScenario& s, int world, UpdateMetrics* rank0_metrics) {
+// Ranks as threads running `body(trainer, collectives)` from the scenario's weights.
+void with_thread_ranks(const TrainerScenario& s, int world, const std::string& sharding,
+                       const std::function<void(Trainer&, Collectives&)>& body) {
   static int store = 0;
-  const std::string rendezvous = "memory://trainer-" + std::to_string(store++);
-  std::vector<ModelWeights> out(world);
+  const std::string rendezvous = "memory://checkpoint-" + std::to_string(store++);
+  TrainerOptions options = s.options;
+  options.learner.sharding = sharding;
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
       try {
         auto collectives = Collectives::create({rendezvous, rank, world, 60.0});
-        Trainer trainer(s.config, s.weights, s.options, *collectives);
-        UpdateMetrics m = trainer.train(rank_shares(s.mini_batches, rank, world));
-        if (rank == 0 && rank0_metrics) *rank0_metrics = m;
-        out[rank] = trainer.weights();
+        Trainer trainer(s.config, s.weights, options, *collectives);
+        body(trainer, *collectives);
       } catch (const std::exception& e) {
         errors[rank] = e.what();
       }
@@ -65,6 +65,16 @@ std::vector<ModelWeights> train_threads(const TrainerScenario& s, int world, Upd
   }
   for (auto& t : threads) t.join();
   for (int rank = 0; rank < world; ++rank) REQUIRE_MESSAGE(errors[rank].empty(), "rank ", rank, ": ", errors[rank]);
+}
+
+// Ranks as threads over an in-memory rendezvous; returns every rank's final weights.
+std::vector<ModelWeights> train_threads(const TrainerScenario& s, int world, UpdateMetrics* rank0_metrics) {
+  std::vector<ModelWeights> out(world);
+  with_thread_ranks(s, world, s.options.learner.sharding, [&](Trainer& trainer, Collectives& c) {
+    UpdateMetrics m = trainer.train(rank_shares(s.mini_batches, c.rank(), world));
+    if (c.rank() == 0 && rank0_metrics) *rank0_metrics = m;
+    out[c.rank()] = trainer.weights();
+  });
   return out;
 }
 
@@ -122,30 +132,6 @@ TEST_CASE("2 rank processes over a TCP rendezvous equal one process") {
     INFO(sharding);
     CHECK(max_weight_diff(load_model_weights(dir.path(), s.config), single) <= 1e-5);
   }
-}
-
-// Ranks as threads running `body(trainer, collectives)` from the scenario's weights.
-void with_thread_ranks(const TrainerScenario& s, int world, const std::string& sharding,
-                       const std::function<void(Trainer&, Collectives&)>& body) {
-  static int store = 0;
-  const std::string rendezvous = "memory://checkpoint-" + std::to_string(store++);
-  TrainerOptions options = s.options;
-  options.learner.sharding = sharding;
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        auto collectives = Collectives::create({rendezvous, rank, world, 60.0});
-        Trainer trainer(s.config, s.weights, options, *collectives);
-        body(trainer, *collectives);
-      } catch (const std::exception& e) {
-        errors[rank] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int rank = 0; rank < world; ++rank) REQUIRE_MESSAGE(errors[rank].empty(), "rank ", rank, ": ", errors[rank]);
 }
 
 TEST_CASE("checkpoint on N ranks, load on M (either strategy), continue identically") {
