@@ -52,10 +52,14 @@ struct LearnerState {
     group.rendezvous = body.value("rendezvous", std::string());
     group.rank = body.at("rank").get<int>();
     group.world_size = body.at("world_size").get<int>();
+    // One intra-op thread per core this rank owns: libtorch's OpenMP threads wait at
+    // barriers for each other, and oversubscribed cores make that 50x slower
+    // (bench/RESULTS.md, learner_cpu). The controller says how many are ours.
+    if (const int threads = body.value("threads", 0); threads > 0) at::set_num_threads(threads);
     trainer.reset();
     collectives = Collectives::create(group);
     trainer = std::make_unique<Trainer>(model, load_model_weights(model_dir, model), options, *collectives);
-    return {fmt::format("{{\"parameters\":{}}}", load_model_weights(model_dir, model).parameter_count()), {}};
+    return {fmt::format("{{\"intra_op_threads\":{}}}", at::get_num_threads()), {}};
   }
 
   CommandResult train(const CommandMsg& command, const std::vector<std::string>& attachments) {

@@ -2,7 +2,8 @@
 //
 //   torch_info      the libtorch this worker runs (version, intra-op threads)
 //   learner_init    {"model", "config" (resolved YAML), "rank", "world_size", "rendezvous",
-//                    "total_optimizer_steps"}: loads the policy, joins the process group
+//                    "total_optimizer_steps", "threads" (intra-op threads; 0: libtorch's
+//                    default)}: loads the policy, joins the process group
 //   learner_train   header + 2 frames (learner/sample_codec.h): one update over this rank's
 //                   shares of the mini-batches; replies the update's metrics as JSON
 //   learner_save    {"dir"}: a checkpoint (all ranks together)

@@ -87,10 +87,13 @@ TEST_CASE("two learner worker processes train like one in-process trainer") {
   std::vector<uint64_t> pending;
   for (int r = 0; r < 2; ++r) {
     nlohmann::json body = {{"model", model_dir},     {"config", scenario_config_yaml(s)}, {"rank", r},
-                           {"world_size", 2},        {"rendezvous", rendezvous},         {"total_optimizer_steps", 3}};
+                           {"world_size", 2},        {"rendezvous", rendezvous},         {"total_optimizer_steps", 3},
+                           {"threads", 1}};
     pending.push_back(pool.send(ranks[r], "learner_init", body.dump()));
   }
-  pool.wait(pending);
+  for (const auto& [id, reply] : pool.wait(pending)) {
+    CHECK(nlohmann::json::parse(reply.reply.body).at("intra_op_threads").get<int>() == 1);
+  }
   pending.clear();
   for (int r = 0; r < 2; ++r) {
     EncodedBatch batch = encode_training_batch(rank_shares(s.mini_batches, r, 2));
