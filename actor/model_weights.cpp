@@ -49,11 +49,23 @@ std::vector<WeightSpec> expected_weights(const ModelConfig& c) {
   return specs;
 }
 
-int64_t WeightTensor::numel() const {
+namespace {
+
+int64_t product(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
 }
+
+}  // namespace
+
+int64_t parameter_count(const ModelConfig& config) {
+  int64_t n = 0;
+  for (const WeightSpec& spec : expected_weights(config)) n += product(spec.shape);
+  return n;
+}
+
+int64_t WeightTensor::numel() const { return product(shape); }
 
 ModelWeights::ModelWeights(std::vector<WeightTensor> tensors) : tensors_(std::move(tensors)) {
   for (size_t i = 0; i < tensors_.size(); ++i) {

@@ -24,6 +24,8 @@ struct WeightSpec {
 
 // Every tensor the architecture needs, in a fixed order (embeddings, layers, norm, head).
 std::vector<WeightSpec> expected_weights(const ModelConfig& config);
+// The number of values in expected_weights(config).
+int64_t parameter_count(const ModelConfig& config);
 
 struct WeightTensor {
   std::string name;

@@ -61,7 +61,7 @@ void FsdpParameters::gather(size_t unit) {
   Unit& u = units_.at(unit);
   if (u.full.defined()) return;
   u.full = at::empty({u.shard_numel * collectives_.world_size()}, at::kFloat);
-  collectives_.all_gather(local_values_.narrow(0, u.local_offset, u.shard_numel).clone(), u.full);
+  collectives_.all_gather(local_values_.narrow(0, u.local_offset, u.shard_numel), u.full);
   for (size_t i = u.first; i < u.first + u.count; ++i) {
     at::Tensor p = parameters_[i].second;  // a handle to the model's own leaf
     const int64_t n = c10::multiply_integers(shapes_[i]);

@@ -91,8 +91,14 @@ void CpuModel::forward(const ForwardBatch& batch, KvCache& cache, std::vector<fl
   sin_.resize(tokens * half);
   positions_.resize(tokens);
 
+  token_block_table_.resize(tokens);
+  attention_multiply_adds_ = 0;
   for (const ForwardSequence& s : batch.sequences) {
-    for (int64_t t = s.token_begin; t < s.token_end; ++t) positions_[t] = s.start_position + (t - s.token_begin);
+    for (int64_t t = s.token_begin; t < s.token_end; ++t) {
+      positions_[t] = s.start_position + (t - s.token_begin);
+      token_block_table_[t] = s.block_table;
+      attention_multiply_adds_ += 2 * (positions_[t] + 1) * c.q_size();  // q.k and p.v over the context
+    }
   }
   for (int64_t t = 0; t < tokens; ++t) {
     const int32_t id = batch.tokens[t];
@@ -160,28 +166,18 @@ void CpuModel::attention(const ForwardBatch& batch, int64_t layer, const KvCache
   const int64_t block_size = cache.shape().block_size;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
   // Work items: (token, head) pairs, each independent.
-  struct Item {
-    const ForwardSequence* sequence;
-    int64_t token;
-  };
-  std::vector<Item> items;
-  items.reserve(batch.tokens.size());
-  for (const ForwardSequence& s : batch.sequences)
-    for (int64_t t = s.token_begin; t < s.token_end; ++t) items.push_back({&s, t});
-  const int64_t work = static_cast<int64_t>(items.size()) * heads;
-  int64_t multiply_adds = 0;  // q.k and p.v products: worth threads only when large
-  for (const Item& item : items) multiply_adds += 2 * (positions_[item.token] + 1) * heads * head_dim;
-
+  const int64_t work = static_cast<int64_t>(batch.tokens.size()) * heads;
   auto attend = [&](int64_t w, std::vector<float>& scores) {
-    const Item& item = items[w / heads];
+    const int64_t token = w / heads;
+    const int32_t* block_table = token_block_table_[token];
     const int64_t head = w % heads;
     const int64_t kv_head = head / group;
-    const int64_t context = positions_[item.token] + 1;  // causal: positions 0..p
-    const float* q = &q_[(item.token * heads + head) * head_dim];
+    const int64_t context = positions_[token] + 1;  // causal: positions 0..p
+    const float* q = &q_[(token * heads + head) * head_dim];
     scores.resize(context);
     float max_score = -INFINITY;
     for (int64_t j = 0; j < context; ++j) {
-      const float* k = cache.key(layer, item.sequence->block_table[j / block_size], j % block_size) + kv_head * head_dim;
+      const float* k = cache.key(layer, block_table[j / block_size], j % block_size) + kv_head * head_dim;
       // Eigen's dot is vectorised (a plain loop is not: float sums cannot be reordered).
       scores[j] = Eigen::Map<const Eigen::VectorXf>(q, head_dim).dot(Eigen::Map<const Eigen::VectorXf>(k, head_dim)) * scale;
       max_score = std::max(max_score, scores[j]);
@@ -191,16 +187,16 @@ void CpuModel::attention(const ForwardBatch& batch, int64_t layer, const KvCache
       scores[j] = std::exp(scores[j] - max_score);
       sum += scores[j];
     }
-    float* out = &attn_[(item.token * heads + head) * head_dim];
+    float* out = &attn_[(token * heads + head) * head_dim];
     std::fill(out, out + head_dim, 0.0f);
     for (int64_t j = 0; j < context; ++j) {
-      const float* v = cache.value(layer, item.sequence->block_table[j / block_size], j % block_size) + kv_head * head_dim;
+      const float* v = cache.value(layer, block_table[j / block_size], j % block_size) + kv_head * head_dim;
       const float p = scores[j] / sum;
       for (int64_t d = 0; d < head_dim; ++d) out[d] += p * v[d];
     }
   };
   // Below ~2^18 multiply-adds one thread is faster than handing out chunks.
-  const int64_t chunks = multiply_adds >= (int64_t{1} << 18) ? std::min<int64_t>(work, 8 * pool_->threads()) : 1;
+  const int64_t chunks = attention_multiply_adds_ >= (int64_t{1} << 18) ? std::min<int64_t>(work, 8 * pool_->threads()) : 1;
   pool_->run(chunks, [&](int64_t chunk) {
     std::vector<float> scores;
     for (int64_t w = chunk * work / chunks; w < (chunk + 1) * work / chunks; ++w) attend(w, scores);

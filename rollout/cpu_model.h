@@ -75,7 +75,9 @@ class CpuModel {
 
   // Workspace, grown to the largest step seen and reused (no allocation per layer).
   std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, cos_, sin_, rows_;
-  std::vector<int64_t> positions_;
+  std::vector<int64_t> positions_;                  // per token of the step
+  std::vector<const int32_t*> token_block_table_;   // per token: its sequence's block table
+  int64_t attention_multiply_adds_ = 0;             // per layer, for the threading decision
   std::unique_ptr<ThreadPool> pool_;
 };
 

@@ -6,6 +6,7 @@
 #include "rollout/scheduler.h"
 
 #include <algorithm>
+#include <iterator>
 #include <list>
 #include <map>
 #include <set>
@@ -31,10 +32,12 @@ namespace {
 struct RequestState {
   GenerationRequest request;
   std::set<int32_t> stop_ids;
+  size_t longest_stop_string = 0;  // bytes
   int64_t order = 0;  // position among all requests added, for generate()'s output order
 };
 
 struct SampleState : Sequence {
+  std::list<SampleState>::iterator self;  // for O(1) removal when it finishes
   std::shared_ptr<const RequestState> request;
   GeneratedSample result;
   uint64_t seed = 0;
@@ -140,8 +143,10 @@ void RolloutEngine::add_request(const GenerationRequest& r) {
   state->order = impl_->next_order++;
   state->stop_ids.insert(r.stop_token_ids.begin(), r.stop_token_ids.end());
   if (!r.ignore_eos) state->stop_ids.insert(c.eos_token_ids.begin(), c.eos_token_ids.end());
+  for (const std::string& stop : r.stop_strings) state->longest_stop_string = std::max(state->longest_stop_string, stop.size());
   for (int64_t i = 0; i < r.n; ++i) {
     SampleState& s = impl_->samples.emplace_back();
+    s.self = std::prev(impl_->samples.end());
     s.arrival = impl_->next_arrival++;
     s.tokens = r.prompt;
     s.prompt_length = prompt_length;
@@ -205,7 +210,13 @@ std::vector<GeneratedSample> RolloutEngine::step() {
       s->result.stop = std::to_string(t.token);
       done = true;
     } else if (!request.stop_strings.empty()) {
-      const std::string text = m.detokenize(s->result.tokens);
+      // A stop string completed by this token spans at most its length in tokens (every
+      // token is >= 1 byte); 8 more keep a character split at the window's start (a
+      // few bytes of U+FFFD) away from it. Decoding only this tail keeps the check O(1)
+      // per token instead of re-decoding the whole completion.
+      const std::vector<int32_t>& all = s->result.tokens;
+      const size_t window = std::min(all.size(), s->request->longest_stop_string + 8);
+      const std::string text = m.detokenize(std::vector<int32_t>(all.end() - window, all.end()));
       for (const std::string& stop : request.stop_strings) {
         if (text.find(stop) != std::string::npos) {
           s->result.finish_reason = FinishReason::finish_reason_stop;
@@ -223,7 +234,7 @@ std::vector<GeneratedSample> RolloutEngine::step() {
     if (done) {
       m.scheduler.finish(s);
       finished.push_back(std::move(s->result));
-      m.samples.remove_if([s](const SampleState& x) { return &x == s; });
+      m.samples.erase(s->self);
     }
   }
   return finished;

@@ -7,12 +7,21 @@
 #include "actor/model_weights.h"
 
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
 namespace tandem::testing {
 
 using Matrix = std::vector<std::vector<double>>;  // [rows][cols]
+
+// `length` token ids drawn uniformly from [0, limit).
+inline std::vector<int32_t> random_tokens(std::mt19937_64& rng, int64_t length, int64_t limit) {
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(limit) - 1);
+  std::vector<int32_t> tokens(static_cast<size_t>(length));
+  for (int32_t& t : tokens) t = pick(rng);
+  return tokens;
+}
 
 inline std::vector<double> ref_linear(const WeightTensor& w, const std::vector<double>& x, const WeightTensor* bias) {
   const int64_t out = w.shape[0], in = w.shape[1];

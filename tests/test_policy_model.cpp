@@ -13,13 +13,6 @@ using namespace tandem::testing;
 
 namespace {
 
-std::vector<int32_t> random_tokens(std::mt19937_64& rng, int64_t length, int64_t vocab) {
-  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(vocab) - 1);
-  std::vector<int32_t> t(length);
-  for (auto& x : t) x = pick(rng);
-  return t;
-}
-
 // max |a - b| / (atol + rtol |b|) <= 1 over a row; NaN fails.
 void check_close(const float* got, const std::vector<double>& want, double atol, double rtol, const std::string& what) {
   for (size_t i = 0; i < want.size(); ++i) {

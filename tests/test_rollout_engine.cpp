@@ -17,11 +17,9 @@ using namespace tandem::testing;
 
 namespace {
 
-std::vector<int32_t> random_tokens(std::mt19937_64& rng, int64_t length, int64_t vocab) {
-  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(vocab) - 2);  // never the eos id (vocab - 1)
-  std::vector<int32_t> t(length);
-  for (auto& x : t) x = pick(rng);
-  return t;
+// Prompt tokens: never the test models' eos id (vocab - 1).
+std::vector<int32_t> prompt_tokens(std::mt19937_64& rng, int64_t length, int64_t vocab) {
+  return random_tokens(rng, length, vocab - 1);
 }
 
 // Logits of every position of `tokens` from one CpuModel forward (a single prefill).
@@ -65,7 +63,7 @@ TEST_CASE("CPU forward matches the float64 reference for every architecture feat
   for (const TestModel& m : test_models()) {
     ModelWeights weights = random_model_weights(m.config, rng(), 0.15, true);
     CpuModel model(m.config, weights);
-    std::vector<int32_t> tokens = random_tokens(rng, 70, m.config.vocab_size);
+    std::vector<int32_t> tokens = prompt_tokens(rng, 70, m.config.vocab_size);
     std::vector<float> logits = prefill_logits(model, tokens);
     Matrix want = reference_logits(m.config, weights, tokens);
     for (size_t t = 0; t < tokens.size(); ++t) {
@@ -84,7 +82,7 @@ TEST_CASE("decoding with the paged KV cache equals recomputing from scratch") {
   for (const TestModel& m : test_models()) {
     ModelWeights weights = random_model_weights(m.config, rng(), 0.15, true);
     CpuModel model(m.config, weights);
-    std::vector<int32_t> tokens = random_tokens(rng, 23, m.config.vocab_size);
+    std::vector<int32_t> tokens = prompt_tokens(rng, 23, m.config.vocab_size);
     std::vector<float> full = prefill_logits(model, tokens);
 
     // Prefill 5 tokens, then feed the rest one at a time through 3-slot blocks.
@@ -118,7 +116,7 @@ TEST_CASE("rollout log-probs equal the learner module's for the same weights and
       for (uint64_t id = 0; id < 3; ++id) {
         GenerationRequest r;
         r.id = id;
-        r.prompt = random_tokens(rng, 3 + 5 * id, m.config.vocab_size);
+        r.prompt = prompt_tokens(rng, 3 + 5 * id, m.config.vocab_size);
         r.n = 2;
         r.max_new_tokens = 12;
         r.sampling.temperature = temperature;
@@ -152,7 +150,7 @@ TEST_CASE("continuous batching, chunked prefill and preemption give each request
   for (uint64_t id = 0; id < 12; ++id) {
     GenerationRequest r;
     r.id = 100 + id;
-    r.prompt = random_tokens(rng, 1 + static_cast<int64_t>(rng() % 30), m.config.vocab_size);
+    r.prompt = prompt_tokens(rng, 1 + static_cast<int64_t>(rng() % 30), m.config.vocab_size);
     r.n = 1 + static_cast<int64_t>(id % 3);
     r.max_new_tokens = 4 + static_cast<int64_t>(rng() % 20);
     r.sampling.temperature = id % 4 == 0 ? 0.0 : 0.8;
@@ -319,7 +317,7 @@ TEST_CASE("weight updates load between steps, record the version and are checked
   ModelWeights after = random_model_weights(m.config, rng(), 0.15, true);
   RolloutEngine engine(m.config, before, small_engine());
   GenerationRequest r;
-  r.prompt = random_tokens(rng, 6, m.config.vocab_size);
+  r.prompt = prompt_tokens(rng, 6, m.config.vocab_size);
   r.max_new_tokens = 8;
   r.seed = 1;
   CHECK(engine.generate({r})[0].weight_version == 0);

@@ -225,27 +225,26 @@ TEST_CASE("a policy-gradient step raises the log-probs of positively rewarded to
   Trainer probe(s.config, s.weights, s.options, *collectives);
   std::vector<TrainingSample>& batch = s.mini_batches[0];
   batch.resize(2);
-  auto current = [&](const ModelWeights& w, const TrainingSample& t) {
+  // The policy's log-probs of a sample's response tokens.
+  auto response_logprobs = [&](const ModelWeights& w, const TrainingSample& t) {
     PolicyModel model(s.config, w, at::kFloat);
     std::vector<int32_t> sequence = t.prompt;
     sequence.insert(sequence.end(), t.response.begin(), t.response.end());
     TokenLayout layout = padded_layout({sequence});
     TokenLogProbs lp = token_logprobs(model.forward(layout), layout, s.options.temperature);
+    std::vector<float> out;
+    for (size_t k = 0; k < t.response.size(); ++k) out.push_back(lp.logprobs[0][t.prompt.size() + k].item<float>());
+    return out;
+  };
+  auto current = [&](const ModelWeights& w, const TrainingSample& t) {
     double sum = 0;
-    for (size_t k = 0; k < t.response.size(); ++k) sum += lp.logprobs[0][t.prompt.size() + k].item<float>();
+    for (float lp : response_logprobs(w, t)) sum += lp;
     return sum;
   };
   for (int i = 0; i < 2; ++i) {
     TrainingSample& t = batch[i];
-    PolicyModel model(s.config, s.weights, at::kFloat);
-    std::vector<int32_t> sequence = t.prompt;
-    sequence.insert(sequence.end(), t.response.begin(), t.response.end());
-    TokenLayout layout = padded_layout({sequence});
-    TokenLogProbs lp = token_logprobs(model.forward(layout), layout, s.options.temperature);
-    for (size_t k = 0; k < t.response.size(); ++k) {
-      t.old_logprobs[k] = lp.logprobs[0][t.prompt.size() + k].item<float>();
-      t.advantages[k] = i == 0 ? 1.0f : -1.0f;
-    }
+    t.old_logprobs = response_logprobs(s.weights, t);
+    t.advantages.assign(t.response.size(), i == 0 ? 1.0f : -1.0f);
   }
   const double before0 = current(s.weights, batch[0]), before1 = current(s.weights, batch[1]);
   UpdateMetrics m = probe.train(s.mini_batches);
