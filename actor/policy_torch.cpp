@@ -151,11 +151,13 @@ at::Tensor PolicyModel::attention(const at::Tensor& x, int64_t layer, const at::
   return at::linear(out, param(p + "o_proj.weight"), o_bias);
 }
 
-at::Tensor PolicyModel::forward(const TokenLayout& layout) const {
+at::Tensor PolicyModel::forward(const TokenLayout& layout) const { return head(trunk(layout)); }
+
+at::Tensor PolicyModel::trunk(const TokenLayout& layout) const {
   at::Tensor x = embed(layout);
   const LayerContext context = layer_context(layout, x.scalar_type());
   for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) x = this->layer(layer, x, context);
-  return head(x);
+  return x;
 }
 
 at::Tensor PolicyModel::embed(const TokenLayout& layout) const {
@@ -195,10 +197,15 @@ at::Tensor PolicyModel::layer(int64_t layer, const at::Tensor& x, const LayerCon
   return y + at::linear(gated, param(p + "mlp.down_proj.weight"));
 }
 
-at::Tensor PolicyModel::head(const at::Tensor& x) const {
-  const ModelConfig& c = config_;
-  at::Tensor normed = rms_norm(x, param("model.norm.weight"), c.rms_norm_eps);
-  const at::Tensor& weight = c.tie_word_embeddings ? param("model.embed_tokens.weight") : param("lm_head.weight");
+at::Tensor PolicyModel::head(const at::Tensor& x) const { return lm_head(final_norm(x)); }
+
+at::Tensor PolicyModel::final_norm(const at::Tensor& x) const {
+  return rms_norm(x, param("model.norm.weight"), config_.rms_norm_eps);
+}
+
+at::Tensor PolicyModel::lm_head(const at::Tensor& normed) const {
+  const at::Tensor& weight =
+      config_.tie_word_embeddings ? param("model.embed_tokens.weight") : param("lm_head.weight");
   return at::linear(normed, weight).to(at::kFloat);
 }
 

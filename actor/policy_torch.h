@@ -50,7 +50,11 @@ class PolicyModel {
   at::Tensor embed(const TokenLayout& layout) const;  // [B, L, hidden]
   LayerContext layer_context(const TokenLayout& layout, at::ScalarType dtype) const;
   at::Tensor layer(int64_t layer, const at::Tensor& x, const LayerContext& context) const;  // [B, L, hidden]
-  at::Tensor head(const at::Tensor& x) const;  // final norm + LM head: logits [B, L, vocab] float32
+  at::Tensor head(const at::Tensor& x) const;  // lm_head(final_norm(x)): logits [B, L, vocab] float32
+  at::Tensor final_norm(const at::Tensor& x) const;  // the last hidden state a head reads [B, L, hidden]
+  at::Tensor lm_head(const at::Tensor& normed) const;  // logits [B, L, vocab] float32
+  // The last layer's output, before the final norm: embed and every layer.
+  at::Tensor trunk(const TokenLayout& layout) const;
 
   const ModelConfig& config() const { return config_; }
   // HF names, in expected_weights order (no lm_head when tied).

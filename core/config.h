@@ -48,6 +48,12 @@ struct KlConfig {
   double target = 0.01;
 };
 
+// The critic of PPO with GAE: a value head on the policy's last hidden state (shared trunk).
+struct ValueConfig {
+  double coef = 0.5;  // weight of the value loss in the learner's loss
+  double clip = 0.2;  // value clip range around the rollout-time values; 0: off
+};
+
 struct AlgorithmConfig {
   std::string advantage = "grpo";
   int64_t group_size = 8;
@@ -59,6 +65,7 @@ struct AlgorithmConfig {
   ClipConfig clip;
   KlConfig kl;
   double entropy_coef = 0.0;
+  ValueConfig value;  // advantage: gae only
 };
 
 struct RolloutConfig {

@@ -49,6 +49,11 @@ template <class V> void describe(V& v, KlConfig& c) {
   v.field("target", c.target, positive(), "KL target per token for the adaptive coefficient");
 }
 
+template <class V> void describe(V& v, ValueConfig& c) {
+  v.field("coef", c.coef, non_negative(), "weight of the clipped value loss in the learner's loss");
+  v.field("clip", c.clip, non_negative(), "value clip range around the rollout-time values; 0: off");
+}
+
 template <class V> void describe(V& v, AlgorithmConfig& c) {
   v.field("advantage", c.advantage, one_of({"grpo", "dr_grpo", "rloo", "gae", "reinforce_pp"}),
           "advantage estimator");
@@ -63,6 +68,7 @@ template <class V> void describe(V& v, AlgorithmConfig& c) {
   v.section("clip", c.clip, "ratio clipping");
   v.section("kl", c.kl, "KL penalty to the reference policy");
   v.field("entropy_coef", c.entropy_coef, non_negative(), "entropy bonus coefficient");
+  v.section("value", c.value, "the critic (advantage: gae): a value head on the policy's trunk");
 }
 
 template <class V> void describe(V& v, RolloutConfig& c) {

@@ -84,6 +84,19 @@ CommandHandler learner_command_handler() {
     }
     if (command.name == "learner_init") return state->init(command);
     if (command.name == "learner_train") return state->train(command, attachments);
+    if (command.name == "learner_values") {
+      // The critic's values for this rank's share of the samples (one mini-batch in the
+      // training-batch codec; their per-token fields are ignored): one float32 frame,
+      // every sample's response values back to back.
+      Trainer& t = state->require_trainer(command.name);
+      const auto batches = decode_training_batch(command.body, attachments);
+      if (batches.size() != 1) throw Error("learner_values: send exactly one mini-batch of samples");
+      std::string frame;
+      for (const std::vector<float>& v : t.values(batches[0])) {
+        frame.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+      }
+      return {"{}", {frame}};
+    }
     if (command.name == "learner_save" || command.name == "learner_load") {
       const std::string dir = parse_body(command).at("dir").get<std::string>();
       Trainer& t = state->require_trainer(command.name);
@@ -98,7 +111,7 @@ CommandHandler learner_command_handler() {
       return {"{}", {}};
     }
     throw Error(fmt::format("learner worker: unknown command \"{}\" (known: ping, describe, torch_info, learner_init, "
-                            "learner_train, learner_save, learner_load, learner_export)",
+                            "learner_train, learner_values, learner_save, learner_load, learner_export)",
                             command.name));
   };
 }

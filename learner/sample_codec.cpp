@@ -35,13 +35,17 @@ EncodedBatch encode_training_batch(const std::vector<std::vector<TrainingSample>
   for (const auto& batch : mini_batches) {
     nlohmann::json samples = nlohmann::json::array();
     for (const TrainingSample& s : batch) {
-      const bool has_ref = !s.ref_logprobs.empty();
-      samples.push_back({s.prompt.size(), s.response.size(), has_ref});
+      const bool has_ref = !s.ref_logprobs.empty(), has_values = !s.returns.empty();
+      samples.push_back({s.prompt.size(), s.response.size(), has_ref, has_values});
       append(tokens, s.prompt);
       append(tokens, s.response);
       append(values, s.old_logprobs);
       append(values, s.advantages);
       if (has_ref) append(values, s.ref_logprobs);
+      if (has_values) {
+        append(values, s.old_values);
+        append(values, s.returns);
+      }
     }
     header.push_back(samples);
   }
@@ -68,10 +72,11 @@ std::vector<std::vector<TrainingSample>> decode_training_batch(const std::string
     for (size_t i = 0; i < header[m].size(); ++i) {
       const nlohmann::json& h = header[m][i];
       const std::string where = fmt::format("mini-batch {} sample {}", m, i);
-      if (!h.is_array() || h.size() != 3 || !h[0].is_number_unsigned() || !h[1].is_number_unsigned() ||
-          !h[2].is_boolean()) {
-        throw Error(fmt::format("training batch: {}: expected [prompt_length, response_length, has_ref], got {}",
-                                where, h.dump()));
+      if (!h.is_array() || h.size() != 4 || !h[0].is_number_unsigned() || !h[1].is_number_unsigned() ||
+          !h[2].is_boolean() || !h[3].is_boolean()) {
+        throw Error(fmt::format(
+            "training batch: {}: expected [prompt_length, response_length, has_ref, has_values], got {}", where,
+            h.dump()));
       }
       const size_t prompt = h[0].get<size_t>(), response = h[1].get<size_t>();
       TrainingSample s;
@@ -80,6 +85,10 @@ std::vector<std::vector<TrainingSample>> decode_training_batch(const std::string
       s.old_logprobs = take<float>(attachments[1], value_offset, response, where + " old log-probs");
       s.advantages = take<float>(attachments[1], value_offset, response, where + " advantages");
       if (h[2].get<bool>()) s.ref_logprobs = take<float>(attachments[1], value_offset, response, where + " ref log-probs");
+      if (h[3].get<bool>()) {
+        s.old_values = take<float>(attachments[1], value_offset, response, where + " old values");
+        s.returns = take<float>(attachments[1], value_offset, response, where + " returns");
+      }
       batch.push_back(std::move(s));
     }
     out.push_back(std::move(batch));

@@ -1,5 +1,5 @@
 // Training batches on the wire: a JSON header (per mini-batch, per sample: prompt and
-// response lengths, whether reference log-probs follow) and two binary attachment frames
+// response lengths, whether reference log-probs follow, whether critic values and returns follow) and two binary attachment frames
 // (int32 token ids; float32 per-token values), never text numbers. Decoding checks every
 // length against the frames: a truncated or inconsistent message is an Error naming the
 // sample, not a crash.

@@ -17,6 +17,9 @@ struct TrainingSample {
   std::vector<float> old_logprobs;  // per response token: the policy that sampled it (the rollout's)
   std::vector<float> advantages;    // per response token
   std::vector<float> ref_logprobs;  // per response token, optional: the reference policy's
+  // The critic's (advantage: gae), per response token, both or neither:
+  std::vector<float> old_values;  // the value head when the rollout was scored (Trainer::values)
+  std::vector<float> returns;     // value targets (AdvantageResult::returns)
 };
 
 struct MicroBatch {
@@ -26,6 +29,8 @@ struct MicroBatch {
   at::Tensor old_logprobs;       // [B, T] float
   at::Tensor advantages;         // [B, T] float
   at::Tensor ref_logprobs;       // [B, T] float, undefined unless every sample has them
+  at::Tensor old_values;         // [B, T] float, undefined unless every sample has them
+  at::Tensor returns;            // [B, T] float, likewise
 };
 
 // Samples [begin, end) of `samples`; T is their longest response. Errors name the sample

@@ -44,16 +44,30 @@ Trainer::Impl::Impl(const ModelConfig& config, const ModelWeights& weights, cons
   if (o.learner.device != "cpu") {
     throw Error(fmt::format("learner.device: \"{}\" training is not implemented yet (cpu is)", o.learner.device));
   }
+  if (o.algorithm.advantage == "gae") {
+    value_weight = at::zeros({1, config.hidden_size}, at::kFloat).set_requires_grad(true);
+    value_bias = at::zeros({1}, at::kFloat).set_requires_grad(true);
+  }
+  const auto parameters = trained_parameters();
   if (strategy == Strategy::fsdp) {
-    fsdp = std::make_unique<FsdpParameters>(model.named_parameters(),
-                                            fsdp_unit_sizes(model.named_parameters(), config.num_hidden_layers), c);
+    // The value head sorts into the last unit, with the final norm and LM head it shares an input with.
+    fsdp = std::make_unique<FsdpParameters>(parameters, fsdp_unit_sizes(parameters, config.num_hidden_layers), c);
   } else {
-    flat = std::make_unique<FlatParameters>(model.named_parameters(), c.world_size());
+    flat = std::make_unique<FlatParameters>(parameters, c.world_size());
   }
   const OptimizerConfig& opt = o.learner.optimizer;
   adam = std::make_unique<AdamW>(local_values().numel(),
                                  AdamWOptions{opt.beta1, opt.beta2, opt.eps, opt.weight_decay});
   if (objective.kl_coef > 0) reference = std::make_unique<PolicyModel>(config, weights, at::kFloat);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Trainer::Impl::trained_parameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> parameters = model.named_parameters();
+  if (critic()) {
+    parameters.emplace_back("value_head.weight", value_weight);
+    parameters.emplace_back("value_head.bias", value_bias);
+  }
+  return parameters;
 }
 
 at::Tensor Trainer::Impl::local_values() {
@@ -75,11 +89,22 @@ std::vector<OwnedRange> Trainer::Impl::owned_ranges() const {
   return {{begin, 0, end - begin}};
 }
 
-ModelWeights Trainer::Impl::full_weights() {
-  if (strategy != Strategy::fsdp) return model.to_weights();
-  for (size_t u = 0; u < fsdp->units(); ++u) fsdp->gather(u);
+ModelWeights Trainer::Impl::full_weights(std::vector<WeightTensor>* value_head) {
+  if (strategy == Strategy::fsdp) {
+    for (size_t u = 0; u < fsdp->units(); ++u) fsdp->gather(u);
+  }
   ModelWeights weights = model.to_weights();
-  for (size_t u = 0; u < fsdp->units(); ++u) fsdp->release(u);
+  if (value_head && critic()) {
+    value_head->clear();
+    for (const auto& [name, t] : std::vector<std::pair<std::string, at::Tensor>>{{"value_head.weight", value_weight},
+                                                                                {"value_head.bias", value_bias}}) {
+      at::Tensor c = t.detach().contiguous();
+      value_head->push_back({name, c.sizes().vec(), std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel())});
+    }
+  }
+  if (strategy == Strategy::fsdp) {
+    for (size_t u = 0; u < fsdp->units(); ++u) fsdp->release(u);
+  }
   return weights;
 }
 
@@ -97,6 +122,30 @@ ActorObjectiveInputs Trainer::Impl::objective_inputs(const at::Tensor& logits, c
     in.ref_logprobs = response_logprobs(reference->forward(batch.layout), batch).first;
   }
   return in;
+}
+
+at::Tensor Trainer::Impl::response_state_values(const at::Tensor& normed, const MicroBatch& batch) const {
+  at::Tensor v = at::linear(normed, value_weight, value_bias).squeeze(-1);  // [B, L]: V after reading position p
+  at::Tensor before = at::cat({at::zeros({v.size(0), 1}, v.options()), v.narrow(1, 0, v.size(1) - 1)}, 1);
+  return response_values(before, batch);
+}
+
+ObjectiveResult Trainer::Impl::objective_from_trunk(const at::Tensor& trunk, const MicroBatch& batch,
+                                                    const AggregationScale& scale) {
+  const at::Tensor normed = model.final_norm(trunk);
+  ObjectiveResult result = actor_objective(objective_inputs(model.lm_head(normed), batch), objective, scale);
+  if (!critic()) return result;
+  TANDEM_CHECK(batch.returns.defined(),
+               "advantage gae: every training sample needs old_values and returns (from Trainer::values and the "
+               "gae estimator)");
+  const AlgorithmConfig& a = options.algorithm;
+  ObjectiveResult value = critic_objective(response_state_values(normed, batch), batch.old_values, batch.returns,
+                                           batch.mask, a.value.clip, objective.aggregation, scale);
+  result.loss = result.loss + a.value.coef * value.loss;
+  result.metrics.loss += a.value.coef * value.metrics.value_loss;
+  result.metrics.value_loss = value.metrics.value_loss;
+  result.metrics.explained_variance = value.metrics.explained_variance;
+  return result;
 }
 
 AggregationScale Trainer::Impl::global_scale(const std::vector<TrainingSample>& share) {
@@ -117,7 +166,7 @@ AggregationScale Trainer::Impl::global_scale(const std::vector<TrainingSample>& 
 
 ObjectiveMetrics Trainer::Impl::micro_batch(const MicroBatch& batch, const AggregationScale& scale) {
   if (strategy == Strategy::fsdp) return fsdp_micro_batch(batch, scale);
-  ObjectiveResult result = actor_objective(objective_inputs(model.forward(batch.layout), batch), objective, scale);
+  ObjectiveResult result = objective_from_trunk(model.trunk(batch.layout), batch, scale);
   result.loss.backward();  // accumulates into the flat gradient buffer
   return result.metrics;
 }
@@ -208,7 +257,8 @@ UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& min
   // Combine the ranks' reports: shares and token-weighted sums add; extremes take the max.
   const double t = total.tokens;
   at::Tensor sums = at::tensor({total.loss, total.pg_loss, total.value_loss, total.kl * t, total.entropy * t,
-                                total.clipfrac * t, total.approx_kl * t, total.ratio_mean * t, t},
+                                total.clipfrac * t, total.approx_kl * t, total.ratio_mean * t, t,
+                                total.explained_variance * t},
                                at::kDouble);
   at::Tensor extremes = at::tensor({total.ratio_max, -total.ratio_min}, at::kDouble);
   m.collectives.all_reduce_sum(sums);
@@ -228,15 +278,61 @@ UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& min
   out.objective.ratio_mean = tokens > 0 ? s(7) * per_token : 1.0;
   out.objective.ratio_max = tokens > 0 ? extremes[0].item<double>() : 1.0;
   out.objective.ratio_min = tokens > 0 ? -extremes[1].item<double>() : 1.0;
+  out.objective.explained_variance = s(9) * per_token;
   out.objective.tokens = tokens;
+  out.with_critic = m.critic();
   out.tokens = static_cast<int64_t>(tokens);
   out.grad_norm = grad_norm_sum * per_step;
   out.lr = m.lr;
   return out;
 }
 
+std::vector<std::vector<float>> Trainer::values(const std::vector<TrainingSample>& samples) {
+  Impl& m = *impl_;
+  TANDEM_CHECK(m.critic(), "Trainer::values: no critic (it exists with algorithm.advantage: gae)");
+  // Only tokens matter here: the per-token fields a micro-batch wants are zero-filled.
+  std::vector<TrainingSample> probes;
+  for (const TrainingSample& s : samples) {
+    TrainingSample p;
+    p.prompt = s.prompt;
+    p.response = s.response;
+    p.old_logprobs.assign(s.response.size(), 0.0f);
+    p.advantages.assign(s.response.size(), 0.0f);
+    probes.push_back(std::move(p));
+  }
+  std::vector<std::vector<float>> out;
+  const size_t micro = static_cast<size_t>(m.options.learner.micro_batch_size);
+  const int64_t count = static_cast<int64_t>((probes.size() + micro - 1) / micro);
+  at::NoGradGuard no_grad;
+  for (int64_t i = 0; i < m.micro_batches_to_run(count); ++i) {
+    const size_t begin = static_cast<size_t>(i) * micro;
+    const MicroBatch batch = begin < probes.size()
+                                 ? make_micro_batch(probes, begin, std::min(probes.size(), begin + micro))
+                                 : m.idle_micro_batch();  // fsdp: every rank gathers as often
+    at::Tensor values;  // [rows, T]
+    if (m.strategy == Strategy::fsdp) {
+      const size_t head_unit = m.fsdp->units() - 1;
+      m.fsdp->gather(0);
+      m.fsdp->gather(head_unit);
+      at::Tensor trunk = m.fsdp_trunk(batch.layout, m.model.layer_context(batch.layout, at::kFloat), nullptr);
+      values = m.response_state_values(m.model.final_norm(trunk), batch).contiguous();
+      m.fsdp->release(0);
+      m.fsdp->release(head_unit);
+    } else {
+      values = m.response_state_values(m.model.final_norm(m.model.trunk(batch.layout)), batch).contiguous();
+    }
+    if (begin >= probes.size()) continue;
+    for (int64_t r = 0; r < values.size(0); ++r) {
+      const size_t n = probes[begin + static_cast<size_t>(r)].response.size();
+      const float* row = values[r].data_ptr<float>();
+      out.emplace_back(row, row + n);
+    }
+  }
+  return out;
+}
+
 std::vector<std::pair<std::string, double>> UpdateMetrics::entries() const {
-  std::vector<std::pair<std::string, double>> e = metric_entries(objective, /*with_critic=*/false);
+  std::vector<std::pair<std::string, double>> e = metric_entries(objective, with_critic);
   e.emplace_back("actor/grad_norm", grad_norm);
   e.emplace_back("actor/lr", lr);
   return e;

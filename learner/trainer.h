@@ -15,6 +15,10 @@
 //          gathered for its forward and again for its backward (recomputed from the
 //          saved layer input), its gradients reduce-scattered, then freed
 //          (learner/trainer_fsdp.cpp). The reference policy for the KL stays whole.
+//
+// PPO's critic (algorithm.advantage: gae) is a value head on the policy's trunk, trained
+// in the same backward pass with weight algorithm.value.coef; it joins the flat
+// parameters, so every strategy shards it and checkpoints carry it.
 #pragma once
 
 #include "actor/model_config.h"
@@ -47,6 +51,7 @@ struct UpdateMetrics {
   double lr = 0;               // learning rate of the last optimizer step
   int64_t optimizer_steps = 0;
   int64_t tokens = 0;          // response tokens trained on, all ranks, all epochs
+  bool with_critic = false;    // entries() include critic/value_loss and critic/explained_variance
   std::vector<std::pair<std::string, double>> entries() const;  // actor/pg_loss, actor/grad_norm, ...
 };
 
@@ -63,6 +68,10 @@ class Trainer {
   // The current policy, float32 (identical on every rank). Under fsdp this gathers every
   // unit: all ranks must call it together.
   ModelWeights weights() const;
+  // The critic's V(s_t) for every response token of `samples` (this rank's share), as
+  // TrainingSample::old_values wants them; the gae estimator's `values`. Needs
+  // algorithm.advantage: gae. Collective under fsdp (every rank calls, any share size).
+  std::vector<std::vector<float>> values(const std::vector<TrainingSample>& samples);
   int64_t optimizer_steps() const;
 
   // Every rank calls these together. The checkpoint directory holds the policy

@@ -48,6 +48,8 @@ const float* f32_data(const SafetensorsFile& file, const std::string& name, int6
   return reinterpret_cast<const float*>(view.data);
 }
 
+constexpr const char* kValueHeadFile = "value_head.safetensors";
+
 }  // namespace
 
 void Trainer::save_checkpoint(const std::string& dir) {
@@ -59,7 +61,8 @@ void Trainer::save_checkpoint(const std::string& dir) {
     fs::remove_all(staging);
     fs::create_directories(staging);
   }
-  const ModelWeights weights = m.full_weights();  // collective under fsdp
+  std::vector<WeightTensor> value_head;
+  const ModelWeights weights = m.full_weights(&value_head);  // collective under fsdp
   m.collectives.barrier();
   // ddp ranks all hold everything: rank 0 writes it. Sharded ranks write their own.
   const bool sharded = m.strategy != Strategy::ddp;
@@ -71,6 +74,16 @@ void Trainer::save_checkpoint(const std::string& dir) {
   }
   if (rank == 0) {
     save_model_weights(staging, weights, DType::f32);
+    if (m.critic()) {
+      std::vector<TensorToWrite> tensors;
+      for (const WeightTensor& w : value_head) {
+        const int64_t numel = static_cast<int64_t>(w.data.size());  // flat, like the optimizer's files
+        TensorToWrite t{w.name, DType::f32, {numel}, std::string(w.data.size() * sizeof(float), '\0')};
+        std::memcpy(t.bytes.data(), w.data.data(), t.bytes.size());
+        tensors.push_back(std::move(t));
+      }
+      write_safetensors(staging + "/" + kValueHeadFile, tensors, {});
+    }
     write_file_atomic(staging + "/config.json", model_config_to_json(m.model.config()));
     nlohmann::json state = {{"optimizer_steps", m.steps},
                             {"adam_steps", m.adam->steps()},
@@ -126,11 +139,24 @@ void Trainer::load_checkpoint(const std::string& dir) {
     throw Error(fmt::format("checkpoint {} was written with optimizer {}, the config says {}", dir,
                             state.value("optimizer", std::string()), m.options.learner.optimizer.name));
   }
-  // The global flat layout: parameters in order, back to back.
+  // The global flat layout: parameters in order, back to back, then the value head.
   std::vector<float> global;
   for (const WeightSpec& spec : expected_weights(m.model.config())) {
     const std::vector<float>& data = weights.get(spec.name).data;
     global.insert(global.end(), data.begin(), data.end());
+  }
+  if (m.critic()) {
+    const std::string path = dir + "/" + kValueHeadFile;
+    if (!fs::exists(path)) {
+      throw Error(fmt::format("checkpoint {} has no critic ({}): it was not written by a run with advantage gae", dir,
+                              kValueHeadFile));
+    }
+    auto file = SafetensorsFile::open(path);
+    for (const auto& [name, numel] : {std::pair<std::string, int64_t>{"value_head.weight", m.value_weight.numel()},
+                                      {"value_head.bias", m.value_bias.numel()}}) {
+      const float* data = f32_data(*file, name, numel);
+      global.insert(global.end(), data, data + numel);
+    }
   }
   const std::vector<OwnedRange> mine = m.owned_ranges();
   {

@@ -11,6 +11,20 @@
 
 namespace tandem {
 
+at::Tensor Trainer::Impl::fsdp_trunk(const TokenLayout& layout, const PolicyModel::LayerContext& context,
+                                     std::vector<at::Tensor>* inputs) {
+  at::NoGradGuard no_grad;
+  at::Tensor hidden = model.embed(layout);
+  for (int64_t l = 0; l < model.config().num_hidden_layers; ++l) {
+    const size_t unit = static_cast<size_t>(l) + 1;
+    fsdp->gather(unit);
+    if (inputs) inputs->push_back(hidden);
+    hidden = model.layer(l, hidden, context);
+    fsdp->release(unit);
+  }
+  return hidden;
+}
+
 ObjectiveMetrics Trainer::Impl::fsdp_micro_batch(const MicroBatch& batch, const AggregationScale& scale) {
   const int64_t layers = model.config().num_hidden_layers;
   const size_t embed_unit = 0, head_unit = static_cast<size_t>(layers) + 1;
@@ -20,20 +34,8 @@ ObjectiveMetrics Trainer::Impl::fsdp_micro_batch(const MicroBatch& batch, const 
   fsdp->gather(head_unit);
   const PolicyModel::LayerContext context = model.layer_context(batch.layout, at::kFloat);
   std::vector<at::Tensor> inputs;  // inputs[l]: layer l's input
-  at::Tensor hidden;
-  {
-    at::NoGradGuard no_grad;
-    hidden = model.embed(batch.layout);
-    for (int64_t l = 0; l < layers; ++l) {
-      fsdp->gather(layer_unit(l));
-      inputs.push_back(hidden);
-      hidden = model.layer(l, hidden, context);
-      fsdp->release(layer_unit(l));
-    }
-  }
-  at::Tensor top = hidden.detach().set_requires_grad(true);
-  at::Tensor logits = model.head(top);
-  ObjectiveResult result = actor_objective(objective_inputs(logits, batch), objective, scale);
+  at::Tensor top = fsdp_trunk(batch.layout, context, &inputs).detach().set_requires_grad(true);
+  ObjectiveResult result = objective_from_trunk(top, batch, scale);
   result.loss.backward();
   at::Tensor grad = top.grad();
 

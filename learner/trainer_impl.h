@@ -31,6 +31,20 @@ struct Trainer::Impl {
   ObjectiveMetrics micro_batch(const MicroBatch& batch, const AggregationScale& scale);
   ObjectiveMetrics fsdp_micro_batch(const MicroBatch& batch, const AggregationScale& scale);  // trainer_fsdp.cpp
   ActorObjectiveInputs objective_inputs(const at::Tensor& logits, const MicroBatch& batch) const;
+  // The micro-batch's loss from the last layer's output: the actor objective, plus the
+  // weighted critic objective when there is a value head.
+  ObjectiveResult objective_from_trunk(const at::Tensor& trunk, const MicroBatch& batch,
+                                       const AggregationScale& scale);
+  // V(s_t) [B, T] of each response token t: the value head read at the position before t
+  // (the state the token was sampled in), like the log-prob of t is read there.
+  at::Tensor response_state_values(const at::Tensor& normed, const MicroBatch& batch) const;
+  // No-grad forward through every layer, one gathered unit at a time (fsdp; the caller
+  // holds the embeddings). `inputs`, when given, receives each layer's input.
+  at::Tensor fsdp_trunk(const TokenLayout& layout, const PolicyModel::LayerContext& context,
+                        std::vector<at::Tensor>* inputs);  // trainer_fsdp.cpp
+  bool critic() const { return value_weight.defined(); }
+  // The model's parameters, then the value head's: the global flat layout.
+  std::vector<std::pair<std::string, at::Tensor>> trained_parameters() const;
   void zero_gradients();
   // How many micro-batches this rank runs in a mini-batch: its own count, or under fsdp
   // the largest over ranks (the extra ones are idle_micro_batch()).
@@ -44,13 +58,19 @@ struct Trainer::Impl {
   at::Tensor local_values();
   at::Tensor local_grads();
   std::vector<OwnedRange> owned_ranges() const;
-  ModelWeights full_weights();  // collective under fsdp
+  // The policy (and into `value_head`, when given and there is a critic, the value head's
+  // tensors). Collective under fsdp.
+  ModelWeights full_weights(std::vector<WeightTensor>* value_head = nullptr);
 
   TrainerOptions options;
   Collectives& collectives;
   Strategy strategy;
   PolicyModel model;
   std::unique_ptr<PolicyModel> reference;  // frozen initial policy, when the KL is in the loss
+  // The critic (advantage: gae): a linear value head [1, hidden] + [1] on the final-normed
+  // last hidden state, sharing the policy's trunk (its loss trains the trunk too).
+  // Zero-initialised: values start at 0 and the first updates leave the trunk to the actor.
+  at::Tensor value_weight, value_bias;
   std::unique_ptr<FlatParameters> flat;    // ddp, zero2
   std::unique_ptr<FsdpParameters> fsdp;    // fsdp
   std::unique_ptr<AdamW> adam;

@@ -64,8 +64,8 @@ TEST_CASE("the training-batch codec round-trips and rejects damaged messages") {
   std::vector<std::string> long_frames = encoded.attachments;
   long_frames[0] += "abcd";
   CHECK_THROWS_WITH(decode_training_batch(encoded.header, long_frames), doctest::Contains("left over"));
-  CHECK_THROWS_WITH(decode_training_batch("[[[1, \"x\", false]]]", encoded.attachments),
-                    doctest::Contains("mini-batch 0 sample 0: expected [prompt_length, response_length, has_ref]"));
+  CHECK_THROWS_WITH(decode_training_batch("[[[1, \"x\", false, false]]]", encoded.attachments),
+                    doctest::Contains("mini-batch 0 sample 0: expected [prompt_length, response_length, has_ref, has_values]"));
   CHECK_THROWS_WITH(decode_training_batch("{", encoded.attachments), doctest::Contains("not JSON"));
 }
 
@@ -128,7 +128,7 @@ TEST_CASE("two learner worker processes train like one in-process trainer") {
   CHECK(load_model_weights(dir.path() + "/policy", s.config).parameter_count() == s.weights.parameter_count());
 
   // A damaged batch is an error reply naming the problem; the worker survives it.
-  uint64_t bad = pool.send(ranks[0], "learner_train", "[[[3, 2, false]]]", {"ab", ""});
+  uint64_t bad = pool.send(ranks[0], "learner_train", "[[[3, 2, false, false]]]", {"ab", ""});
   CHECK_THROWS_WITH(pool.wait({bad}), doctest::Contains("runs past the end"));
   pool.shutdown("test done");
 }

@@ -53,6 +53,25 @@ inline TrainerScenario trainer_scenario(uint64_t seed, const std::string& shardi
   return s;
 }
 
+// The same scenario for PPO with a critic (advantage: gae): every sample also carries the
+// rollout-time values and the returns the value head regresses on.
+inline TrainerScenario critic_scenario(uint64_t seed, const std::string& sharding) {
+  TrainerScenario s = trainer_scenario(seed, sharding);
+  s.options.algorithm.advantage = "gae";
+  s.options.algorithm.value = {0.5, 0.2};
+  std::mt19937_64 rng(seed + 2);
+  std::normal_distribution<float> normal;
+  for (auto& batch : s.mini_batches) {
+    for (TrainingSample& t : batch) {
+      for (size_t k = 0; k < t.response.size(); ++k) {
+        t.old_values.push_back(0.3f * normal(rng));
+        t.returns.push_back(1.0f + normal(rng));  // far enough from the values for the clip to act
+      }
+    }
+  }
+  return s;
+}
+
 // Rank r's share of each mini-batch: a contiguous slice, sizes differing by at most one.
 inline std::vector<std::vector<TrainingSample>> rank_shares(const std::vector<std::vector<TrainingSample>>& global,
                                                              int rank, int world) {
