@@ -3,6 +3,8 @@
 // 128+N interrupted by signal N.
 #pragma once
 
+#include "core/config.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -66,6 +68,8 @@ int cli_tokenize(const TokenizeArgs& args);
 int cli_init_model(const InitModelArgs& args);
 int cli_generate(const GenerateArgs& args);
 int cli_validate(const ValidateArgs& args);
+// Loads the config's plugins (plugins/plugin_loader.h); a failure is a UsageError (exit 2).
+void load_plugins_or_usage_error(const LoadedConfig& loaded);
 int cli_worker(const WorkerArgs& args);
 int cli_version();
 

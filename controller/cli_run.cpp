@@ -57,6 +57,7 @@ int cli_run(const RunArgs& args) {
     throw UsageError(fmt::format("{}: launcher.kind: {} is not implemented yet (allowed today: local)",
                                  loaded.origin_of("launcher.kind"), c.launcher.kind));
   }
+  load_plugins_or_usage_error(loaded);
   std::string rollout_device = resolve_device(c.rollout.device, "rollout.device");
   std::string learner_device = resolve_device(c.learner.device, "learner.device");
   std::string run_dir = args.run_dir.empty() ? default_run_dir(c.experiment.name) : args.run_dir;

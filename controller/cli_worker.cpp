@@ -3,6 +3,7 @@
 #include "core/log.h"
 #include "core/worker_runtime.h"
 #include "learner/learner_role.h"
+#include "plugins/plugin_loader.h"
 #include "rollout/rollout_role.h"
 
 #include <unistd.h>
@@ -14,7 +15,8 @@ int cli_worker(const WorkerArgs& args) {
   if (args.role == "rollout") {
     handler = rollout_command_handler();
   } else if (args.role == "learner") {
-    handler = learner_command_handler();
+    handler = learner_command_handler(
+        [](const Config& config) { load_config_plugins(config, "learner_init config"); });
   } else {
     throw UsageError(fmt::format("--role: unknown role \"{}\" (allowed: rollout, learner)", args.role));
   }

@@ -66,6 +66,7 @@ struct AlgorithmConfig {
   KlConfig kl;
   double entropy_coef = 0.0;
   ValueConfig value;  // advantage: gae only
+  std::string plugin;  // shared library registering more advantage estimators / policy losses
 };
 
 struct RolloutConfig {

@@ -1,5 +1,7 @@
 #include "core/config_rules.h"
 
+#include "core/text.h"
+
 #include <fmt/format.h>
 
 namespace tandem {
@@ -49,6 +51,21 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
                           c.learner.micro_batch_size));
     }
   }
+
+  // Built-in objectives are known here; a plugin's names only once it is loaded (run start).
+  auto known_or_plugin = [&](const std::string& key, const std::string& name, const std::vector<std::string>& built_in) {
+    if (!c.algorithm.plugin.empty()) return;
+    for (const auto& b : built_in) {
+      if (b == name) return;
+    }
+    const std::string guess = closest_match(name, built_in);
+    problem(key, fmt::format("unknown name \"{}\"{}; built-in: {} (another name needs algorithm.plugin, a library "
+                             "that registers it)",
+                             name, guess.empty() ? "" : fmt::format(" (did you mean {}?)", guess),
+                             join_choices(built_in)));
+  };
+  known_or_plugin("algorithm.advantage", c.algorithm.advantage, {"grpo", "dr_grpo", "rloo", "gae", "reinforce_pp"});
+  known_or_plugin("algorithm.policy_loss", c.algorithm.policy_loss, {"ppo_clip", "gspo"});
 
   const std::string& advantage = c.algorithm.advantage;
   if ((advantage == "grpo" || advantage == "dr_grpo" || advantage == "rloo") && c.algorithm.group_size < 2) {

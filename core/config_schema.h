@@ -55,13 +55,14 @@ template <class V> void describe(V& v, ValueConfig& c) {
 }
 
 template <class V> void describe(V& v, AlgorithmConfig& c) {
-  v.field("advantage", c.advantage, one_of({"grpo", "dr_grpo", "rloo", "gae", "reinforce_pp"}),
-          "advantage estimator");
+  v.field("advantage", c.advantage, required_text(),
+          "advantage estimator: grpo, dr_grpo, rloo, gae, reinforce_pp, or one algorithm.plugin registers");
   v.field("group_size", c.group_size, at_least(1), "samples per prompt");
   v.field("normalize_std", c.normalize_std, "GRPO: divide by the group's reward std");
   v.field("gamma", c.gamma, between(0.0, 1.0), "GAE discount");
   v.field("lam", c.lam, between(0.0, 1.0), "GAE lambda");
-  v.field("policy_loss", c.policy_loss, one_of({"ppo_clip", "gspo"}), "policy objective");
+  v.field("policy_loss", c.policy_loss, required_text(),
+          "policy objective: ppo_clip, gspo, or one algorithm.plugin registers");
   v.field("loss_agg", c.loss_agg,
           one_of({"token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm"}),
           "how per-token losses are averaged");
@@ -69,6 +70,8 @@ template <class V> void describe(V& v, AlgorithmConfig& c) {
   v.section("kl", c.kl, "KL penalty to the reference policy");
   v.field("entropy_coef", c.entropy_coef, non_negative(), "entropy bonus coefficient");
   v.section("value", c.value, "the critic (advantage: gae): a value head on the policy's trunk");
+  v.field("plugin", c.plugin, text(),
+          "shared library (include/tandem/plugin.h) registering more advantage estimators and policy losses");
 }
 
 template <class V> void describe(V& v, RolloutConfig& c) {

@@ -18,32 +18,13 @@
 
 #include "core/config.h"
 
+#include <tandem/objectives.h>
+
 #include <ATen/core/Tensor.h>
 
 namespace tandem {
 
-struct AdvantageInputs {
-  at::Tensor rewards;        // [B] float: sequence-level reward of each sample
-  at::Tensor mask;           // [B, T]: 1 for response tokens that count
-  at::Tensor token_rewards;  // [B, T] float, optional (undefined: none): per-token rewards
-  at::Tensor values;         // [B, T] float: critic values V(s_t), gae only
-  int64_t group_size = 1;    // consecutive samples sharing a prompt
-};
-
-struct AdvantageParams {
-  bool normalize_std = true;     // grpo: divide by the group's std (+ eps)
-  double gamma = 1.0;            // reinforce_pp, gae: discount per token
-  double lam = 1.0;              // gae: lambda
-  bool whiten_advantages = true; // gae: whiten advantages over the batch's valid tokens (after returns)
-  double eps = 1e-6;             // added to every std before dividing
-};
-
 AdvantageParams advantage_params(const AlgorithmConfig& config);
-
-struct AdvantageResult {
-  at::Tensor advantages;  // [B, T]: per-token advantages, 0 at masked positions
-  at::Tensor returns;     // [B, T]: value targets (gae only; undefined otherwise)
-};
 
 // GRPO: A_i = (r_i - mean_group(r)) / (std_group(r) + eps), std with Bessel's correction
 // (n - 1), as torch.std; without normalize_std just r_i - mean_group(r). Broadcast over

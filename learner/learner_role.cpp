@@ -29,6 +29,7 @@ nlohmann::json parse_body(const CommandMsg& command) {
 
 // One rank's state between commands; the executor thread runs commands one at a time.
 struct LearnerState {
+  std::function<void(const Config&)> prepare;
   std::unique_ptr<Collectives> collectives;
   std::unique_ptr<Trainer> trainer;
 
@@ -40,6 +41,7 @@ struct LearnerState {
   CommandResult init(const CommandMsg& command) {
     const nlohmann::json body = parse_body(command);
     const Config config = load_config_text(body.at("config").get<std::string>(), "learner_init config").config;
+    if (prepare) prepare(config);
     const std::string model_dir = resolve_model_path(body.at("model").get<std::string>());
     const ModelConfig model = read_model_config(model_dir + "/config.json");
     TrainerOptions options;
@@ -75,8 +77,9 @@ struct LearnerState {
 
 }  // namespace
 
-CommandHandler learner_command_handler() {
+CommandHandler learner_command_handler(std::function<void(const Config&)> prepare) {
   auto state = std::make_shared<LearnerState>();
+  state->prepare = std::move(prepare);
   return [state](const CommandMsg& command, const std::vector<std::string>& attachments) -> CommandResult {
     if (command.name == "torch_info") {
       return {fmt::format("{{\"libtorch\":\"{}\",\"intra_op_threads\":{}}}", TORCH_VERSION, at::get_num_threads()),

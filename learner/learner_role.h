@@ -8,13 +8,20 @@
 //                   shares of the mini-batches; replies the update's metrics as JSON
 //   learner_save    {"dir"}: a checkpoint (all ranks together)
 //   learner_load    {"dir"}: load one (any worker count wrote it)
+//   learner_values  header + 2 frames, one mini-batch: the critic's per-token values of
+//                   those samples (advantage: gae), one float32 frame back
 //   learner_export  {"dir", "tokenizer_from"}: the policy as a Hugging Face directory
 #pragma once
 
+#include "core/config.h"
 #include "core/worker_runtime.h"
+
+#include <functional>
 
 namespace tandem {
 
-CommandHandler learner_command_handler();
+// `prepare` runs on learner_init with the run's config before the trainer is built: the
+// worker loads the config's plugins there (their objectives run in this process).
+CommandHandler learner_command_handler(std::function<void(const Config&)> prepare = {});
 
 }  // namespace tandem

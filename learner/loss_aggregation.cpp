@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 #include "learner/masked_ops.h"
-#include "learner/unknown_name.h"
+#include "core/unknown_name.h"
 
 #include <ATen/ATen.h>
 

@@ -19,9 +19,6 @@
 
 namespace tandem {
 
-using AdvantageEstimatorFn = std::function<AdvantageResult(const AdvantageInputs&, const AdvantageParams&)>;
-using PolicyLossFn = std::function<PolicyLossResult(const PolicyLossInputs&, const PolicyLossParams&)>;
-
 // Adds `fn` under `name`. An empty name, an empty function, or a name already taken
 // (built-ins included: they cannot be replaced behind the config's back) is an Error.
 void register_advantage_estimator(const std::string& name, AdvantageEstimatorFn fn);

@@ -19,32 +19,13 @@
 
 #include "core/config.h"
 
+#include <tandem/objectives.h>
+
 #include <ATen/core/Tensor.h>
 
 namespace tandem {
 
-struct PolicyLossInputs {
-  at::Tensor logprobs;      // [B, T] float: current policy log-probs of the sampled tokens (requires grad)
-  at::Tensor old_logprobs;  // [B, T] float: log-probs under the policy that sampled them
-  at::Tensor advantages;    // [B, T] float: per-token advantages (advantages.h)
-  at::Tensor mask;          // [B, T]: 1 for response tokens that count
-};
-
-struct PolicyLossParams {
-  double clip_low = 0.2;   // ratio >= 1 - clip_low
-  double clip_high = 0.28; // ratio <= 1 + clip_high
-  double dual_c = 0.0;     // 0: off; else > 1
-};
-
 PolicyLossParams policy_loss_params(const AlgorithmConfig& config);
-
-struct PolicyLossResult {
-  at::Tensor loss;     // [B, T]: per-token loss, 0 at masked positions, differentiable
-  at::Tensor ratio;    // [B, T] detached: the ratio that was clipped (ppo_clip: per token;
-                       //   gspo: the sequence's, repeated over its tokens); 1 at masked positions
-  at::Tensor clipped;  // [B, T] bool: a clip (ratio or dual) was active, so the token has no
-                       //   gradient; false at masked positions
-};
 
 // PPO clip (Schulman et al. 2017) with rho_t = exp(logprobs_t - old_logprobs_t).
 PolicyLossResult ppo_clip_loss(const PolicyLossInputs& in, const PolicyLossParams& params);

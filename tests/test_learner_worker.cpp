@@ -7,10 +7,13 @@
 #include "core/files.h"
 #include "learner/collectives.h"
 #include "learner/sample_codec.h"
+#include "plugins/plugin_loader.h"
 #include "trainer_scenario.h"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
+
+#include <cstring>
 
 using namespace tandem;
 using namespace tandem::testing;
@@ -130,5 +133,56 @@ TEST_CASE("two learner worker processes train like one in-process trainer") {
   // A damaged batch is an error reply naming the problem; the worker survives it.
   uint64_t bad = pool.send(ranks[0], "learner_train", "[[[3, 2, false, false]]]", {"ab", ""});
   CHECK_THROWS_WITH(pool.wait({bad}), doctest::Contains("runs past the end"));
+  pool.shutdown("test done");
+}
+
+TEST_CASE("a learner worker loads the config's plugin, trains a critic with its policy loss, reports values") {
+  load_plugin(EXAMPLE_PLUGIN);  // the in-process reference uses the same policy loss
+  TrainerScenario s = critic_scenario(21, "ddp");
+  s.options.algorithm.plugin = EXAMPLE_PLUGIN;
+  s.options.algorithm.policy_loss = "vanilla_pg";
+  auto single_collectives = Collectives::create({});
+  Trainer single(s.config, s.weights, s.options, *single_collectives);
+  single.train(s.mini_batches);
+  const std::vector<std::vector<float>> want = single.values(s.mini_batches[0]);
+
+  TempDir dir;
+  const std::string model_dir = dir.path() + "/model";
+  save_model_weights(model_dir, s.weights, DType::f32);
+  write_file_atomic(model_dir + "/config.json", model_config_to_json(s.config));
+  WorkerPool pool(pool_options(dir.path()), make_local_launcher(TANDEM_BINARY));
+  const WorkerId rank{"learner", 0};
+  pool.start({rank});
+  Config config = load_config_text(scenario_config_yaml(s), "scenario").config;
+  config.learner.workers = 1;
+  nlohmann::json body = {{"model", model_dir}, {"config", config_to_yaml(config)}, {"rank", 0}, {"world_size", 1},
+                         {"total_optimizer_steps", 3}, {"threads", 1}};
+  pool.wait({pool.send(rank, "learner_init", body.dump())});
+  EncodedBatch batch = encode_training_batch(s.mini_batches);
+  pool.wait({pool.send(rank, "learner_train", batch.header, batch.attachments)});
+  EncodedBatch probes = encode_training_batch({s.mini_batches[0]});
+  const uint64_t id = pool.send(rank, "learner_values", probes.header, probes.attachments);
+  auto replies = pool.wait({id});
+  const std::vector<std::string>& frames = replies.at(id).attachments;
+  REQUIRE(frames.size() == 1);
+  size_t offset = 0;
+  double worst = 0;
+  for (const std::vector<float>& v : want) {
+    for (float x : v) {
+      REQUIRE(offset + sizeof(float) <= frames[0].size());
+      float got;
+      std::memcpy(&got, frames[0].data() + offset, sizeof got);
+      offset += sizeof got;
+      worst = std::max(worst, std::abs(static_cast<double>(got) - x));
+    }
+  }
+  CHECK(offset == frames[0].size());
+  CHECK(worst <= 1e-6);
+
+  // A config naming a library that is not a plugin: learner_init fails naming it.
+  config.algorithm.plugin = "/nonexistent/libplugin.so";
+  body["config"] = config_to_yaml(config);
+  CHECK_THROWS_WITH(pool.wait({pool.send(rank, "learner_init", body.dump())}),
+                    doctest::Contains("algorithm.plugin: plugin /nonexistent/libplugin.so: cannot load"));
   pool.shutdown("test done");
 }

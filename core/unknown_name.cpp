@@ -1,4 +1,4 @@
-#include "learner/unknown_name.h"
+#include "core/unknown_name.h"
 
 #include "core/error.h"
 #include "core/text.h"

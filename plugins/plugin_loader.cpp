@@ -1,0 +1,116 @@
+#include "plugins/plugin_loader.h"
+
+#include "core/error.h"
+#include "learner/objective_registry.h"
+#include "plugins/reward_registry.h"
+
+#include <tandem/plugin.h>
+
+#include <dlfcn.h>
+
+#include <filesystem>
+#include <mutex>
+#include <set>
+
+namespace tandem {
+
+namespace {
+
+// What a plugin's registration calls: forwards to the registries, naming the plugin in errors.
+class ForwardingRegistry final : public PluginRegistry {
+ public:
+  explicit ForwardingRegistry(std::string library) : library_(std::move(library)) {}
+
+  void add_reward(const std::string& name, RewardFn fn) override {
+    guarded([&] { register_reward(name, std::move(fn)); });
+  }
+  void add_advantage_estimator(const std::string& name, AdvantageEstimatorFn fn) override {
+    guarded([&] { register_advantage_estimator(name, std::move(fn)); });
+  }
+  void add_policy_loss(const std::string& name, PolicyLossFn fn) override {
+    guarded([&] { register_policy_loss(name, std::move(fn)); });
+  }
+
+ private:
+  template <class F>
+  void guarded(F&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      throw Error(fmt::format("plugin {}: {}", library_, e.what()));
+    }
+  }
+  std::string library_;
+};
+
+template <class T>
+T symbol(void* handle, const char* name, const std::string& path) {
+  void* found = ::dlsym(handle, name);
+  if (!found) {
+    throw Error(fmt::format("plugin {}: not a tandem plugin (no {}; define it with TANDEM_PLUGIN from "
+                            "<tandem/plugin.h>)",
+                            path, name));
+  }
+  return reinterpret_cast<T>(found);
+}
+
+}  // namespace
+
+void load_plugin(const std::string& path) {
+  static std::mutex mutex;
+  static std::set<std::string> loaded;
+  std::error_code error;
+  const std::string canonical = std::filesystem::canonical(path, error).string();
+  if (error) throw Error(fmt::format("plugin {}: cannot load: {}", path, error.message()));
+  std::lock_guard<std::mutex> lock(mutex);
+  if (loaded.count(canonical)) return;
+
+  // RTLD_LOCAL: two plugins may define the same internal symbols. The handle is never
+  // closed: the registries hold functions whose code lives in the library.
+  void* handle = ::dlopen(canonical.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) throw Error(fmt::format("plugin {}: cannot load: {}", path, ::dlerror()));
+  const int api = symbol<int (*)()>(handle, "tandem_plugin_api_version", path)();
+  if (api != TANDEM_PLUGIN_API_VERSION) {
+    throw Error(fmt::format("plugin {}: built for plugin API version {}, this tandem has version {}: rebuild it "
+                            "against this tandem's include/tandem",
+                            path, api, TANDEM_PLUGIN_API_VERSION));
+  }
+  const std::string torch = symbol<const char* (*)()>(handle, "tandem_plugin_torch_version", path)();
+  if (torch != TORCH_VERSION) {
+    throw Error(fmt::format("plugin {}: built against libtorch {}, this tandem uses {}: rebuild it", path, torch,
+                            TORCH_VERSION));
+  }
+  ForwardingRegistry registry(path);
+  try {
+    symbol<void (*)(PluginRegistry&)>(handle, "tandem_plugin_register", path)(registry);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("plugin {}: its registration threw: {}", path, e.what()));
+  } catch (...) {
+    throw Error(fmt::format("plugin {}: its registration threw a non-standard exception", path));
+  }
+  loaded.insert(canonical);
+}
+
+void load_config_plugins(const Config& config, const std::string& where) {
+  auto named = [&](const std::string& key, const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: {}: {}", where, key, e.what()));
+    }
+  };
+  if (!config.algorithm.plugin.empty()) {
+    named("algorithm.plugin", [&] { load_plugin(config.algorithm.plugin); });
+  }
+  for (size_t i = 0; i < config.reward.size(); ++i) {
+    if (!config.reward[i].plugin.empty()) {
+      named(fmt::format("reward[{}].plugin", i), [&] { load_plugin(config.reward[i].plugin); });
+    }
+  }
+  named("algorithm.advantage", [&] { find_advantage_estimator(config.algorithm.advantage); });
+  named("algorithm.policy_loss", [&] { find_policy_loss(config.algorithm.policy_loss); });
+}
+
+}  // namespace tandem

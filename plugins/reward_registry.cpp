@@ -1,0 +1,22 @@
+#include "plugins/reward_registry.h"
+
+#include "core/named_functions.h"
+
+namespace tandem {
+
+namespace {
+
+NamedFunctions<RewardFn>& rewards() {
+  static NamedFunctions<RewardFn> table("reward function (reward[].name)", {});
+  return table;
+}
+
+}  // namespace
+
+void register_reward(const std::string& name, RewardFn fn) { rewards().add(name, std::move(fn)); }
+
+RewardFn find_reward(const std::string& name) { return rewards().find(name); }
+
+std::vector<std::string> reward_names() { return rewards().names(); }
+
+}  // namespace tandem
