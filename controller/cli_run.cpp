@@ -1,11 +1,11 @@
 // `tandem run`: validates everything that can be validated before anything starts
 // (exit 2, no run directory), then creates the run directory, starts the workers and
-// drives the steps. Until the training loop lands (issue 5), a step is a control-plane
-// round: every worker answers a ping, and the round-trip time is the step's metric.
+// drives the training loop (controller/training_loop.h).
 #include "controller/cli.h"
 #include "controller/metrics_writer.h"
 #include "controller/progress.h"
 #include "controller/run_dir.h"
+#include "controller/training_loop.h"
 #include "controller/worker_pool.h"
 #include "core/config.h"
 #include "core/files.h"
@@ -18,36 +18,6 @@
 #include <cstdio>
 
 namespace tandem {
-namespace {
-
-std::vector<WorkerId> worker_list(const Config& c) {
-  std::vector<WorkerId> ids;
-  for (int64_t r = 0; r < c.rollout.workers; ++r) ids.push_back({"rollout", static_cast<uint32_t>(r)});
-  for (int64_t r = 0; r < c.learner.workers; ++r) ids.push_back({"learner", static_cast<uint32_t>(r)});
-  return ids;
-}
-
-void run_steps(WorkerPool& pool, const Config& c, const std::string& run_dir) {
-  MetricsWriter metrics(c.logging.jsonl ? run_dir + "/metrics.jsonl" : "");
-  ProgressLine progress(c.logging.console, c.experiment.steps);
-  const std::string payload(64, 'x');
-  for (int64_t step = 1; step <= c.experiment.steps; ++step) {
-    auto started = std::chrono::steady_clock::now();
-    auto replies = pool.call_all("ping", payload);
-    for (const auto& r : replies) {
-      TANDEM_CHECK(r.reply.body == payload, "{} echoed {} bytes instead of {}", r.reply.worker.name(),
-                   r.reply.body.size(), payload.size());
-    }
-    double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    metrics.write({{"step", static_cast<double>(step)},
-                   {"time/step_s", step_s},
-                   {"control/workers", static_cast<double>(replies.size())}});
-    progress.update(step, fmt::format("{} workers answered in {:.3f} ms", replies.size(), step_s * 1e3));
-  }
-  progress.finish();
-}
-
-}  // namespace
 
 int cli_run(const RunArgs& args) {
   // Everything that can be wrong with the request is found before anything is created.
@@ -79,8 +49,8 @@ int cli_run(const RunArgs& args) {
   WorkerPool pool(pool_options_from_config(c.launcher, run_dir + "/logs", sockets.path()),
                   make_local_launcher(current_executable()));
   try {
-    pool.start(worker_list(c));
-    run_steps(pool, c, run_dir);
+    pool.start(training_workers(c));
+    run_training(pool, c, run_dir);
     pool.shutdown("run complete");
   } catch (const Interrupted& e) {
     log::error("{}: stopping the workers", e.what());

@@ -17,8 +17,16 @@ int cli_worker(const WorkerArgs& args) {
   } else if (args.role == "learner") {
     handler = learner_command_handler(
         [](const Config& config) { load_config_plugins(config, "learner_init config"); });
+  } else if (args.role == "colocated") {
+    // One process, both roles (placement: colocated): commands go by their prefix.
+    CommandHandler rollout = rollout_command_handler();
+    CommandHandler learner = learner_command_handler(
+        [](const Config& config) { load_config_plugins(config, "learner_init config"); });
+    handler = [rollout, learner](const CommandMsg& command, const std::vector<std::string>& attachments) {
+      return command.name.rfind("rollout_", 0) == 0 ? rollout(command, attachments) : learner(command, attachments);
+    };
   } else {
-    throw UsageError(fmt::format("--role: unknown role \"{}\" (allowed: rollout, learner)", args.role));
+    throw UsageError(fmt::format("--role: unknown role \"{}\" (allowed: rollout, learner, colocated)", args.role));
   }
   WorkerOptions options;
   options.id = WorkerId{args.role, static_cast<uint32_t>(args.rank)};

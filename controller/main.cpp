@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
 
   WorkerArgs worker;
   auto* worker_cmd = app.add_subcommand("worker", "internal: a worker process, started by a launcher");
-  worker_cmd->add_option("--role", worker.role, "rollout | learner")->required();
+  worker_cmd->add_option("--role", worker.role, "rollout | learner | colocated")->required();
   worker_cmd->add_option("--rank", worker.rank, "rank within the role")->required()->check(CLI::NonNegativeNumber);
   worker_cmd->add_option("--controller", worker.controller, "controller address (tcp:// or ipc://)")->required();
   worker_cmd->add_option("--heartbeat-interval", worker.heartbeat_interval_s, "seconds")->check(CLI::PositiveNumber);

@@ -8,6 +8,8 @@
 #include "learner/collectives.h"
 #include "learner/sample_codec.h"
 #include "learner/trainer.h"
+#include "weight_sync/local.h"
+#include "weight_sync/shm.h"
 
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
@@ -100,6 +102,29 @@ CommandHandler learner_command_handler(std::function<void(const Config&)> prepar
       }
       return {"{}", {frame}};
     }
+    if (command.name == "learner_publish") {
+      // The current policy for rollout workers: every rank calls (fsdp gathers), rank 0 writes.
+      const nlohmann::json body = parse_body(command);
+      Trainer& t = state->require_trainer(command.name);
+      const ModelWeights weights = t.weights();
+      const int64_t version = body.at("version").get<int64_t>();
+      if (state->collectives->rank() != 0) return {"{}", {}};
+      if (body.value("local", false)) {
+        LocalWeights local;
+        local.version = version;
+        for (const WeightTensor& w : weights.tensors()) {
+          local.tensors.push_back({w.name, w.shape});
+          local.data.push_back(w.data);
+        }
+        put_local_weights(std::move(local));
+      }
+      if (!body.contains("shm")) return {"{}", {}};
+      std::vector<OutgoingTensor> tensors;
+      for (const WeightTensor& w : weights.tensors()) tensors.push_back({w.name, w.shape, w.data.data()});
+      const ShmStats stats = publish_weights_shm(body.at("shm").get<std::string>(), tensors, version,
+                                                 body.value("bucket_bytes", int64_t{256} << 20));
+      return {fmt::format("{{\"bytes\":{},\"buckets\":{}}}", stats.bytes, stats.buckets), {}};
+    }
     if (command.name == "learner_save" || command.name == "learner_load") {
       const std::string dir = parse_body(command).at("dir").get<std::string>();
       Trainer& t = state->require_trainer(command.name);
@@ -114,7 +139,7 @@ CommandHandler learner_command_handler(std::function<void(const Config&)> prepar
       return {"{}", {}};
     }
     throw Error(fmt::format("learner worker: unknown command \"{}\" (known: ping, describe, torch_info, learner_init, "
-                            "learner_train, learner_values, learner_save, learner_load, learner_export)",
+                            "learner_train, learner_values, learner_publish, learner_save, learner_load, learner_export)",
                             command.name));
   };
 }

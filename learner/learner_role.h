@@ -10,6 +10,9 @@
 //   learner_load    {"dir"}: load one (any worker count wrote it)
 //   learner_values  header + 2 frames, one mini-batch: the critic's per-token values of
 //                   those samples (advantage: gae), one float32 frame back
+//   learner_publish {"version", "shm" (a POSIX shm name) | "local": true, "bucket_bytes"}:
+//                   the policy for rollout workers (weight_sync/shm.h, weight_sync/local.h);
+//                   all ranks call, rank 0 writes
 //   learner_export  {"dir", "tokenizer_from"}: the policy as a Hugging Face directory
 #pragma once
 

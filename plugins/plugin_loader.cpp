@@ -111,6 +111,9 @@ void load_config_plugins(const Config& config, const std::string& where) {
   }
   named("algorithm.advantage", [&] { find_advantage_estimator(config.algorithm.advantage); });
   named("algorithm.policy_loss", [&] { find_policy_loss(config.algorithm.policy_loss); });
+  for (size_t i = 0; i < config.reward.size(); ++i) {
+    named(fmt::format("reward[{}].name", i), [&] { find_reward(config.reward[i].name); });
+  }
 }
 
 }  // namespace tandem

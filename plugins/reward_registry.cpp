@@ -1,13 +1,14 @@
 #include "plugins/reward_registry.h"
 
 #include "core/named_functions.h"
+#include "plugins/rewards.h"
 
 namespace tandem {
 
 namespace {
 
 NamedFunctions<RewardFn>& rewards() {
-  static NamedFunctions<RewardFn> table("reward function (reward[].name)", {});
+  static NamedFunctions<RewardFn> table("reward function (reward[].name)", {{"math_answer", math_answer_reward}});
   return table;
 }
 

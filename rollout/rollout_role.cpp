@@ -1,12 +1,128 @@
 #include "rollout/rollout_role.h"
 
+#include "actor/model_weights.h"
+#include "actor/presets.h"
+#include "core/config.h"
 #include "core/error.h"
+#include "rollout/engine.h"
+#include "weight_sync/local.h"
+#include "weight_sync/shm.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+#include <memory>
 
 namespace tandem {
 
+namespace {
+
+nlohmann::json parse_body(const CommandMsg& command) {
+  try {
+    return nlohmann::json::parse(command.body);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: the body is not JSON: {}", command.name, e.what()));
+  }
+}
+
+struct RolloutState {
+  std::unique_ptr<RolloutEngine> engine;
+  RolloutConfig rollout;
+
+  RolloutEngine& require_engine(const std::string& command) {
+    if (!engine) throw Error(fmt::format("{}: send rollout_init first", command));
+    return *engine;
+  }
+
+  CommandResult init(const CommandMsg& command) {
+    const nlohmann::json body = parse_body(command);
+    const Config config = load_config_text(body.at("config").get<std::string>(), "rollout_init config").config;
+    const std::string model_dir = resolve_model_path(body.at("model").get<std::string>());
+    const ModelConfig model = read_model_config(model_dir + "/config.json");
+    rollout = config.rollout;
+    engine.reset();
+    engine = std::make_unique<RolloutEngine>(model, load_model_weights(model_dir, model), engine_options(rollout));
+    return {"{}", {}};
+  }
+
+  CommandResult generate(const CommandMsg& command, const std::vector<std::string>& attachments) {
+    RolloutEngine& e = require_engine(command.name);
+    const nlohmann::json body = parse_body(command);
+    if (attachments.size() != 1) throw Error("rollout_generate: expected 1 frame of prompt tokens");
+    const std::string& tokens = attachments[0];
+    std::vector<GenerationRequest> requests;
+    size_t offset = 0;
+    for (const auto& r : body.at("requests")) {
+      GenerationRequest request;
+      request.id = r.at("id").get<uint64_t>();
+      const size_t length = r.at("prompt_length").get<size_t>();
+      if ((offset + length) * 4 > tokens.size()) {
+        throw Error(fmt::format("rollout_generate: request {} runs past the token frame", request.id));
+      }
+      request.prompt.resize(length);
+      std::memcpy(request.prompt.data(), tokens.data() + offset * 4, length * 4);
+      offset += length;
+      request.n = r.at("n").get<int64_t>();
+      request.seed = r.at("seed").get<uint64_t>();
+      request.max_new_tokens = rollout.max_new_tokens;
+      request.sampling.temperature = rollout.temperature;
+      request.sampling.top_p = rollout.top_p;
+      request.sampling.top_k = rollout.top_k;
+      requests.push_back(std::move(request));
+    }
+    if (offset * 4 != tokens.size()) throw Error("rollout_generate: bytes left over after the last prompt");
+    const std::vector<GeneratedSample> samples = e.generate(requests);
+    nlohmann::json out = nlohmann::json::array();
+    std::string token_frame, logprob_frame;
+    for (const GeneratedSample& s : samples) {
+      out.push_back({s.request_id, s.sample_index, s.tokens.size(), finish_reason_name(s.finish_reason),
+                     s.weight_version});
+      token_frame.append(reinterpret_cast<const char*>(s.tokens.data()), s.tokens.size() * 4);
+      logprob_frame.append(reinterpret_cast<const char*>(s.logprobs.data()), s.logprobs.size() * 4);
+    }
+    const EngineStats& stats = e.stats();
+    nlohmann::json reply = {{"samples", out},
+                            {"stats", {{"decode_tokens", stats.decode_tokens}, {"preemptions", stats.preemptions}}}};
+    return {reply.dump(), {token_frame, logprob_frame}};
+  }
+
+  CommandResult load_weights(const CommandMsg& command) {
+    RolloutEngine& e = require_engine(command.name);
+    const nlohmann::json body = parse_body(command);
+    std::vector<ExpectedTensor> expected;
+    for (const WeightSpec& spec : expected_weights(e.config())) expected.push_back({spec.name, spec.shape});
+    std::vector<WeightTensor> tensors;
+    int64_t version = 0;
+    if (body.value("local", false)) {
+      LocalWeights local = take_local_weights();
+      for (size_t i = 0; i < local.tensors.size(); ++i) {
+        tensors.push_back({local.tensors[i].name, local.tensors[i].shape, std::move(local.data[i])});
+      }
+      version = local.version;
+    } else {
+      version = receive_weights_shm(body.at("shm").get<std::string>(), expected,
+                                    [&](const ExpectedTensor& t, const float* data) {
+                                      int64_t n = 1;
+                                      for (int64_t d : t.shape) n *= d;
+                                      tensors.push_back({t.name, t.shape, std::vector<float>(data, data + n)});
+                                    });
+    }
+    e.update_weights(ModelWeights(std::move(tensors)), version);  // checks names and shapes first
+    return {fmt::format("{{\"version\":{}}}", version), {}};
+  }
+};
+
+}  // namespace
+
 CommandHandler rollout_command_handler() {
-  return [](const CommandMsg& command, const std::vector<std::string>&) -> CommandResult {
-    throw Error(fmt::format("rollout worker: unknown command \"{}\" (known: ping, describe)", command.name));
+  auto state = std::make_shared<RolloutState>();
+  return [state](const CommandMsg& command, const std::vector<std::string>& attachments) -> CommandResult {
+    if (command.name == "rollout_init") return state->init(command);
+    if (command.name == "rollout_generate") return state->generate(command, attachments);
+    if (command.name == "rollout_load_weights") return state->load_weights(command);
+    throw Error(fmt::format("rollout worker: unknown command \"{}\" (known: ping, describe, rollout_init, "
+                            "rollout_generate, rollout_load_weights)",
+                            command.name));
   };
 }
 

@@ -1,12 +1,20 @@
 // The rollout worker role: commands the controller sends to a generation worker.
+//
+//   rollout_init          {"model", "config" (resolved YAML)}: loads the policy into a
+//                         RolloutEngine with the config's rollout settings
+//   rollout_generate      {"requests": [{"id", "prompt_length", "n", "seed"}]} + one frame
+//                         of int32 prompt tokens back to back. Replies {"samples": [[id,
+//                         index, length, finish, version], ...], "stats"} + two frames:
+//                         int32 tokens and float32 log-probs of every sample back to back
+//   rollout_load_weights  {"shm": name} (weight_sync/shm.h) or {"local": true} (the
+//                         colocated learner's handover): checks and loads new weights;
+//                         replies {"version"}
 #pragma once
 
 #include "core/worker_runtime.h"
 
 namespace tandem {
 
-// Handles the rollout role's own commands (the generation engine arrives with the
-// model issue); the built-in ping/describe are answered by the worker runtime.
 CommandHandler rollout_command_handler();
 
 }  // namespace tandem
