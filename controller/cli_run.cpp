@@ -27,6 +27,10 @@ int cli_run(const RunArgs& args) {
     throw UsageError(fmt::format("{}: launcher.kind: {} is not implemented yet (allowed today: local)",
                                  loaded.origin_of("launcher.kind"), c.launcher.kind));
   }
+  if (c.algorithm.kl.in == "reward" && c.algorithm.kl.coef > 0) {
+    throw UsageError(fmt::format("{}: algorithm.kl.in: reward is not implemented yet in the training loop (loss is)",
+                                 loaded.origin_of("algorithm.kl.in")));
+  }
   load_plugins_or_usage_error(loaded);
   std::string rollout_device = resolve_device(c.rollout.device, "rollout.device");
   std::string learner_device = resolve_device(c.learner.device, "learner.device");

@@ -72,6 +72,7 @@ class TrainingLoop {
   void start_workers();
   std::vector<Sample> generate(int64_t step, const std::vector<size_t>& rows);
   void score(std::vector<Sample>& samples, const std::vector<size_t>& rows);
+  void critic_values(std::vector<TrainingSample>& batch);
   void compute_advantages(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch);
   nlohmann::json train(std::vector<TrainingSample>& batch);
   void sync_weights(int64_t version);
@@ -205,6 +206,39 @@ void TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size_t>
       total += rc.weight * result.score;
     }
     s.reward = total;
+  }
+}
+
+// The learners' critic values of every sample (gae): each rank scores a contiguous share.
+void TrainingLoop::critic_values(std::vector<TrainingSample>& batch) {
+  const size_t ranks = static_cast<size_t>(c_.learner.workers);
+  std::vector<uint64_t> pending;
+  for (size_t r = 0; r < ranks; ++r) {
+    const size_t begin = batch.size() * r / ranks, end = batch.size() * (r + 1) / ranks;
+    std::vector<TrainingSample> share;
+    for (size_t i = begin; i < end; ++i) {
+      TrainingSample probe;  // tokens are what matters; the codec wants every per-token field sized
+      probe.prompt = batch[i].prompt;
+      probe.response = batch[i].response;
+      probe.old_logprobs = batch[i].old_logprobs;
+      probe.advantages.assign(batch[i].response.size(), 0.0f);
+      share.push_back(std::move(probe));
+    }
+    EncodedBatch encoded = encode_training_batch({share});
+    pending.push_back(pool_.send(learner_worker(c_, static_cast<int64_t>(r)), "learner_values", encoded.header,
+                                 encoded.attachments));
+  }
+  auto replies = pool_.wait(pending);
+  for (size_t r = 0; r < ranks; ++r) {
+    const std::string& frame = replies.at(pending[r]).attachments.at(0);
+    size_t offset = 0;
+    for (size_t i = batch.size() * r / ranks; i < batch.size() * (r + 1) / ranks; ++i) {
+      const size_t n = batch[i].response.size();
+      TANDEM_CHECK((offset + n) * 4 <= frame.size(), "learner_values reply: frame too short");
+      batch[i].old_values.resize(n);
+      std::memcpy(batch[i].old_values.data(), frame.data() + offset * 4, n * 4);
+      offset += n;
+    }
   }
 }
 
@@ -359,6 +393,7 @@ void TrainingLoop::run() {
         batch[i].old_logprobs = samples[i].logprobs;
         response_tokens += static_cast<int64_t>(samples[i].tokens.size());
       }
+      if (c_.algorithm.advantage == "gae") critic_values(batch);
       compute_advantages(samples, batch);
       const nlohmann::json update = train(batch);
       const double train_s = seconds_since(t);

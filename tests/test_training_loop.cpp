@@ -1,0 +1,104 @@
+// `tandem run` end to end on real worker processes: both placements, the metrics and
+// files a run leaves, plugin rewards and critics, and a failing reward.
+#include "actor/model_config.h"
+#include "actor/model_weights.h"
+#include "run_tandem.h"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <sstream>
+
+using namespace tandem;
+using namespace tandem::testing;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kShortRun = R"(experiment: {name: t, seed: 3, steps: 4, checkpoint_every: 2, keep_checkpoints: 1}
+model: {path: "builtin:tiny"}
+data: {train: "builtin:addition1", batch_size: 4}
+algorithm: {advantage: grpo, group_size: 4, kl: {coef: 0.01}}
+rollout: {workers: 2, max_new_tokens: 3, kv_cache_mb: 8}
+learner: {workers: 1, micro_batch_size: 8, optimizer: {lr: 1.0e-3}}
+logging: {console: plain}
+)";
+
+std::vector<nlohmann::json> metric_lines(const std::string& run_dir) {
+  std::vector<nlohmann::json> out;
+  std::istringstream lines(read_text(run_dir + "/metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+std::string run_config(const TempDir& dir, const std::string& yaml, const std::vector<std::string>& sets,
+                       int expected_exit) {
+  write_file_atomic(dir.path() + "/run.yaml", yaml);
+  std::vector<std::string> args = {"run", dir.path() + "/run.yaml", "--run-dir", dir.path() + "/run"};
+  for (const std::string& s : sets) {
+    args.push_back("--set");
+    args.push_back(s);
+  }
+  const ExitStatus status = run_tandem(args, dir.path() + "/out.txt", 180);
+  INFO(read_text(dir.path() + "/out.txt"));
+  REQUIRE(status.exit_code == expected_exit);
+  return dir.path() + "/run";
+}
+
+}  // namespace
+
+TEST_CASE("a run trains over real workers in both placements and leaves metrics, checkpoints and the policy") {
+  for (const char* placement : {"colocated", "disaggregated"}) {
+    INFO(std::string(placement));
+    TempDir dir;
+    const std::string run = run_config(dir, kShortRun, {std::string("placement=") + placement}, 0);
+    const auto lines = metric_lines(run);
+    REQUIRE(lines.size() == 4);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      for (const char* key : {"step", "weight_version", "reward/mean", "reward/std", "response/length_mean",
+                              "actor/pg_loss", "actor/kl", "actor/entropy", "actor/clipfrac", "actor/grad_norm",
+                              "actor/lr", "time/rollout_s", "time/reward_s", "time/train_s", "time/sync_s",
+                              "time/step_s", "perf/rollout_tokens_per_s", "perf/train_tokens_per_s"}) {
+        INFO(key);
+        REQUIRE(lines[i].contains(key));
+        CHECK(lines[i][key].is_number());
+      }
+      CHECK(lines[i]["step"].get<int>() == static_cast<int>(i) + 1);
+      CHECK(lines[i]["weight_version"].get<int>() == static_cast<int>(i) + 1);
+      CHECK(lines[i]["response/length_mean"].get<double>() > 0);
+    }
+    // keep_checkpoints 1: only the newest, whole.
+    CHECK_FALSE(fs::exists(run + "/checkpoints/step_2"));
+    CHECK(fs::exists(run + "/checkpoints/step_4/trainer_state.json"));
+    CHECK(nlohmann::json::parse(read_text(run + "/checkpoints/step_4/controller_state.json"))["step"] == 4);
+    const ModelConfig config = read_model_config(run + "/policy/config.json");
+    CHECK(load_model_weights(run + "/policy", config).parameter_count() == parameter_count(config));
+    CHECK(fs::exists(run + "/policy/tokenizer.json"));
+  }
+  for (const auto& entry : fs::directory_iterator("/dev/shm")) {
+    CHECK(entry.path().filename().string().rfind("tandem-", 0) != 0);  // weight segments are removed
+  }
+}
+
+TEST_CASE("a plugin reward and a critic (gae) run; a reward that throws stops the run naming it and the sample") {
+  TempDir dir;
+  const std::string plugin = EXAMPLE_PLUGIN;
+  const std::string run = run_config(
+      dir, kShortRun,
+      {"algorithm.advantage=gae", "reward=[{plugin: " + plugin + ", name: exact_answer}]", "experiment.steps=2"}, 0);
+  const auto lines = metric_lines(run);
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[1].contains("critic/value_loss"));
+
+  TempDir broken;
+  write_file_atomic(broken.path() + "/data.jsonl", "{\"prompt\": \"1+1=\"}\n{\"prompt\": \"2+2=\"}\n");
+  run_config(broken, kShortRun,
+             {"reward=[{plugin: " + plugin + ", name: exact_answer}]", "data.train=" + broken.path() + "/data.jsonl",
+              "data.batch_size=2"},
+             1);
+  const std::string out = read_text(broken.path() + "/out.txt");
+  CHECK(out.find("reward exact_answer (plugin " + plugin + ") failed on sample 0 (prompt") != std::string::npos);
+  CHECK(out.find("no \"answer\" field") != std::string::npos);
+}
