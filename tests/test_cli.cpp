@@ -43,10 +43,12 @@ std::vector<int> children_of(int parent) {
 
 const char* long_run_config = R"(
 experiment: {name: cli-test, steps: 1000000}
-data: {batch_size: 4}
+model: {path: "builtin:tiny"}
+data: {train: "builtin:addition1", batch_size: 4}
 algorithm: {group_size: 2}
-rollout: {workers: 2}
+rollout: {workers: 2, max_new_tokens: 2, kv_cache_mb: 8}
 learner: {workers: 2, micro_batch_size: 1}
+placement: disaggregated
 launcher: {heartbeat_interval_s: 0.1, heartbeat_timeout_s: 2, shutdown_grace_s: 2}
 logging: {console: quiet}
 )";
@@ -87,7 +89,7 @@ TEST_CASE("validate prints the resolved config; errors exit 2") {
             .exit_code == 0);
   std::string resolved = read_text(out);
   CHECK(resolved.find("lr: 3e-06") != std::string::npos);
-  CHECK(resolved.find("micro_batch_size: 8") != std::string::npos);
+  CHECK(resolved.find("micro_batch_size: 32") != std::string::npos);
 
   write_file(dir.path() + "/bad.yaml", "learner:\n  optimizer:\n    lr: fast\n");
   fs::remove(out);
@@ -127,18 +129,20 @@ TEST_CASE("device: cuda without a usable GPU is a clear error, not a fallback") 
 TEST_CASE("a short run completes and leaves the run directory contract") {
   TempDir dir;
   std::string out = dir.path() + "/out.txt";
-  CHECK(run_tandem({"run", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--set", "experiment.steps=20", "--set",
-                "logging.console=plain", "--run-dir", dir.path() + "/run"}, out).exit_code == 0);
+  CHECK(run_tandem({"run", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--set", "experiment.steps=3", "--set",
+                "placement=disaggregated", "--set", "logging.console=plain", "--run-dir", dir.path() + "/run"}, out)
+            .exit_code == 0);
   std::string run = dir.path() + "/run";
   CHECK(fs::exists(run + "/config.yaml"));
   CHECK(fs::exists(run + "/logs/controller-0.log"));
   CHECK(fs::exists(run + "/logs/rollout-0.log"));
   CHECK(fs::exists(run + "/logs/rollout-1.log"));
   CHECK(fs::exists(run + "/logs/learner-0.log"));
+  CHECK(fs::exists(run + "/policy/model.safetensors"));
   std::string metrics = read_text(run + "/metrics.jsonl");
-  CHECK(std::count(metrics.begin(), metrics.end(), '\n') == 20);
-  CHECK(metrics.find("{\"step\":20,\"time/step_s\":") != std::string::npos);
-  CHECK(read_text(run + "/config.yaml").find("steps: 20") != std::string::npos);
+  CHECK(std::count(metrics.begin(), metrics.end(), '\n') == 3);
+  CHECK(metrics.find("{\"step\":3,\"weight_version\":3,") != std::string::npos);
+  CHECK(read_text(run + "/config.yaml").find("steps: 3") != std::string::npos);
   // A run directory is never reused.
   CHECK(run_tandem({"run", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--run-dir", run}, out).exit_code == 2);
 }

@@ -8,14 +8,15 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 using namespace tandem;
 using namespace tandem::testing;
 
-namespace {
-
 namespace fs = std::filesystem;
+
+namespace {
 
 const char* kShortRun = R"(experiment: {name: t, seed: 3, steps: 4, checkpoint_every: 2, keep_checkpoints: 1}
 model: {path: "builtin:tiny"}
@@ -49,7 +50,17 @@ std::string run_config(const TempDir& dir, const std::string& yaml, const std::v
 
 }  // namespace
 
+std::set<std::string> weight_segments() {
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator("/dev/shm")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("tandem-", 0) == 0) names.insert(name);
+  }
+  return names;
+}
+
 TEST_CASE("a run trains over real workers in both placements and leaves metrics, checkpoints and the policy") {
+  const std::set<std::string> segments_before = weight_segments();  // e.g. of killed runs
   for (const char* placement : {"colocated", "disaggregated"}) {
     INFO(std::string(placement));
     TempDir dir;
@@ -77,9 +88,7 @@ TEST_CASE("a run trains over real workers in both placements and leaves metrics,
     CHECK(load_model_weights(run + "/policy", config).parameter_count() == parameter_count(config));
     CHECK(fs::exists(run + "/policy/tokenizer.json"));
   }
-  for (const auto& entry : fs::directory_iterator("/dev/shm")) {
-    CHECK(entry.path().filename().string().rfind("tandem-", 0) != 0);  // weight segments are removed
-  }
+  CHECK(weight_segments() == segments_before);  // the runs removed their weight segments
 }
 
 TEST_CASE("a plugin reward and a critic (gae) run; a reward that throws stops the run naming it and the sample") {
