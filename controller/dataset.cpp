@@ -34,7 +34,7 @@ std::vector<DataRow> builtin_rows(const std::string& name) {
                           join_choices(known)));
 }
 
-std::vector<DataRow> jsonl_rows(const std::string& path) {
+std::vector<DataRow> jsonl_rows(const std::string& path, std::vector<int64_t>& line_numbers) {
   std::optional<std::string> text = read_file(path);
   if (!text) throw Error(fmt::format("data.train: cannot read {}", path));
   std::vector<DataRow> rows;
@@ -51,8 +51,8 @@ std::vector<DataRow> jsonl_rows(const std::string& path) {
     if (!object.is_object()) throw Error(fmt::format("{}:{}: expected a JSON object, got {}", path, number, line));
     DataRow row;
     for (const auto& [key, value] : object.items()) row[key] = value.is_string() ? value.get<std::string>() : value.dump();
-    row["_line"] = std::to_string(number);
     rows.push_back(std::move(row));
+    line_numbers.push_back(number);
   }
   return rows;
 }
@@ -68,13 +68,13 @@ Dataset load_dataset(const std::string& spec, const std::string& prompt_key) {
   data.source = spec;
   data.prompt_key = prompt_key;
   const std::string prefix = "builtin:";
-  data.rows = spec.rfind(prefix, 0) == 0 ? builtin_rows(spec.substr(prefix.size())) : jsonl_rows(spec);
+  data.rows = spec.rfind(prefix, 0) == 0 ? builtin_rows(spec.substr(prefix.size())) : jsonl_rows(spec, data.lines);
   if (data.rows.empty()) throw Error(fmt::format("data.train: {} has no rows", spec));
   for (size_t i = 0; i < data.rows.size(); ++i) {
     if (data.rows[i].count(prompt_key)) continue;
-    const auto line = data.rows[i].find("_line");
     throw Error(fmt::format("{}{}: no \"{}\" field (data.prompt_key)", spec,
-                            line == data.rows[i].end() ? fmt::format(" row {}", i) : ":" + line->second, prompt_key));
+                            data.lines.empty() ? fmt::format(" row {}", i) : fmt::format(":{}", data.lines[i]),
+                            prompt_key));
   }
   return data;
 }

@@ -23,6 +23,7 @@ using DataRow = std::map<std::string, std::string>;
 struct Dataset {
   std::string source;  // the path or builtin: name, for messages
   std::vector<DataRow> rows;
+  std::vector<int64_t> lines;  // JSONL: the file line of each row, for messages; built-in: empty
   const std::string& prompt(size_t row) const;  // rows[row].at(prompt_key)
   std::string prompt_key;
 };

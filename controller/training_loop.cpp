@@ -70,7 +70,8 @@ class TrainingLoop {
 
  private:
   void start_workers();
-  std::vector<Sample> generate(int64_t step, const std::vector<size_t>& rows);
+  // prompts[i]: the token ids of the step's prompt i (encoded once per step).
+  std::vector<Sample> generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts);
   void score(std::vector<Sample>& samples, const std::vector<size_t>& rows);
   void critic_values(std::vector<TrainingSample>& batch);
   void compute_advantages(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch);
@@ -93,17 +94,17 @@ class TrainingLoop {
   std::vector<RewardFn> rewards_;
 };
 
+int64_t host_cores() { return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())); }
+
 // Workers get the config with thread counts that share this host's cores among them.
 std::string TrainingLoop::config_for_workers() const {
   Config c = c_;
-  const int64_t cores = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
-  if (c.rollout.threads == 0) c.rollout.threads = std::max<int64_t>(1, cores / c.rollout.workers);
+  if (c.rollout.threads == 0) c.rollout.threads = std::max<int64_t>(1, host_cores() / c.rollout.workers);
   return config_to_yaml(c);
 }
 
 void TrainingLoop::start_workers() {
   const std::string config_text = config_for_workers();
-  const int64_t cores = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
   std::vector<uint64_t> pending;
   for (int64_t r = 0; r < c_.rollout.workers; ++r) {
     pending.push_back(pool_.send(rollout_worker(c_, r), "rollout_init",
@@ -118,22 +119,22 @@ void TrainingLoop::start_workers() {
                            {"world_size", c_.learner.workers},
                            {"rendezvous", c_.learner.workers > 1 ? rendezvous : std::string()},
                            {"total_optimizer_steps", optimizer_steps},
-                           {"threads", std::max<int64_t>(1, cores / c_.learner.workers)}};
+                           {"threads", std::max<int64_t>(1, host_cores() / c_.learner.workers)}};
     pending.push_back(pool_.send(learner_worker(c_, r), "learner_init", body.dump()));
   }
   pool_.wait(pending);
   fs::remove(run_dir_ + "/.rendezvous-" + std::to_string(::getpid()));
 }
 
-std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<size_t>& rows) {
+std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts) {
   const size_t workers = static_cast<size_t>(c_.rollout.workers);
   std::vector<uint64_t> pending;
   for (size_t w = 0; w < workers; ++w) {
-    const size_t begin = rows.size() * w / workers, end = rows.size() * (w + 1) / workers;
+    const size_t begin = prompts.size() * w / workers, end = prompts.size() * (w + 1) / workers;
     nlohmann::json requests = nlohmann::json::array();
     std::string tokens;
     for (size_t i = begin; i < end; ++i) {
-      const std::vector<int32_t> prompt = tokenizer_->encode(data_.prompt(rows[i]));
+      const std::vector<int32_t>& prompt = prompts[i];
       tokens.append(reinterpret_cast<const char*>(prompt.data()), prompt.size() * 4);
       requests.push_back({{"id", i},
                           {"prompt_length", prompt.size()},
@@ -168,8 +169,8 @@ std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<size_
       samples.push_back(std::move(sample));
     }
   }
-  TANDEM_CHECK(samples.size() == rows.size() * static_cast<size_t>(c_.algorithm.group_size),
-               "the rollout workers returned {} samples for {} prompts x group_size {}", samples.size(), rows.size(),
+  TANDEM_CHECK(samples.size() == prompts.size() * static_cast<size_t>(c_.algorithm.group_size),
+               "the rollout workers returned {} samples for {} prompts x group_size {}", samples.size(), prompts.size(),
                c_.algorithm.group_size);
   // Group order: the samples of prompt i are [i * group_size, (i + 1) * group_size).
   std::stable_sort(samples.begin(), samples.end(),
@@ -377,7 +378,9 @@ void TrainingLoop::run() {
     for (int64_t step = 1; step <= c_.experiment.steps; ++step) {
       const Clock::time_point step_start = Clock::now();
       const std::vector<size_t> rows = order_->next(static_cast<size_t>(c_.data.batch_size));
-      std::vector<Sample> samples = generate(step, rows);
+      std::vector<std::vector<int32_t>> prompts;
+      for (size_t row : rows) prompts.push_back(tokenizer_->encode(data_.prompt(row)));
+      std::vector<Sample> samples = generate(step, prompts);
       const double rollout_s = seconds_since(step_start);
 
       Clock::time_point t = Clock::now();
@@ -388,7 +391,7 @@ void TrainingLoop::run() {
       std::vector<TrainingSample> batch(samples.size());
       int64_t response_tokens = 0;
       for (size_t i = 0; i < samples.size(); ++i) {
-        batch[i].prompt = tokenizer_->encode(data_.prompt(rows[samples[i].prompt_slot]));
+        batch[i].prompt = prompts[samples[i].prompt_slot];
         batch[i].response = samples[i].tokens;
         batch[i].old_logprobs = samples[i].logprobs;
         response_tokens += static_cast<int64_t>(samples[i].tokens.size());

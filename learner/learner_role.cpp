@@ -4,6 +4,7 @@
 #include "actor/model_weights.h"
 #include "actor/presets.h"
 #include "core/config.h"
+#include "core/command_body.h"
 #include "core/error.h"
 #include "learner/collectives.h"
 #include "learner/sample_codec.h"
@@ -21,14 +22,6 @@ namespace tandem {
 
 namespace {
 
-nlohmann::json parse_body(const CommandMsg& command) {
-  try {
-    return nlohmann::json::parse(command.body);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(fmt::format("{}: the body is not JSON: {}", command.name, e.what()));
-  }
-}
-
 // One rank's state between commands; the executor thread runs commands one at a time.
 struct LearnerState {
   std::function<void(const Config&)> prepare;
@@ -41,7 +34,7 @@ struct LearnerState {
   }
 
   CommandResult init(const CommandMsg& command) {
-    const nlohmann::json body = parse_body(command);
+    const nlohmann::json body = command_json(command);
     const Config config = load_config_text(body.at("config").get<std::string>(), "learner_init config").config;
     if (prepare) prepare(config);
     const std::string model_dir = resolve_model_path(body.at("model").get<std::string>());
@@ -104,7 +97,7 @@ CommandHandler learner_command_handler(std::function<void(const Config&)> prepar
     }
     if (command.name == "learner_publish") {
       // The current policy for rollout workers: every rank calls (fsdp gathers), rank 0 writes.
-      const nlohmann::json body = parse_body(command);
+      const nlohmann::json body = command_json(command);
       Trainer& t = state->require_trainer(command.name);
       const ModelWeights weights = t.weights();
       const int64_t version = body.at("version").get<int64_t>();
@@ -126,14 +119,14 @@ CommandHandler learner_command_handler(std::function<void(const Config&)> prepar
       return {fmt::format("{{\"bytes\":{},\"buckets\":{}}}", stats.bytes, stats.buckets), {}};
     }
     if (command.name == "learner_save" || command.name == "learner_load") {
-      const std::string dir = parse_body(command).at("dir").get<std::string>();
+      const std::string dir = command_json(command).at("dir").get<std::string>();
       Trainer& t = state->require_trainer(command.name);
       if (command.name == "learner_save") t.save_checkpoint(dir);
       else t.load_checkpoint(dir);
       return {fmt::format("{{\"optimizer_steps\":{}}}", t.optimizer_steps()), {}};
     }
     if (command.name == "learner_export") {
-      const nlohmann::json body = parse_body(command);
+      const nlohmann::json body = command_json(command);
       Trainer& t = state->require_trainer(command.name);
       t.export_policy(body.at("dir").get<std::string>(), body.at("tokenizer_from").get<std::string>());
       return {"{}", {}};

@@ -63,11 +63,13 @@ Trainer::Impl::Impl(const ModelConfig& config, const ModelWeights& weights, cons
 
 std::vector<std::pair<std::string, at::Tensor>> Trainer::Impl::trained_parameters() const {
   std::vector<std::pair<std::string, at::Tensor>> parameters = model.named_parameters();
-  if (critic()) {
-    parameters.emplace_back("value_head.weight", value_weight);
-    parameters.emplace_back("value_head.bias", value_bias);
-  }
+  for (auto& p : value_head_parameters()) parameters.push_back(std::move(p));
   return parameters;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Trainer::Impl::value_head_parameters() const {
+  if (!critic()) return {};
+  return {{"value_head.weight", value_weight}, {"value_head.bias", value_bias}};
 }
 
 at::Tensor Trainer::Impl::local_values() {
@@ -94,10 +96,9 @@ ModelWeights Trainer::Impl::full_weights(std::vector<WeightTensor>* value_head) 
     for (size_t u = 0; u < fsdp->units(); ++u) fsdp->gather(u);
   }
   ModelWeights weights = model.to_weights();
-  if (value_head && critic()) {
+  if (value_head) {
     value_head->clear();
-    for (const auto& [name, t] : std::vector<std::pair<std::string, at::Tensor>>{{"value_head.weight", value_weight},
-                                                                                {"value_head.bias", value_bias}}) {
+    for (const auto& [name, t] : value_head_parameters()) {
       at::Tensor c = t.detach().contiguous();
       value_head->push_back({name, c.sizes().vec(), std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel())});
     }

@@ -45,6 +45,7 @@ struct Trainer::Impl {
   bool critic() const { return value_weight.defined(); }
   // The model's parameters, then the value head's: the global flat layout.
   std::vector<std::pair<std::string, at::Tensor>> trained_parameters() const;
+  std::vector<std::pair<std::string, at::Tensor>> value_head_parameters() const;  // none without a critic
   void zero_gradients();
   // How many micro-batches this rank runs in a mini-batch: its own count, or under fsdp
   // the largest over ranks (the extra ones are idle_micro_batch()).

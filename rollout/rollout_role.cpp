@@ -3,6 +3,7 @@
 #include "actor/model_weights.h"
 #include "actor/presets.h"
 #include "core/config.h"
+#include "core/command_body.h"
 #include "core/error.h"
 #include "rollout/engine.h"
 #include "weight_sync/local.h"
@@ -17,14 +18,6 @@ namespace tandem {
 
 namespace {
 
-nlohmann::json parse_body(const CommandMsg& command) {
-  try {
-    return nlohmann::json::parse(command.body);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(fmt::format("{}: the body is not JSON: {}", command.name, e.what()));
-  }
-}
-
 struct RolloutState {
   std::unique_ptr<RolloutEngine> engine;
   RolloutConfig rollout;
@@ -35,7 +28,7 @@ struct RolloutState {
   }
 
   CommandResult init(const CommandMsg& command) {
-    const nlohmann::json body = parse_body(command);
+    const nlohmann::json body = command_json(command);
     const Config config = load_config_text(body.at("config").get<std::string>(), "rollout_init config").config;
     const std::string model_dir = resolve_model_path(body.at("model").get<std::string>());
     const ModelConfig model = read_model_config(model_dir + "/config.json");
@@ -47,7 +40,7 @@ struct RolloutState {
 
   CommandResult generate(const CommandMsg& command, const std::vector<std::string>& attachments) {
     RolloutEngine& e = require_engine(command.name);
-    const nlohmann::json body = parse_body(command);
+    const nlohmann::json body = command_json(command);
     if (attachments.size() != 1) throw Error("rollout_generate: expected 1 frame of prompt tokens");
     const std::string& tokens = attachments[0];
     std::vector<GenerationRequest> requests;
@@ -88,7 +81,7 @@ struct RolloutState {
 
   CommandResult load_weights(const CommandMsg& command) {
     RolloutEngine& e = require_engine(command.name);
-    const nlohmann::json body = parse_body(command);
+    const nlohmann::json body = command_json(command);
     std::vector<ExpectedTensor> expected;
     for (const WeightSpec& spec : expected_weights(e.config())) expected.push_back({spec.name, spec.shape});
     std::vector<WeightTensor> tensors;

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <set>
 
 namespace tandem {
 
@@ -145,11 +146,11 @@ int64_t receive_weights_shm(const std::string& name, const std::vector<ExpectedT
     if (it->second.second + bytes > data_size) fail(name, fmt::format("tensor {} runs past the data", e.name));
     sink(e, reinterpret_cast<const float*>(data + it->second.second));
   }
-  if (arrived.size() != expected.size()) {
-    for (const auto& [tensor, unused] : arrived) {
-      bool wanted = false;
-      for (const ExpectedTensor& e : expected) wanted = wanted || e.name == tensor;
-      if (!wanted) fail(name, fmt::format("unexpected tensor {}", tensor));
+  if (arrived.size() != expected.size()) {  // every expected one arrived: the rest are extra
+    std::set<std::string> wanted;
+    for (const ExpectedTensor& e : expected) wanted.insert(e.name);
+    for (const auto& entry : arrived) {
+      if (!wanted.count(entry.first)) fail(name, fmt::format("unexpected tensor {}", entry.first));
     }
   }
   return header.at("version").get<int64_t>();
