@@ -17,6 +17,15 @@ struct RunArgs {
   std::string run_dir;  // empty: runs/<experiment.name>-<time>
 };
 
+struct ResumeArgs {
+  std::string run_dir;
+};
+
+struct PlotArgs {
+  std::string run_dir;
+  std::string out;  // empty: RUN_DIR/plots/
+};
+
 struct ValidateArgs {
   std::string config_path;
   std::vector<std::string> overrides;
@@ -64,6 +73,8 @@ struct GenerateArgs {
 };
 
 int cli_run(const RunArgs& args);
+int cli_resume(const ResumeArgs& args);
+int cli_plot(const PlotArgs& args);
 int cli_tokenize(const TokenizeArgs& args);
 int cli_init_model(const InitModelArgs& args);
 int cli_generate(const GenerateArgs& args);

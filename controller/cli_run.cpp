@@ -16,13 +16,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 namespace tandem {
 
-int cli_run(const RunArgs& args) {
-  // Everything that can be wrong with the request is found before anything is created.
-  LoadedConfig loaded = load_config_file(args.config_path, args.overrides);
-  Config& c = loaded.config;
+namespace {
+
+// Everything wrong with a config that can be found before anything starts (exit 2).
+void check_runnable(const LoadedConfig& loaded) {
+  const Config& c = loaded.config;
   if (c.launcher.kind != "local") {
     throw UsageError(fmt::format("{}: launcher.kind: {} is not implemented yet (allowed today: local)",
                                  loaded.origin_of("launcher.kind"), c.launcher.kind));
@@ -32,21 +34,21 @@ int cli_run(const RunArgs& args) {
                                  loaded.origin_of("algorithm.kl.in")));
   }
   load_plugins_or_usage_error(loaded);
+}
+
+// Starts the workers and drives the loop in an existing run directory.
+int run_in(const Config& c, const std::string& run_dir, bool resume) {
   std::string rollout_device = resolve_device(c.rollout.device, "rollout.device");
   std::string learner_device = resolve_device(c.learner.device, "learner.device");
-  std::string run_dir = args.run_dir.empty() ? default_run_dir(c.experiment.name) : args.run_dir;
-  check_run_dir_free(run_dir);
-
-  create_run_dir(run_dir);
-  write_file_atomic(run_dir + "/config.yaml", config_to_yaml(c));
   log::Options log_options;
   log_options.tag = "controller-0";
   log_options.file_path = run_dir + "/logs/controller-0.log";
   log_options.file_level = log::parse_level(c.logging.level);
   log_options.console_level = c.logging.console == "quiet" ? log::Level::error : log::Level::warn;
   log::init(log_options);
-  log::info("run {} in {} (rollout on {}, learner on {})", c.experiment.name, run_dir, rollout_device, learner_device);
-  std::fprintf(stderr, "tandem: run %s -> %s\n", c.experiment.name.c_str(), run_dir.c_str());
+  log::info("{} {} in {} (rollout on {}, learner on {})", resume ? "resuming run" : "run", c.experiment.name, run_dir,
+            rollout_device, learner_device);
+  std::fprintf(stderr, "tandem: %s %s -> %s\n", resume ? "resume" : "run", c.experiment.name.c_str(), run_dir.c_str());
   install_interrupt_handlers();
 
   TempDir sockets("tandem-");
@@ -54,11 +56,12 @@ int cli_run(const RunArgs& args) {
                   make_local_launcher(current_executable()));
   try {
     pool.start(training_workers(c));
-    run_training(pool, c, run_dir);
+    run_training(pool, c, run_dir, resume);
     pool.shutdown("run complete");
   } catch (const Interrupted& e) {
     log::error("{}: stopping the workers", e.what());
-    std::fprintf(stderr, "\ntandem: %s; stopping the workers\n", e.what());
+    std::fprintf(stderr, "\ntandem: %s; stopping the workers (continue with: tandem resume %s)\n", e.what(),
+                 run_dir.c_str());
     pool.shutdown(e.what());
     return 128 + e.signal();
   } catch (const std::exception& e) {
@@ -68,8 +71,38 @@ int cli_run(const RunArgs& args) {
     return 1;
   }
   log::info("run complete");
-  std::fprintf(stderr, "tandem: done; metrics in %s/metrics.jsonl, logs in %s/logs\n", run_dir.c_str(), run_dir.c_str());
+  std::fprintf(stderr, "tandem: done; metrics in %s/metrics.jsonl, logs in %s/logs\n", run_dir.c_str(),
+               run_dir.c_str());
   return 0;
+}
+
+}  // namespace
+
+int cli_run(const RunArgs& args) {
+  // Everything that can be wrong with the request is found before anything is created.
+  LoadedConfig loaded = load_config_file(args.config_path, args.overrides);
+  check_runnable(loaded);
+  const Config& c = loaded.config;
+  resolve_device(c.rollout.device, "rollout.device");
+  resolve_device(c.learner.device, "learner.device");
+  std::string run_dir = args.run_dir.empty() ? default_run_dir(c.experiment.name) : args.run_dir;
+  check_run_dir_free(run_dir);
+
+  create_run_dir(run_dir);
+  write_file_atomic(run_dir + "/config.yaml", config_to_yaml(c));
+  return run_in(c, run_dir, false);
+}
+
+int cli_resume(const ResumeArgs& args) {
+  const std::string config_path = args.run_dir + "/config.yaml";
+  if (!std::filesystem::is_regular_file(config_path)) {
+    throw UsageError(fmt::format("tandem resume: {} is not a run directory (no config.yaml in it)", args.run_dir));
+  }
+  LoadedConfig loaded = load_config_file(config_path);
+  check_runnable(loaded);
+  resolve_device(loaded.config.rollout.device, "rollout.device");
+  resolve_device(loaded.config.learner.device, "learner.device");
+  return run_in(loaded.config, args.run_dir, true);
 }
 
 }  // namespace tandem

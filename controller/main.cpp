@@ -17,6 +17,15 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--set", run.overrides, "override a config key: key.path=value (repeatable)");
   run_cmd->add_option("--run-dir", run.run_dir, "run directory (default: runs/<experiment.name>-<time>)");
 
+  ResumeArgs resume;
+  auto* resume_cmd = app.add_subcommand("resume", "continue an interrupted run from its last good checkpoint");
+  resume_cmd->add_option("run_dir", resume.run_dir, "the run directory")->required();
+
+  PlotArgs plot;
+  auto* plot_cmd = app.add_subcommand("plot", "draw a run's metrics (reward, KL, entropy, length, timings) as SVG");
+  plot_cmd->add_option("run_dir", plot.run_dir, "the run directory")->required();
+  plot_cmd->add_option("--out", plot.out, "output directory (default: RUN_DIR/plots)");
+
   ValidateArgs validate;
   auto* validate_cmd = app.add_subcommand("validate", "check a config and print it fully resolved");
   validate_cmd->add_option("config", validate.config_path, "experiment config (YAML)")->required();
@@ -80,6 +89,8 @@ int main(int argc, char** argv) {
 
   try {
     if (run_cmd->parsed()) return cli_run(run);
+    if (resume_cmd->parsed()) return cli_resume(resume);
+    if (plot_cmd->parsed()) return cli_plot(plot);
     if (validate_cmd->parsed()) return cli_validate(validate);
     if (worker_cmd->parsed()) return cli_worker(worker);
     if (tokenize_cmd->parsed()) return cli_tokenize(tokenize);

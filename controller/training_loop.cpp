@@ -3,12 +3,14 @@
 #include "actor/model_config.h"
 #include "actor/presets.h"
 #include "actor/tokenizer.h"
+#include "controller/checkpoints.h"
 #include "controller/dataset.h"
 #include "controller/metrics_writer.h"
 #include "controller/progress.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/log.h"
+#include "core/text.h"
 #include "learner/advantages.h"
 #include "learner/objective_registry.h"
 #include "learner/sample_codec.h"
@@ -23,6 +25,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -61,26 +64,66 @@ uint64_t mix(uint64_t a, uint64_t b) {
   return x * 0xBF58476D1CE4E5B9ULL;
 }
 
+// A worker that hosts a learner rank died or failed: the controller restarts the
+// learners from the last checkpoint (or stops when restarts are exhausted).
+class LearnerLost : public Error {
+ public:
+  explicit LearnerLost(const WorkerFailure& failure) : Error(failure.what()), failure_(failure) {}
+  const WorkerFailure& failure() const { return failure_; }
+
+ private:
+  WorkerFailure failure_;
+};
+
+// A command sent to a worker, and how to send it again to a restarted one.
+struct Request {
+  WorkerId worker;
+  uint64_t id = 0;
+  std::function<uint64_t()> send;
+};
+
 class TrainingLoop {
  public:
   TrainingLoop(WorkerPool& pool, const Config& config, const std::string& run_dir)
       : pool_(pool), c_(config), run_dir_(run_dir) {}
 
-  void run();
+  void run(bool resume);
 
  private:
   void start_workers();
+  void init_rollout(const WorkerId& worker);
+  void init_learners(const std::vector<WorkerId>& workers);
+  // Sends every request and waits for the replies (by request index). A rollout worker
+  // that fails is restarted with the current weights and its requests are sent again; a
+  // worker hosting a learner rank that fails is a LearnerLost.
+  std::vector<CommandReply> collect(std::vector<Request> requests);
+  bool hosts_learner(const WorkerId& worker) const;
+  void count_restart(const WorkerFailure& failure);
+  void restart_rollout(const WorkerFailure& failure);
+  // After a LearnerLost: restarts every learner-hosting worker and restores the newest
+  // whole checkpoint (or the start). Returns the last step done.
+  int64_t recover_learners(const LearnerLost& lost);
+  // Puts learners, data order and metrics at `checkpoint` (nullopt: the start, including
+  // the warm-up), then syncs weights. Returns the last step done.
+  int64_t restore(const std::optional<CheckpointRef>& checkpoint);
+  void warm_up();
+  // `steps_since` steps (this one included) have run since `since`: the pace for the ETA.
+  void run_step(int64_t step, Clock::time_point since, int64_t steps_since);
   // prompts[i]: the token ids of the step's prompt i (encoded once per step).
   std::vector<Sample> generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts);
-  void score(std::vector<Sample>& samples, const std::vector<size_t>& rows);
+  // Returns how many scores were fallback scores (reward on_error: fallback).
+  int64_t score(std::vector<Sample>& samples, const std::vector<size_t>& rows);
   void critic_values(std::vector<TrainingSample>& batch);
   void compute_advantages(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch);
   nlohmann::json train(std::vector<TrainingSample>& batch);
-  void sync_weights(int64_t version);
+  // `rewind`: after a restore the version may go back (rollout workers may be ahead).
+  void sync_weights(int64_t version, bool rewind = false);
+  void load_current_weights(const WorkerId& worker);
   void checkpoint(int64_t step);
   void export_policy();
   std::string config_for_workers() const;
   std::vector<std::vector<std::vector<TrainingSample>>> rank_shares(const std::vector<TrainingSample>& batch) const;
+  std::vector<WorkerId> learner_hosts() const;
 
   WorkerPool& pool_;
   Config c_;
@@ -92,6 +135,11 @@ class TrainingLoop {
   std::optional<PromptOrder> order_;  // set once the dataset is loaded
   std::string shm_name_;
   std::vector<RewardFn> rewards_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<ProgressLine> progress_;
+  int64_t weight_version_ = 0;      // what the rollout workers hold
+  bool shm_published_ = false;      // shm_name_ holds weight_version_
+  int64_t restarts_ = 0;            // worker restarts so far (launcher.max_restarts)
 };
 
 int64_t host_cores() { return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())); }
@@ -103,15 +151,17 @@ std::string TrainingLoop::config_for_workers() const {
   return config_to_yaml(c);
 }
 
-void TrainingLoop::start_workers() {
+void TrainingLoop::init_rollout(const WorkerId& worker) {
+  const int64_t rank = worker.rank;
+  pool_.wait({pool_.send(rollout_worker(c_, rank), "rollout_init",
+                         nlohmann::json{{"model", model_dir_}, {"config", config_for_workers()}}.dump())});
+}
+
+void TrainingLoop::init_learners(const std::vector<WorkerId>& workers) {
   const std::string config_text = config_for_workers();
-  std::vector<uint64_t> pending;
-  for (int64_t r = 0; r < c_.rollout.workers; ++r) {
-    pending.push_back(pool_.send(rollout_worker(c_, r), "rollout_init",
-                                 nlohmann::json{{"model", model_dir_}, {"config", config_text}}.dump()));
-  }
   const int64_t optimizer_steps = c_.experiment.steps * c_.learner.epochs * c_.learner.mini_batches;
-  const std::string rendezvous = "file://" + run_dir_ + "/.rendezvous-" + std::to_string(::getpid());
+  const std::string rendezvous = fmt::format("file://{}/.rendezvous-{}-{}", run_dir_, ::getpid(), restarts_);
+  std::vector<uint64_t> pending;
   for (int64_t r = 0; r < c_.learner.workers; ++r) {
     nlohmann::json body = {{"model", model_dir_},
                            {"config", config_text},
@@ -119,16 +169,79 @@ void TrainingLoop::start_workers() {
                            {"world_size", c_.learner.workers},
                            {"rendezvous", c_.learner.workers > 1 ? rendezvous : std::string()},
                            {"total_optimizer_steps", optimizer_steps},
-                           {"threads", std::max<int64_t>(1, host_cores() / c_.learner.workers)}};
-    pending.push_back(pool_.send(learner_worker(c_, r), "learner_init", body.dump()));
+                           {"threads", c_.learner.threads > 0 ? c_.learner.threads
+                                                              : std::max<int64_t>(1, host_cores() / c_.learner.workers)}};
+    pending.push_back(pool_.send(workers[static_cast<size_t>(r)], "learner_init", body.dump()));
   }
   pool_.wait(pending);
-  fs::remove(run_dir_ + "/.rendezvous-" + std::to_string(::getpid()));
+  fs::remove(rendezvous.substr(7));
+}
+
+std::vector<WorkerId> TrainingLoop::learner_hosts() const {
+  std::vector<WorkerId> ids;
+  for (int64_t r = 0; r < c_.learner.workers; ++r) ids.push_back(learner_worker(c_, r));
+  return ids;
+}
+
+bool TrainingLoop::hosts_learner(const WorkerId& worker) const {
+  const std::vector<WorkerId> hosts = learner_hosts();
+  return std::find(hosts.begin(), hosts.end(), worker) != hosts.end();
+}
+
+void TrainingLoop::start_workers() {
+  for (int64_t r = 0; r < c_.rollout.workers; ++r) init_rollout(rollout_worker(c_, r));
+  init_learners(learner_hosts());
+}
+
+void TrainingLoop::count_restart(const WorkerFailure& failure) {
+  if (restarts_ >= c_.launcher.max_restarts) {
+    throw Error(fmt::format("{}; not restarting it: the run has used all {} restarts (launcher.max_restarts)",
+                            failure.what(), c_.launcher.max_restarts));
+  }
+  ++restarts_;
+}
+
+void TrainingLoop::restart_rollout(const WorkerFailure& failure) {
+  count_restart(failure);
+  log::warn("{}; restarting it ({} of {} restarts)", failure.what(), restarts_, c_.launcher.max_restarts);
+  pool_.restart(failure.worker());
+  init_rollout(failure.worker());
+  load_current_weights(failure.worker());
+}
+
+// The weights the other rollout workers hold, for a restarted one.
+void TrainingLoop::load_current_weights(const WorkerId& worker) {
+  if (!shm_published_) return;  // the model directory's weights, which rollout_init loaded
+  const auto replies = pool_.wait(
+      {pool_.send(worker, "rollout_load_weights", nlohmann::json{{"shm", shm_name_}, {"rewind", true}}.dump())});
+  const int64_t loaded = nlohmann::json::parse(replies.begin()->second.reply.body).at("version").get<int64_t>();
+  TANDEM_CHECK(loaded == weight_version_, "{} loaded weight version {}, expected {}", worker.name(), loaded,
+               weight_version_);
+}
+
+std::vector<CommandReply> TrainingLoop::collect(std::vector<Request> requests) {
+  for (Request& r : requests) r.id = r.send();
+  while (true) {
+    std::vector<uint64_t> ids;
+    for (const Request& r : requests) ids.push_back(r.id);
+    try {
+      auto replies = pool_.wait(ids);
+      std::vector<CommandReply> out;
+      for (const Request& r : requests) out.push_back(std::move(replies.at(r.id)));
+      return out;
+    } catch (const WorkerFailure& failure) {
+      if (hosts_learner(failure.worker())) throw LearnerLost(failure);
+      restart_rollout(failure);
+      for (Request& r : requests) {
+        if (r.worker == failure.worker()) r.id = r.send();  // its unfinished work, redone
+      }
+    }
+  }
 }
 
 std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts) {
   const size_t workers = static_cast<size_t>(c_.rollout.workers);
-  std::vector<uint64_t> pending;
+  std::vector<Request> all;
   for (size_t w = 0; w < workers; ++w) {
     const size_t begin = prompts.size() * w / workers, end = prompts.size() * (w + 1) / workers;
     nlohmann::json requests = nlohmann::json::array();
@@ -141,13 +254,14 @@ std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::
                           {"n", c_.algorithm.group_size},
                           {"seed", mix(static_cast<uint64_t>(c_.experiment.seed), mix(step, i))}});
     }
-    pending.push_back(pool_.send(rollout_worker(c_, static_cast<int64_t>(w)), "rollout_generate",
-                                 nlohmann::json{{"requests", requests}}.dump(), {tokens}));
+    const WorkerId worker = rollout_worker(c_, static_cast<int64_t>(w));
+    const std::string body = nlohmann::json{{"requests", requests}}.dump();
+    all.push_back({worker, 0, [this, worker, body, tokens] {
+                     return pool_.send(worker, "rollout_generate", body, {tokens});
+                   }});
   }
   std::vector<Sample> samples;
-  auto replies = pool_.wait(pending);
-  for (uint64_t id : pending) {
-    const CommandReply& reply = replies.at(id);
+  for (const CommandReply& reply : collect(std::move(all))) {
     const nlohmann::json body = nlohmann::json::parse(reply.reply.body);
     TANDEM_CHECK(reply.attachments.size() == 2, "rollout_generate reply: expected 2 frames, got {}",
                  reply.attachments.size());
@@ -178,7 +292,8 @@ std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::
   return samples;
 }
 
-void TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size_t>& rows) {
+int64_t TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size_t>& rows) {
+  int64_t fallbacks = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
     Sample& s = samples[i];
     std::vector<int32_t> text_ids;
@@ -193,27 +308,37 @@ void TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size_t>
     double total = 0;
     for (size_t r = 0; r < rewards_.size(); ++r) {
       const RewardConfig& rc = c_.reward[r];
-      RewardResult result;
+      const std::string what = rc.name + (rc.plugin.empty() ? "" : " (plugin " + rc.plugin + ")");
+      std::string problem;
+      double score = 0;
       try {
-        result = rewards_[r]({prompt, response, s.tokens, row});
+        score = rewards_[r]({prompt, response, s.tokens, row}).score;
+        if (!std::isfinite(score)) problem = fmt::format("returned {} (scores must be finite)", score);
       } catch (const std::exception& e) {
-        throw Error(fmt::format("reward {}{} failed on sample {} (prompt {}): {}", rc.name,
-                                rc.plugin.empty() ? "" : " (plugin " + rc.plugin + ")", i, prompt, e.what()));
+        problem = fmt::format("failed: {}", e.what());
       }
-      if (!std::isfinite(result.score)) {
-        throw Error(fmt::format("reward {} returned {} for sample {} (prompt {}): scores must be finite", rc.name,
-                                result.score, i, prompt));
+      if (!problem.empty()) {
+        if (rc.on_error != "fallback") {
+          throw Error(fmt::format("reward {} {} on sample {} (prompt {}); reward.{}.on_error: fallback would score "
+                                  "it reward.{}.fallback_score instead",
+                                  what, problem, i, quoted(prompt), r, r));
+        }
+        log::warn("reward {} {} on sample {} (prompt {}): scored {} (fallback)", what, problem, i, quoted(prompt),
+                  rc.fallback_score);
+        score = rc.fallback_score;
+        ++fallbacks;
       }
-      total += rc.weight * result.score;
+      total += rc.weight * score;
     }
     s.reward = total;
   }
+  return fallbacks;
 }
 
 // The learners' critic values of every sample (gae): each rank scores a contiguous share.
 void TrainingLoop::critic_values(std::vector<TrainingSample>& batch) {
   const size_t ranks = static_cast<size_t>(c_.learner.workers);
-  std::vector<uint64_t> pending;
+  std::vector<Request> requests;
   for (size_t r = 0; r < ranks; ++r) {
     const size_t begin = batch.size() * r / ranks, end = batch.size() * (r + 1) / ranks;
     std::vector<TrainingSample> share;
@@ -225,13 +350,16 @@ void TrainingLoop::critic_values(std::vector<TrainingSample>& batch) {
       probe.advantages.assign(batch[i].response.size(), 0.0f);
       share.push_back(std::move(probe));
     }
-    EncodedBatch encoded = encode_training_batch({share});
-    pending.push_back(pool_.send(learner_worker(c_, static_cast<int64_t>(r)), "learner_values", encoded.header,
-                                 encoded.attachments));
+    auto encoded = std::make_shared<EncodedBatch>(encode_training_batch({share}));
+    const WorkerId worker = learner_worker(c_, static_cast<int64_t>(r));
+    requests.push_back({worker, 0, [this, worker, encoded] {
+                          return pool_.send(worker, "learner_values", encoded->header, encoded->attachments);
+                        }});
   }
-  auto replies = pool_.wait(pending);
+  const std::vector<CommandReply> replies = collect(std::move(requests));
   for (size_t r = 0; r < ranks; ++r) {
-    const std::string& frame = replies.at(pending[r]).attachments.at(0);
+    TANDEM_CHECK(!replies[r].attachments.empty(), "learner_values reply: no frame");
+    const std::string& frame = replies[r].attachments[0];
     size_t offset = 0;
     for (size_t i = batch.size() * r / ranks; i < batch.size() * (r + 1) / ranks; ++i) {
       const size_t n = batch[i].response.size();
@@ -291,33 +419,98 @@ std::vector<std::vector<std::vector<TrainingSample>>> TrainingLoop::rank_shares(
 
 nlohmann::json TrainingLoop::train(std::vector<TrainingSample>& batch) {
   const auto shares = rank_shares(batch);
-  std::vector<uint64_t> pending;
+  std::vector<Request> requests;
   for (int64_t r = 0; r < c_.learner.workers; ++r) {
-    EncodedBatch encoded = encode_training_batch(shares[static_cast<size_t>(r)]);
-    pending.push_back(pool_.send(learner_worker(c_, r), "learner_train", encoded.header, encoded.attachments));
+    auto encoded = std::make_shared<EncodedBatch>(encode_training_batch(shares[static_cast<size_t>(r)]));
+    const WorkerId worker = learner_worker(c_, r);
+    requests.push_back({worker, 0, [this, worker, encoded] {
+                          return pool_.send(worker, "learner_train", encoded->header, encoded->attachments);
+                        }});
   }
-  auto replies = pool_.wait(pending);
-  return nlohmann::json::parse(replies.at(pending[0]).reply.body);
+  return nlohmann::json::parse(collect(std::move(requests)).at(0).reply.body);
 }
 
-void TrainingLoop::sync_weights(int64_t version) {
+// The supervised warm-up (sft:): each step one batch of prompts with their gold
+// responses (the dataset's sft.response_key field, then end-of-sequence), one optimizer
+// step on the learners. Its own seeded prompt order leaves the RL order untouched.
+void TrainingLoop::warm_up() {
+  if (c_.sft.steps == 0) return;
+  TANDEM_CHECK(!model_.eos_token_ids.empty(), "sft: the model {} names no end-of-sequence token", model_dir_);
+  for (size_t i = 0; i < data_.rows.size(); ++i) {
+    if (!data_.rows[i].count(c_.sft.response_key)) {
+      throw Error(fmt::format("sft.response_key: {} row {}{} has no field \"{}\" (the gold response for the warm-up)",
+                              data_.source, i + 1, data_.lines.empty() ? "" : fmt::format(" (line {})", data_.lines[i]),
+                              c_.sft.response_key));
+    }
+  }
+  const std::string path = run_dir_ + "/sft_metrics.jsonl";
+  truncate_metrics(path, 0);
+  MetricsWriter metrics(c_.logging.jsonl ? path : "");
+  ProgressLine progress(c_.logging.console, c_.sft.steps);
+  PromptOrder order(data_.rows.size(), mix(static_cast<uint64_t>(c_.experiment.seed), 0x5f7), true);
+  const int32_t eos = static_cast<int32_t>(model_.eos_token_ids.front());
+  const size_t ranks = static_cast<size_t>(c_.learner.workers);
+  for (int64_t step = 1; step <= c_.sft.steps; ++step) {
+    const Clock::time_point start = Clock::now();
+    std::vector<TrainingSample> batch;
+    for (size_t row : order.next(static_cast<size_t>(c_.sft.batch_size))) {
+      TrainingSample s;
+      s.prompt = tokenizer_->encode(data_.prompt(row));
+      s.response = tokenizer_->encode(data_.rows[row].at(c_.sft.response_key));
+      s.response.push_back(eos);
+      s.old_logprobs.assign(s.response.size(), 0.0f);
+      s.advantages.assign(s.response.size(), 0.0f);
+      batch.push_back(std::move(s));
+    }
+    std::vector<Request> requests;
+    for (size_t r = 0; r < ranks; ++r) {
+      const std::vector<TrainingSample> share(batch.begin() + static_cast<std::ptrdiff_t>(batch.size() * r / ranks),
+                                              batch.begin() + static_cast<std::ptrdiff_t>(batch.size() * (r + 1) / ranks));
+      auto encoded = std::make_shared<EncodedBatch>(encode_training_batch({share}));
+      const std::string body =
+          nlohmann::json{{"lr", c_.sft.lr}, {"batch", nlohmann::json::parse(encoded->header)}}.dump();
+      const WorkerId worker = learner_worker(c_, static_cast<int64_t>(r));
+      requests.push_back({worker, 0, [this, worker, body, encoded] {
+                            return pool_.send(worker, "learner_sft", body, encoded->attachments);
+                          }});
+    }
+    const nlohmann::json result = nlohmann::json::parse(collect(std::move(requests)).at(0).reply.body);
+    const double loss = result.at("loss").get<double>();
+    metrics.write({{"step", static_cast<double>(step)},
+                   {"sft/loss", loss},
+                   {"sft/grad_norm", result.at("grad_norm").get<double>()},
+                   {"sft/tokens", result.at("tokens").get<double>()},
+                   {"time/step_s", seconds_since(start)}});
+    progress.update(step, fmt::format("warm-up loss {:.3f}", loss));
+    log::info("warm-up step {}: loss {:.4f}", step, loss);
+  }
+  progress.finish();
+}
+
+void TrainingLoop::sync_weights(int64_t version, bool rewind) {
   // The colocated slot 0 takes learner rank 0's weights in memory; everyone else reads shm.
   const bool local = colocated(c_);
   const bool shm = !local || c_.rollout.workers > 1;
   nlohmann::json publish = {{"version", version}, {"bucket_bytes", c_.weight_sync.bucket_mb << 20}};
   if (local) publish["local"] = true;
   if (shm) publish["shm"] = shm_name_;
-  std::vector<uint64_t> pending;
-  for (int64_t r = 0; r < c_.learner.workers; ++r) {
-    pending.push_back(pool_.send(learner_worker(c_, r), "learner_publish", publish.dump()));
+  std::vector<Request> requests;
+  for (const WorkerId& worker : learner_hosts()) {
+    const std::string body = publish.dump();
+    requests.push_back({worker, 0, [this, worker, body] { return pool_.send(worker, "learner_publish", body); }});
   }
-  pool_.wait(pending);
-  pending.clear();
+  collect(std::move(requests));
+  weight_version_ = version;
+  shm_published_ = shm;
+  requests.clear();
   for (int64_t r = 0; r < c_.rollout.workers; ++r) {
-    const nlohmann::json load = local && r == 0 ? nlohmann::json{{"local", true}} : nlohmann::json{{"shm", shm_name_}};
-    pending.push_back(pool_.send(rollout_worker(c_, r), "rollout_load_weights", load.dump()));
+    const WorkerId worker = rollout_worker(c_, r);
+    nlohmann::json load = local && r == 0 ? nlohmann::json{{"local", true}} : nlohmann::json{{"shm", shm_name_}};
+    if (rewind) load["rewind"] = true;
+    const std::string body = load.dump();
+    requests.push_back({worker, 0, [this, worker, body] { return pool_.send(worker, "rollout_load_weights", body); }});
   }
-  for (const auto& [id, reply] : pool_.wait(pending)) {
+  for (const CommandReply& reply : collect(std::move(requests))) {
     const int64_t loaded = nlohmann::json::parse(reply.reply.body).at("version").get<int64_t>();
     TANDEM_CHECK(loaded == version, "{} loaded weight version {}, expected {}", reply.reply.worker.name(), loaded,
                  version);
@@ -327,118 +520,163 @@ void TrainingLoop::sync_weights(int64_t version) {
 void TrainingLoop::checkpoint(int64_t step) {
   const std::string dir = fmt::format("{}/checkpoints/step_{}", run_dir_, step);
   fs::create_directories(run_dir_ + "/checkpoints");
-  std::vector<uint64_t> pending;
-  for (int64_t r = 0; r < c_.learner.workers; ++r) {
-    pending.push_back(pool_.send(learner_worker(c_, r), "learner_save", nlohmann::json{{"dir", dir}}.dump()));
+  std::vector<Request> requests;
+  for (const WorkerId& worker : learner_hosts()) {
+    const std::string body = nlohmann::json{{"dir", dir}}.dump();
+    requests.push_back({worker, 0, [this, worker, body] { return pool_.send(worker, "learner_save", body); }});
   }
-  pool_.wait(pending);
+  collect(std::move(requests));
   const PromptOrder::Position position = order_->position();
   write_file_atomic(dir + "/controller_state.json",
                     nlohmann::json{{"step", step}, {"data_epoch", position.epoch}, {"data_index", position.index}}
                             .dump(2) +
                         "\n");
-  // Keep the newest keep_checkpoints.
-  std::vector<std::pair<int64_t, std::string>> existing;
-  for (const auto& entry : fs::directory_iterator(run_dir_ + "/checkpoints")) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step_", 0) == 0 && name.find('.') == std::string::npos) {
-      existing.emplace_back(std::stoll(name.substr(5)), entry.path().string());
+  write_checkpoint_manifest(dir);  // last: only now is the checkpoint usable
+  prune_checkpoints(run_dir_, c_.experiment.keep_checkpoints);
+}
+
+int64_t TrainingLoop::restore(const std::optional<CheckpointRef>& checkpoint) {
+  int64_t step = 0;
+  order_.emplace(data_.rows.size(), static_cast<uint64_t>(c_.experiment.seed), c_.data.shuffle);
+  if (checkpoint) {
+    std::vector<Request> requests;
+    for (const WorkerId& worker : learner_hosts()) {
+      const std::string body = nlohmann::json{{"dir", checkpoint->dir}}.dump();
+      requests.push_back({worker, 0, [this, worker, body] { return pool_.send(worker, "learner_load", body); }});
+    }
+    collect(std::move(requests));
+    const std::string state_path = checkpoint->dir + "/controller_state.json";
+    const nlohmann::json state = nlohmann::json::parse(read_file(state_path).value());
+    step = state.at("step").get<int64_t>();
+    order_->restore({state.at("data_epoch").get<int64_t>(), state.at("data_index").get<int64_t>()});
+    log::info("restored {} (step {})", checkpoint->dir, step);
+  } else {
+    warm_up();
+  }
+  const std::string metrics_path = run_dir_ + "/metrics.jsonl";
+  metrics_.reset();  // truncation replaces the file: reopen after it
+  truncate_metrics(metrics_path, step);
+  metrics_ = std::make_unique<MetricsWriter>(c_.logging.jsonl ? metrics_path : "");
+  sync_weights(step, /*rewind=*/true);
+  return step;
+}
+
+int64_t TrainingLoop::recover_learners(const LearnerLost& lost) {
+  count_restart(lost.failure());
+  log::warn("{}; restarting the learners from the last checkpoint ({} of {} restarts)", lost.what(), restarts_,
+            c_.launcher.max_restarts);
+  std::fprintf(stderr, "\ntandem: %s\ntandem: restarting the learners from the last checkpoint\n", lost.what());
+  for (const WorkerId& worker : learner_hosts()) pool_.restart(worker);
+  if (colocated(c_)) {  // the restarted slots hosted rollout ranks too
+    for (const WorkerId& worker : learner_hosts()) {
+      if (worker.rank < static_cast<uint32_t>(c_.rollout.workers)) init_rollout(worker);
     }
   }
-  std::sort(existing.begin(), existing.end());
-  while (static_cast<int64_t>(existing.size()) > c_.experiment.keep_checkpoints) {
-    fs::remove_all(existing.front().second);
-    existing.erase(existing.begin());
-  }
+  init_learners(learner_hosts());
+  return restore(newest_whole_checkpoint(run_dir_));
 }
 
 void TrainingLoop::export_policy() {
-  std::vector<uint64_t> pending;
-  for (int64_t r = 0; r < c_.learner.workers; ++r) {
-    pending.push_back(pool_.send(learner_worker(c_, r), "learner_export",
-                                 nlohmann::json{{"dir", run_dir_ + "/policy"}, {"tokenizer_from", model_dir_}}.dump()));
+  std::vector<Request> requests;
+  for (const WorkerId& worker : learner_hosts()) {
+    const std::string body =
+        nlohmann::json{{"dir", run_dir_ + "/policy"}, {"tokenizer_from", model_dir_}}.dump();
+    requests.push_back({worker, 0, [this, worker, body] { return pool_.send(worker, "learner_export", body); }});
   }
-  pool_.wait(pending);
+  collect(std::move(requests));
 }
 
-void TrainingLoop::run() {
+void TrainingLoop::run_step(int64_t step, Clock::time_point since, int64_t steps_since) {
+  const Clock::time_point step_start = Clock::now();
+  const std::vector<size_t> rows = order_->next(static_cast<size_t>(c_.data.batch_size));
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t row : rows) prompts.push_back(tokenizer_->encode(data_.prompt(row)));
+  std::vector<Sample> samples = generate(step, prompts);
+  const double rollout_s = seconds_since(step_start);
+
+  Clock::time_point t = Clock::now();
+  const int64_t fallbacks = score(samples, rows);
+  const double reward_s = seconds_since(t);
+
+  t = Clock::now();
+  std::vector<TrainingSample> batch(samples.size());
+  int64_t response_tokens = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    batch[i].prompt = prompts[samples[i].prompt_slot];
+    batch[i].response = samples[i].tokens;
+    batch[i].old_logprobs = samples[i].logprobs;
+    response_tokens += static_cast<int64_t>(samples[i].tokens.size());
+  }
+  if (c_.algorithm.advantage == "gae") critic_values(batch);
+  compute_advantages(samples, batch);
+  const nlohmann::json update = train(batch);
+  const double train_s = seconds_since(t);
+
+  t = Clock::now();
+  sync_weights(step);
+  const double sync_s = seconds_since(t);
+  if (c_.experiment.checkpoint_every > 0 && step % c_.experiment.checkpoint_every == 0) checkpoint(step);
+
+  double reward_sum = 0, reward_sq = 0;
+  for (const Sample& s : samples) {
+    reward_sum += s.reward;
+    reward_sq += s.reward * s.reward;
+  }
+  const double n = static_cast<double>(samples.size());
+  const double mean = reward_sum / n, std = std::sqrt(std::max(0.0, reward_sq / n - mean * mean));
+  const double step_s = seconds_since(step_start);
+  MetricRow row = {{"step", static_cast<double>(step)},
+                   {"weight_version", static_cast<double>(step)},
+                   {"reward/mean", mean},
+                   {"reward/std", std},
+                   {"reward/fallbacks", static_cast<double>(fallbacks)},
+                   {"response/count", n},
+                   {"response/length_mean", static_cast<double>(response_tokens) / n}};
+  for (const auto& [key, value] : update.items()) {
+    if (key.rfind("actor/", 0) == 0 || key.rfind("critic/", 0) == 0) row.emplace_back(key, value.get<double>());
+  }
+  row.insert(row.end(), {{"time/rollout_s", rollout_s},
+                         {"time/reward_s", reward_s},
+                         {"time/train_s", train_s},
+                         {"time/sync_s", sync_s},
+                         {"time/step_s", step_s},
+                         {"perf/rollout_tokens_per_s", static_cast<double>(response_tokens) / rollout_s},
+                         {"perf/train_tokens_per_s", static_cast<double>(response_tokens) / train_s},
+                         {"perf/worker_restarts", static_cast<double>(restarts_)}});
+  metrics_->write(row);
+  const double eta =
+      seconds_since(since) / static_cast<double>(steps_since) * static_cast<double>(c_.experiment.steps - step);
+  progress_->update(step, fmt::format("reward {:.3f}  kl {:.4f}  len {:.1f}  {:.0f} tok/s  eta {:.0f}s", mean,
+                                      update.value("actor/kl", 0.0), static_cast<double>(response_tokens) / n,
+                                      static_cast<double>(response_tokens) / step_s, eta));
+  log::info("step {}: reward {:.4f}, step {:.2f}s (rollout {:.2f}, train {:.2f}, sync {:.3f})", step, mean, step_s,
+            rollout_s, train_s, sync_s);
+}
+
+void TrainingLoop::run(bool resume) {
   model_dir_ = resolve_model_path(c_.model.path);
   model_ = read_model_config(model_dir_ + "/config.json");
   tokenizer_ = load_tokenizer(model_dir_);
   data_ = load_dataset(c_.data.train, c_.data.prompt_key);
-  order_.emplace(data_.rows.size(), static_cast<uint64_t>(c_.experiment.seed), c_.data.shuffle);
   for (const RewardConfig& r : c_.reward) rewards_.push_back(find_reward(r.name));
   shm_name_ = fmt::format("/tandem-{}-weights", ::getpid());
-  start_workers();
-
-  MetricsWriter metrics(c_.logging.jsonl ? run_dir_ + "/metrics.jsonl" : "");
-  ProgressLine progress(c_.logging.console, c_.experiment.steps);
-  const Clock::time_point run_start = Clock::now();
   try {
-    for (int64_t step = 1; step <= c_.experiment.steps; ++step) {
-      const Clock::time_point step_start = Clock::now();
-      const std::vector<size_t> rows = order_->next(static_cast<size_t>(c_.data.batch_size));
-      std::vector<std::vector<int32_t>> prompts;
-      for (size_t row : rows) prompts.push_back(tokenizer_->encode(data_.prompt(row)));
-      std::vector<Sample> samples = generate(step, prompts);
-      const double rollout_s = seconds_since(step_start);
-
-      Clock::time_point t = Clock::now();
-      score(samples, rows);
-      const double reward_s = seconds_since(t);
-
-      t = Clock::now();
-      std::vector<TrainingSample> batch(samples.size());
-      int64_t response_tokens = 0;
-      for (size_t i = 0; i < samples.size(); ++i) {
-        batch[i].prompt = prompts[samples[i].prompt_slot];
-        batch[i].response = samples[i].tokens;
-        batch[i].old_logprobs = samples[i].logprobs;
-        response_tokens += static_cast<int64_t>(samples[i].tokens.size());
+    start_workers();
+    int64_t step = restore(resume ? newest_whole_checkpoint(run_dir_) : std::nullopt);
+    if (resume) std::fprintf(stderr, "tandem: resuming after step %lld\n", static_cast<long long>(step));
+    progress_ = std::make_unique<ProgressLine>(c_.logging.console, c_.experiment.steps);
+    Clock::time_point since = Clock::now();  // ETA: the pace of the steps run since (re)starting
+    int64_t steps_since = 0;
+    while (step < c_.experiment.steps) {
+      try {
+        run_step(++step, since, ++steps_since);
+      } catch (const LearnerLost& lost) {
+        step = recover_learners(lost);
+        since = Clock::now();
+        steps_since = 0;
       }
-      if (c_.algorithm.advantage == "gae") critic_values(batch);
-      compute_advantages(samples, batch);
-      const nlohmann::json update = train(batch);
-      const double train_s = seconds_since(t);
-
-      t = Clock::now();
-      sync_weights(step);
-      const double sync_s = seconds_since(t);
-      if (c_.experiment.checkpoint_every > 0 && step % c_.experiment.checkpoint_every == 0) checkpoint(step);
-
-      double reward_sum = 0, reward_sq = 0;
-      for (const Sample& s : samples) {
-        reward_sum += s.reward;
-        reward_sq += s.reward * s.reward;
-      }
-      const double n = static_cast<double>(samples.size());
-      const double mean = reward_sum / n, std = std::sqrt(std::max(0.0, reward_sq / n - mean * mean));
-      const double step_s = seconds_since(step_start);
-      MetricRow row = {{"step", static_cast<double>(step)},
-                       {"weight_version", static_cast<double>(step)},
-                       {"reward/mean", mean},
-                       {"reward/std", std},
-                       {"response/length_mean", static_cast<double>(response_tokens) / n}};
-      for (const auto& [key, value] : update.items()) {
-        if (key.rfind("actor/", 0) == 0 || key.rfind("critic/", 0) == 0) row.emplace_back(key, value.get<double>());
-      }
-      row.insert(row.end(), {{"time/rollout_s", rollout_s},
-                             {"time/reward_s", reward_s},
-                             {"time/train_s", train_s},
-                             {"time/sync_s", sync_s},
-                             {"time/step_s", step_s},
-                             {"perf/rollout_tokens_per_s", static_cast<double>(response_tokens) / rollout_s},
-                             {"perf/train_tokens_per_s", static_cast<double>(response_tokens) / train_s}});
-      metrics.write(row);
-      const double elapsed = seconds_since(run_start);
-      const double eta = elapsed / static_cast<double>(step) * static_cast<double>(c_.experiment.steps - step);
-      progress.update(step, fmt::format("reward {:.3f}  kl {:.4f}  len {:.1f}  {:.0f} tok/s  eta {:.0f}s", mean,
-                                        update.value("actor/kl", 0.0), static_cast<double>(response_tokens) / n,
-                                        static_cast<double>(response_tokens) / step_s, eta));
-      log::info("step {}: reward {:.4f}, step {:.2f}s (rollout {:.2f}, train {:.2f}, sync {:.3f})", step, mean, step_s,
-                rollout_s, train_s, sync_s);
     }
-    progress.finish();
+    progress_->finish();
     export_policy();
   } catch (...) {
     remove_weights_shm(shm_name_);
@@ -460,8 +698,8 @@ std::vector<WorkerId> training_workers(const Config& c) {
   return ids;
 }
 
-void run_training(WorkerPool& pool, const Config& config, const std::string& run_dir) {
-  TrainingLoop(pool, config, run_dir).run();
+void run_training(WorkerPool& pool, const Config& config, const std::string& run_dir, bool resume) {
+  TrainingLoop(pool, config, run_dir).run(resume);
 }
 
 }  // namespace tandem

@@ -22,6 +22,11 @@ namespace tandem {
 std::vector<WorkerId> training_workers(const Config& config);
 
 // Runs experiment.steps steps; writes metrics.jsonl, checkpoints/ and policy/ in run_dir.
-void run_training(WorkerPool& pool, const Config& config, const std::string& run_dir);
+// Starts with the supervised warm-up (sft.steps) unless `resume`, which continues after
+// the newest whole checkpoint in run_dir (or from the start when there is none).
+// Recovery: a rollout worker that dies is restarted with the current weights and its
+// unfinished requests redone; a learner that dies restarts every learner from the newest
+// whole checkpoint; both count against launcher.max_restarts.
+void run_training(WorkerPool& pool, const Config& config, const std::string& run_dir, bool resume = false);
 
 }  // namespace tandem

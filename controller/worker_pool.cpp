@@ -67,37 +67,69 @@ WorkerPool::~WorkerPool() {
 
 std::string WorkerPool::log_path(const WorkerId& id) const { return fmt::format("{}/{}.log", options_.log_dir, id.name()); }
 
+LaunchRequest WorkerPool::launch_request(const WorkerId& id) const {
+  return LaunchRequest{id, address_, log_path(id), options_.heartbeat_interval_s,
+                       // Workers outlive a slow controller event loop by a wide margin.
+                       std::max(options_.heartbeat_timeout_s, 5.0 * options_.heartbeat_interval_s),
+                       options_.max_message_bytes};
+}
+
 void WorkerPool::start(const std::vector<WorkerId>& ids) {
   for (const WorkerId& id : ids) {
     TANDEM_CHECK(!find(id), "worker {} listed twice", id.name());
     Worker w;
     w.status.id = id;
-    LaunchRequest request{id, address_, log_path(id), options_.heartbeat_interval_s,
-                          // Workers outlive a slow controller event loop by a wide margin.
-                          std::max(options_.heartbeat_timeout_s, 5.0 * options_.heartbeat_interval_s),
-                          options_.max_message_bytes};
-    w.status.pid = launcher_->launch(request);
+    w.status.pid = launcher_->launch(launch_request(id));
     w.last_seen = Clock::now();
     workers_.push_back(std::move(w));
   }
   log::info("launched {} workers; waiting for them to register at {}", ids.size(), address_);
+  wait_registered(ids);
+}
+
+void WorkerPool::restart(const WorkerId& id) {
+  Worker* w = find(id);
+  TANDEM_CHECK(w != nullptr, "no worker {}", id.name());
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.worker == id) {
+      replies_.erase(it->first);
+      errors_.erase(it->first);
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  const int old_pid = w->status.pid;
+  w->status = WorkerStatus{id, 0, WorkerState::starting, ""};
+  w->peer.clear();
+  w->status.pid = launcher_->launch(launch_request(id));  // ends and reaps the old process first
+  w->last_seen = Clock::now();
+  log::warn("restarted worker {} (pid {} -> {})", id.name(), old_pid, w->status.pid);
+  wait_registered({id});
+}
+
+void WorkerPool::wait_registered(const std::vector<WorkerId>& ids) {
   auto started = Clock::now();
   while (true) {
-    if (auto failure = first_failure()) throw *failure;
-    bool all = std::all_of(workers_.begin(), workers_.end(),
-                           [](const Worker& w) { return w.status.state == WorkerState::ready; });
+    bool all = true;
+    for (const WorkerId& id : ids) {
+      Worker& w = *find(id);
+      if (w.status.state == WorkerState::failed || w.status.state == WorkerState::stopped) throw failure_of(w);
+      all = all && w.status.state == WorkerState::ready;
+    }
     if (all) break;
     if (seconds_since(started) > options_.register_timeout_s) {
-      for (Worker& w : workers_) {
+      for (const WorkerId& id : ids) {
+        Worker& w = *find(id);
         if (w.status.state == WorkerState::starting) {
           fail(w, fmt::format("did not register within {} s (launcher.register_timeout_s)", options_.register_timeout_s));
+          throw failure_of(w);
         }
       }
-      throw *first_failure();
     }
     pump(50);
   }
-  log::info("all {} workers registered in {:.2f} s", ids.size(), seconds_since(started));
+  log::info("{} workers registered in {:.2f} s", ids.size(), seconds_since(started));
 }
 
 uint64_t WorkerPool::send(const WorkerId& id, const std::string& name, const std::string& body,
@@ -118,7 +150,11 @@ uint64_t WorkerPool::send(const WorkerId& id, const std::string& name, const std
 std::map<uint64_t, CommandReply> WorkerPool::wait(const std::vector<uint64_t>& request_ids) {
   // Requests still unanswered; replies and errors that arrive are crossed off as they
   // come, so a wait over many requests costs O(replies), not O(requests) per event.
-  std::set<uint64_t> remaining(request_ids.begin(), request_ids.end());
+  std::set<uint64_t> remaining;
+  for (uint64_t id : request_ids) {
+    TANDEM_CHECK(pending_.count(id), "wait: request {} is unknown (answered already, or its worker was restarted)", id);
+    if (!replies_.count(id)) remaining.insert(id);  // replies that came during an earlier wait count
+  }
   auto next_timeout_check = Clock::now();
   while (true) {
     for (uint64_t id : arrived_) remaining.erase(id);

@@ -84,6 +84,12 @@ class WorkerPool {
   // Launches the workers and waits until all have registered. Throws WorkerFailure.
   void start(const std::vector<WorkerId>& workers);
 
+  // Ends worker `id` if it still runs, forgets its unanswered requests, launches it again
+  // and waits until it registers (launcher.register_timeout_s). The new process starts
+  // bare: whatever earlier commands set up in the old one is gone. Throws WorkerFailure
+  // when the new process fails too.
+  void restart(const WorkerId& id);
+
   // Sends a command; returns its request id.
   uint64_t send(const WorkerId& worker, const std::string& name, const std::string& body = "",
                 const std::vector<std::string>& attachments = {});
@@ -116,6 +122,9 @@ class WorkerPool {
   };
 
   void pump(int timeout_ms);
+  LaunchRequest launch_request(const WorkerId& id) const;
+  // Pumps until every worker in `ids` has registered; a failure or the timeout throws.
+  void wait_registered(const std::vector<WorkerId>& ids);
   void handle(Envelope& envelope);
   void fail(Worker& worker, const std::string& reason);
   void reject(const std::string& peer, const std::string& why);

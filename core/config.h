@@ -34,6 +34,15 @@ struct DataConfig {
   bool shuffle = true;
 };
 
+// The supervised warm-up stage before RL: token-mean cross-entropy on gold responses
+// (a dataset field) so that a fresh policy solves some prompts before RL starts.
+struct SftConfig {
+  int64_t steps = 0;  // 0: no warm-up
+  int64_t batch_size = 64;
+  double lr = 3.0e-3;
+  std::string response_key = "answer";
+};
+
 struct ClipConfig {
   double low = 0.2;
   double high = 0.28;
@@ -102,6 +111,7 @@ struct LearnerConfig {
   int64_t epochs = 1;
   int64_t mini_batches = 1;
   int64_t micro_batch_size = 8;  // samples per forward/backward
+  int64_t threads = 0;           // intra-op threads per rank; 0: this host's cores / workers
   OptimizerConfig optimizer;
 };
 
@@ -109,11 +119,23 @@ struct RewardConfig {
   std::string name;    // required
   std::string plugin;  // empty: built-in reward
   double weight = 1.0;
+  std::string on_error = "fail";  // fail | fallback: a throw or non-finite score becomes fallback_score
+  double fallback_score = 0.0;
+  std::string pattern;         // format: the regex a response must match
+  int64_t max_length = 0;      // length_penalty: tokens allowed before the penalty starts
 };
+
+// The reward a config without a `reward:` list gets.
+inline RewardConfig default_reward() {
+  RewardConfig r;
+  r.name = "math_answer";
+  return r;
+}
 
 struct WeightSyncConfig {
   std::string method = "auto";
   int64_t bucket_mb = 256;
+  int64_t probe_every = 0;  // check rollout log-probs against the learner's every N syncs; 0: off
 };
 
 struct LauncherConfig {
@@ -125,6 +147,7 @@ struct LauncherConfig {
   double shutdown_grace_s = 5.0;
   int64_t max_message_mb = 64;
   std::string transport = "ipc";  // how workers reach the controller on one host
+  int64_t max_restarts = 3;       // worker restarts a run survives before it stops
 };
 
 struct LoggingConfig {
@@ -137,10 +160,11 @@ struct Config {
   ExperimentConfig experiment;
   ModelSourceConfig model;
   DataConfig data;
+  SftConfig sft;
   AlgorithmConfig algorithm;
   RolloutConfig rollout;
   LearnerConfig learner;
-  std::vector<RewardConfig> reward = {RewardConfig{"math_answer", "", 1.0}};
+  std::vector<RewardConfig> reward = {default_reward()};
   WeightSyncConfig weight_sync;
   std::string placement = "colocated";
   LauncherConfig launcher;

@@ -35,6 +35,14 @@ template <class V> void describe(V& v, DataConfig& c) {
   v.field("shuffle", c.shuffle, "shuffle the prompt order each epoch (seeded)");
 }
 
+template <class V> void describe(V& v, SftConfig& c) {
+  v.field("steps", c.steps, at_least(0), "supervised warm-up steps before RL; 0: none");
+  v.field("batch_size", c.batch_size, at_least(1), "prompts (with their gold responses) per warm-up step");
+  v.field("lr", c.lr, positive(), "warm-up learning rate (constant)");
+  v.field("response_key", c.response_key, required_text(),
+          "dataset field holding the gold response (builtin tasks: answer)");
+}
+
 template <class V> void describe(V& v, ClipConfig& c) {
   v.field("low", c.low, between(0.0, 1.0), "PPO ratio clip below 1 (ratio >= 1 - low)");
   v.field("high", c.high, non_negative(), "PPO ratio clip above 1 (ratio <= 1 + high; DAPO clip-higher)");
@@ -107,6 +115,7 @@ template <class V> void describe(V& v, LearnerConfig& c) {
   v.field("epochs", c.epochs, at_least(1), "passes over each step's samples");
   v.field("mini_batches", c.mini_batches, at_least(1), "optimizer steps per epoch");
   v.field("micro_batch_size", c.micro_batch_size, at_least(1), "samples per forward/backward on one rank");
+  v.field("threads", c.threads, at_least(0), "intra-op CPU threads per rank; 0: this host's cores / workers");
   v.section("optimizer", c.optimizer, "optimizer and schedule");
 }
 
@@ -114,12 +123,19 @@ template <class V> void describe(V& v, RewardConfig& c) {
   v.field("name", c.name, required_text(), "reward function name (built-in, or registered by the plugin)");
   v.field("plugin", c.plugin, text(), "shared library that registers the reward; empty: built-in");
   v.field("weight", c.weight, any_number(), "weight in the summed reward");
+  v.field("on_error", c.on_error, one_of({"fail", "fallback"}),
+          "a throw or non-finite score: fail stops the run; fallback scores fallback_score (counted)");
+  v.field("fallback_score", c.fallback_score, any_number(), "score used when on_error: fallback");
+  v.field("pattern", c.pattern, text(), "format reward: the regex a whole response must match");
+  v.field("max_length", c.max_length, at_least(0), "length_penalty: response tokens allowed before the penalty");
 }
 
 template <class V> void describe(V& v, WeightSyncConfig& c) {
   v.field("method", c.method, one_of({"auto", "shm", "collective", "cuda_ipc", "nccl"}),
           "learner -> rollout weight transport");
   v.field("bucket_mb", c.bucket_mb, at_least(1), "transfer bucket size, MiB");
+  v.field("probe_every", c.probe_every, at_least(0),
+          "every N syncs compare the rollout engine's log-probs of a probe batch with the learner's; 0: off");
 }
 
 template <class V> void describe(V& v, LauncherConfig& c) {
@@ -132,6 +148,7 @@ template <class V> void describe(V& v, LauncherConfig& c) {
   v.field("shutdown_grace_s", c.shutdown_grace_s, non_negative(),
           "seconds workers get to exit after a shutdown before they are killed");
   v.field("max_message_mb", c.max_message_mb, at_least(1), "largest control message accepted, MiB");
+  v.field("max_restarts", c.max_restarts, at_least(0), "worker restarts a run survives before it stops");
   v.field("transport", c.transport, one_of({"ipc", "tcp"}), "control-plane transport on one host");
 }
 
@@ -146,6 +163,7 @@ template <class V> void describe(V& v, Config& c) {
   v.section("experiment", c.experiment, "run identity and length");
   v.section("model", c.model, "the policy");
   v.section("data", c.data, "training prompts");
+  v.section("sft", c.sft, "supervised warm-up before RL");
   v.section("algorithm", c.algorithm, "RL objective");
   v.section("rollout", c.rollout, "generation workers");
   v.section("learner", c.learner, "training workers");

@@ -82,6 +82,20 @@ CommandHandler learner_command_handler(std::function<void(const Config&)> prepar
     }
     if (command.name == "learner_init") return state->init(command);
     if (command.name == "learner_train") return state->train(command, attachments);
+    if (command.name == "learner_sft") {
+      // One supervised warm-up step: {"lr": x, "batch": <training-batch header, one
+      // mini-batch>} with the codec's frames; the samples' per-token fields are ignored.
+      Trainer& t = state->require_trainer(command.name);
+      const nlohmann::json body = command_json(command);
+      const auto batches = decode_training_batch(body.at("batch").dump(), attachments);
+      if (batches.size() != 1) throw Error("learner_sft: send exactly one mini-batch of samples");
+      const UpdateMetrics metrics = t.supervised_step(batches[0], body.at("lr").get<double>());
+      return {nlohmann::json{{"loss", metrics.objective.loss},
+                             {"tokens", metrics.tokens},
+                             {"grad_norm", metrics.grad_norm}}
+                  .dump(),
+              {}};
+    }
     if (command.name == "learner_values") {
       // The critic's values for this rank's share of the samples (one mini-batch in the
       // training-batch codec; their per-token fields are ignored): one float32 frame,
@@ -132,7 +146,7 @@ CommandHandler learner_command_handler(std::function<void(const Config&)> prepar
       return {"{}", {}};
     }
     throw Error(fmt::format("learner worker: unknown command \"{}\" (known: ping, describe, torch_info, learner_init, "
-                            "learner_train, learner_values, learner_publish, learner_save, learner_load, learner_export)",
+                            "learner_train, learner_sft, learner_values, learner_publish, learner_save, learner_load, learner_export)",
                             command.name));
   };
 }

@@ -131,9 +131,20 @@ at::Tensor Trainer::Impl::response_state_values(const at::Tensor& normed, const 
   return response_values(before, batch);
 }
 
+ObjectiveResult Trainer::Impl::supervised_objective(const at::Tensor& logits, const MicroBatch& batch,
+                                                    const AggregationScale& scale) const {
+  const at::Tensor logprobs = response_values(token_logprobs(logits, batch.layout, 1.0).logprobs, batch);
+  ObjectiveResult result;
+  result.loss = -(logprobs * batch.mask).sum() / std::max(1.0, scale.tokens);
+  result.metrics.loss = result.loss.item<double>();
+  result.metrics.tokens = batch.mask.sum().item<double>();
+  return result;
+}
+
 ObjectiveResult Trainer::Impl::objective_from_trunk(const at::Tensor& trunk, const MicroBatch& batch,
                                                     const AggregationScale& scale) {
   const at::Tensor normed = model.final_norm(trunk);
+  if (supervised) return supervised_objective(model.lm_head(normed), batch, scale);
   ObjectiveResult result = actor_objective(objective_inputs(model.lm_head(normed), batch), objective, scale);
   if (!critic()) return result;
   TANDEM_CHECK(batch.returns.defined(),
@@ -191,7 +202,7 @@ void Trainer::Impl::zero_gradients() {
   if (fsdp) fsdp->local_grads().zero_();
 }
 
-double Trainer::Impl::synchronise_and_step() {
+double Trainer::Impl::synchronise_and_step(AdamW& optimizer, double learning_rate) {
   at::Tensor grads = local_grads();
   switch (strategy) {
     case Strategy::ddp: collectives.all_reduce_sum(flat->grads()); break;
@@ -203,19 +214,17 @@ double Trainer::Impl::synchronise_and_step() {
   const double norm = std::sqrt(norm_sq.item<double>());
   const OptimizerConfig& opt = options.learner.optimizer;
   if (opt.grad_clip > 0 && norm > opt.grad_clip) grads.mul_(opt.grad_clip / (norm + 1e-6));
-  lr = scheduled_learning_rate(opt.lr, opt.schedule, opt.warmup_steps, steps, options.total_optimizer_steps);
   at::Tensor params = local_values();
   {
     at::NoGradGuard no_grad;
     if (opt.name == "adamw") {
-      adam->step(params, grads, lr);
+      optimizer.step(params, grads, learning_rate);
     } else {  // sgd
-      if (opt.weight_decay != 0) params.mul_(1.0 - lr * opt.weight_decay);
-      params.add_(grads, -lr);
+      if (opt.weight_decay != 0) params.mul_(1.0 - learning_rate * opt.weight_decay);
+      params.add_(grads, -learning_rate);
     }
     if (strategy == Strategy::zero2) collectives.all_gather(params.clone(), flat->values());
   }
-  ++steps;
   return norm;
 }
 
@@ -229,8 +238,49 @@ int64_t Trainer::optimizer_steps() const { return impl_->steps; }
 
 ModelWeights Trainer::weights() const { return impl_->full_weights(); }
 
+UpdateMetrics Trainer::supervised_step(const std::vector<TrainingSample>& share, double lr) {
+  Impl& m = *impl_;
+  if (!m.supervised_adam) {
+    const OptimizerConfig& opt = m.options.learner.optimizer;
+    m.supervised_adam = std::make_unique<AdamW>(m.local_values().numel(),
+                                                AdamWOptions{opt.beta1, opt.beta2, opt.eps, opt.weight_decay});
+  }
+  const size_t micro = static_cast<size_t>(m.options.learner.micro_batch_size);
+  const AggregationScale scale = m.global_scale(share);
+  m.supervised = true;
+  double loss = 0, tokens = 0;
+  try {
+    m.zero_gradients();
+    const int64_t count = static_cast<int64_t>((share.size() + micro - 1) / micro);
+    for (int64_t i = 0; i < m.micro_batches_to_run(count); ++i) {
+      const size_t begin = static_cast<size_t>(i) * micro;
+      const bool idle = begin >= share.size();
+      const ObjectiveMetrics metrics = m.micro_batch(
+          idle ? m.idle_micro_batch() : make_micro_batch(share, begin, std::min(share.size(), begin + micro)), scale);
+      if (idle) continue;
+      loss += metrics.loss;
+      tokens += metrics.tokens;
+    }
+  } catch (...) {
+    m.supervised = false;
+    throw;
+  }
+  m.supervised = false;
+  UpdateMetrics out;
+  out.grad_norm = m.synchronise_and_step(*m.supervised_adam, lr);
+  at::Tensor sums = at::tensor({loss, tokens}, at::kDouble);
+  m.collectives.all_reduce_sum(sums);
+  out.objective.loss = sums[0].item<double>();
+  out.objective.tokens = sums[1].item<double>();
+  out.tokens = static_cast<int64_t>(out.objective.tokens);
+  out.optimizer_steps = 1;
+  out.lr = lr;
+  return out;
+}
+
 UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& mini_batches) {
   Impl& m = *impl_;
+  m.supervised_adam.reset();  // the warm-up is over
   const size_t micro = static_cast<size_t>(m.options.learner.micro_batch_size);
   ObjectiveMetrics total;
   total.ratio_min = INFINITY;
@@ -250,7 +300,10 @@ UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& min
           m.micro_batch(m.idle_micro_batch(), scale);  // keeps the per-layer collectives in step
         }
       }
-      grad_norm_sum += m.synchronise_and_step();
+      const OptimizerConfig& opt = m.options.learner.optimizer;
+      m.lr = scheduled_learning_rate(opt.lr, opt.schedule, opt.warmup_steps, m.steps, m.options.total_optimizer_steps);
+      grad_norm_sum += m.synchronise_and_step(*m.adam, m.lr);
+      ++m.steps;
       ++steps;
     }
   }

@@ -65,6 +65,12 @@ class Trainer {
   // mini_batches[m]: this rank's share of mini-batch m (every rank passes the same count).
   UpdateMetrics train(const std::vector<std::vector<TrainingSample>>& mini_batches);
 
+  // One supervised warm-up step (learner.optimizer's kind, its own moments, constant
+  // `lr`): token-mean cross-entropy of `share`'s responses given their prompts, over the
+  // whole batch across ranks (every rank calls, any share size). Does not count as an
+  // optimizer step of the RL schedule. Metrics: objective.loss and tokens.
+  UpdateMetrics supervised_step(const std::vector<TrainingSample>& share, double lr);
+
   // The current policy, float32 (identical on every rank). Under fsdp this gathers every
   // unit: all ranks must call it together.
   ModelWeights weights() const;

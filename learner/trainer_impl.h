@@ -51,8 +51,13 @@ struct Trainer::Impl {
   // the largest over ranks (the extra ones are idle_micro_batch()).
   int64_t micro_batches_to_run(int64_t local_count);
   MicroBatch idle_micro_batch() const;
-  // Gradients summed over ranks, clipped by their global norm, then one optimizer step.
-  double synchronise_and_step();
+  // Gradients summed over ranks, clipped by their global norm, then one step of
+  // `optimizer` (sgd when learner.optimizer.name says so) at `learning_rate`.
+  double synchronise_and_step(AdamW& optimizer, double learning_rate);
+  // The supervised warm-up's loss: token-mean cross-entropy of the response tokens
+  // (temperature 1), its denominator counted over the whole batch across ranks.
+  ObjectiveResult supervised_objective(const at::Tensor& logits, const MicroBatch& batch,
+                                       const AggregationScale& scale) const;
 
   // This rank's parameter values and gradients that the optimizer steps: ddp the whole
   // flat buffer, zero2 one shard of it, fsdp one shard of every unit.
@@ -75,6 +80,9 @@ struct Trainer::Impl {
   std::unique_ptr<FlatParameters> flat;    // ddp, zero2
   std::unique_ptr<FsdpParameters> fsdp;    // fsdp
   std::unique_ptr<AdamW> adam;
+  // The warm-up's own optimizer: its moments never reach RL (freed by the first train()).
+  std::unique_ptr<AdamW> supervised_adam;
+  bool supervised = false;  // objective_from_trunk computes supervised_objective
   ActorObjectiveParams objective;
   int64_t steps = 0;
   double lr = 0;

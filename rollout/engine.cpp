@@ -260,8 +260,10 @@ std::vector<GeneratedSample> RolloutEngine::generate(const std::vector<Generatio
   return out;
 }
 
-void RolloutEngine::update_weights(const ModelWeights& weights, int64_t version) {
-  TANDEM_CHECK(version > weight_version_, "weight version must increase: engine has {}, update says {}",
+void RolloutEngine::update_weights(const ModelWeights& weights, int64_t version, bool rewind) {
+  TANDEM_CHECK(rewind || version > weight_version_,
+               "weight version must increase: engine has {}, update says {} (only a rewind to a checkpoint may "
+               "go back)",
                weight_version_, version);
   impl_->model.update_weights(weights);
   weight_version_ = version;

@@ -61,7 +61,8 @@ class RolloutEngine {
 
   // Loads new weights (all or some, by HF name) between steps and records their version.
   // A name or shape mismatch throws before anything changes.
-  void update_weights(const ModelWeights& weights, int64_t version);
+  // `rewind`: the run went back to a checkpoint, so `version` may be at or below the current one.
+  void update_weights(const ModelWeights& weights, int64_t version, bool rewind = false);
   int64_t weight_version() const { return weight_version_; }
 
   const ModelConfig& config() const;

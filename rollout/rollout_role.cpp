@@ -100,7 +100,8 @@ struct RolloutState {
                                       tensors.push_back({t.name, t.shape, std::vector<float>(data, data + n)});
                                     });
     }
-    e.update_weights(ModelWeights(std::move(tensors)), version);  // checks names and shapes first
+    // Checks names and shapes first.
+    e.update_weights(ModelWeights(std::move(tensors)), version, body.value("rewind", false));
     return {fmt::format("{{\"version\":{}}}", version), {}};
   }
 };
