@@ -87,7 +87,12 @@ std::optional<CheckpointRef> newest_whole_checkpoint(const std::string& run_dir)
   for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
     const std::string problem = checkpoint_problem(it->dir);
     if (problem.empty()) return *it;
-    log::warn("checkpoint {} is not usable, trying an older one: {}", it->dir, problem);
+    // Set aside, not deleted (it may be worth a look), and out of the way of the step
+    // that will be saved under its name again.
+    std::string aside = it->dir + ".unusable";
+    for (int n = 2; fs::exists(aside); ++n) aside = fmt::format("{}.unusable-{}", it->dir, n);
+    fs::rename(it->dir, aside);
+    log::warn("checkpoint {} is not usable ({}); moved it to {} and trying an older one", it->dir, problem, aside);
   }
   return std::nullopt;
 }

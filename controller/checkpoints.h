@@ -26,7 +26,8 @@ struct CheckpointRef {
 };
 
 // The newest checkpoint under run_dir/checkpoints that matches its manifest; newer ones
-// that do not are reported with log::warn. nullopt when there is none.
+// that do not are renamed step_<N>.unusable and reported with log::warn. nullopt when
+// there is none.
 std::optional<CheckpointRef> newest_whole_checkpoint(const std::string& run_dir);
 
 // Deletes all but the newest `keep` step_<N> directories.

@@ -94,8 +94,9 @@ class TrainingLoop {
   void init_rollout(const WorkerId& worker);
   void init_learners(const std::vector<WorkerId>& workers);
   // Sends every request and waits for the replies (by request index). A rollout worker
-  // that fails is restarted with the current weights and its requests are sent again; a
-  // worker hosting a learner rank that fails is a LearnerLost.
+  // that dies or hangs is restarted with the current weights and its requests are sent
+  // again; a worker hosting a learner rank that dies or hangs is a LearnerLost. An error
+  // a worker reports is thrown as it is.
   std::vector<CommandReply> collect(std::vector<Request> requests);
   bool hosts_learner(const WorkerId& worker) const;
   void count_restart(const WorkerFailure& failure);
@@ -230,6 +231,7 @@ std::vector<CommandReply> TrainingLoop::collect(std::vector<Request> requests) {
       for (const Request& r : requests) out.push_back(std::move(replies.at(r.id)));
       return out;
     } catch (const WorkerFailure& failure) {
+      if (failure.command_error()) throw;  // it would fail again
       if (hosts_learner(failure.worker())) throw LearnerLost(failure);
       restart_rollout(failure);
       for (Request& r : requests) {
@@ -658,7 +660,7 @@ void TrainingLoop::run(bool resume) {
   model_ = read_model_config(model_dir_ + "/config.json");
   tokenizer_ = load_tokenizer(model_dir_);
   data_ = load_dataset(c_.data.train, c_.data.prompt_key);
-  for (const RewardConfig& r : c_.reward) rewards_.push_back(find_reward(r.name));
+  for (const RewardConfig& r : c_.reward) rewards_.push_back(make_reward(r));
   shm_name_ = fmt::format("/tandem-{}-weights", ::getpid());
   try {
     start_workers();

@@ -36,12 +36,14 @@ PoolOptions pool_options_from_config(const LauncherConfig& c, const std::string&
   return o;
 }
 
-WorkerFailure::WorkerFailure(WorkerId worker, int pid, std::string reason, const std::string& log_path)
+WorkerFailure::WorkerFailure(WorkerId worker, int pid, std::string reason, const std::string& log_path,
+                             bool command_error)
     : Error(fmt::format("worker {} (role {}, rank {}, pid {}) {}; its log: {}", worker.name(), worker.role,
                         worker.rank, pid, reason, log_path)),
       worker_(std::move(worker)),
       pid_(pid),
-      reason_(std::move(reason)) {}
+      reason_(std::move(reason)),
+      command_error_(command_error) {}
 
 Interrupted::Interrupted(int signal)
     : Error(fmt::format("interrupted by {}", signal_word(signal))), signal_(signal) {}
@@ -165,7 +167,7 @@ std::map<uint64_t, CommandReply> WorkerPool::wait(const std::vector<uint64_t>& r
       const Worker* w = find(p.worker);
       throw WorkerFailure(p.worker, w ? w->status.pid : 0,
                           fmt::format("failed command \"{}\" (request {}): {}", p.name, id, message),
-                          log_path(p.worker));
+                          log_path(p.worker), /*command_error=*/true);
     }
     if (remaining.empty()) break;
     if (auto failure = first_failure()) throw *failure;

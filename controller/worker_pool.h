@@ -39,15 +39,20 @@ PoolOptions pool_options_from_config(const LauncherConfig& config, const std::st
 
 class WorkerFailure : public Error {
  public:
-  WorkerFailure(WorkerId worker, int pid, std::string reason, const std::string& log_path);
+  // `command_error`: the worker is alive and answered a command with an error (a bad
+  // request or a bug: running it again would fail again); otherwise it died, hung or
+  // never registered.
+  WorkerFailure(WorkerId worker, int pid, std::string reason, const std::string& log_path, bool command_error = false);
   const WorkerId& worker() const { return worker_; }
   int pid() const { return pid_; }
   const std::string& reason() const { return reason_; }
+  bool command_error() const { return command_error_; }
 
  private:
   WorkerId worker_;
   int pid_;
   std::string reason_;
+  bool command_error_;
 };
 
 // The controller received SIGINT or SIGTERM.

@@ -113,6 +113,11 @@ void load_config_plugins(const Config& config, const std::string& where) {
   named("algorithm.policy_loss", [&] { find_policy_loss(config.algorithm.policy_loss); });
   for (size_t i = 0; i < config.reward.size(); ++i) {
     named(fmt::format("reward[{}].name", i), [&] { find_reward(config.reward[i].name); });
+    try {
+      check_reward_config(config.reward[i], i);  // its messages name the key path
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: {}", where, e.what()));
+    }
   }
 }
 

@@ -261,9 +261,9 @@ std::vector<GeneratedSample> RolloutEngine::generate(const std::vector<Generatio
 }
 
 void RolloutEngine::update_weights(const ModelWeights& weights, int64_t version, bool rewind) {
-  TANDEM_CHECK(rewind || version > weight_version_,
-               "weight version must increase: engine has {}, update says {} (only a rewind to a checkpoint may "
-               "go back)",
+  // The same version again is a repeated delivery (a restarted peer's redone request).
+  TANDEM_CHECK(rewind || version >= weight_version_,
+               "weight version must not go back: engine has {}, update says {} (only a rewind to a checkpoint may)",
                weight_version_, version);
   impl_->model.update_weights(weights);
   weight_version_ = version;

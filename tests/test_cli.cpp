@@ -49,7 +49,7 @@ algorithm: {group_size: 2}
 rollout: {workers: 2, max_new_tokens: 2, kv_cache_mb: 8}
 learner: {workers: 2, micro_batch_size: 1}
 placement: disaggregated
-launcher: {heartbeat_interval_s: 0.1, heartbeat_timeout_s: 2, shutdown_grace_s: 2}
+launcher: {heartbeat_interval_s: 0.1, heartbeat_timeout_s: 2, shutdown_grace_s: 2, max_restarts: 0}
 logging: {console: quiet}
 )";
 
@@ -89,7 +89,7 @@ TEST_CASE("validate prints the resolved config; errors exit 2") {
             .exit_code == 0);
   std::string resolved = read_text(out);
   CHECK(resolved.find("lr: 3e-06") != std::string::npos);
-  CHECK(resolved.find("micro_batch_size: 32") != std::string::npos);
+  CHECK(resolved.find("micro_batch_size: 256") != std::string::npos);
 
   write_file(dir.path() + "/bad.yaml", "learner:\n  optimizer:\n    lr: fast\n");
   fs::remove(out);
@@ -172,7 +172,7 @@ TEST_CASE("SIGKILL of the controller leaves no orphan workers") {
   CHECK(all_gone_within(workers, 5));
 }
 
-TEST_CASE("a worker killed during a run fails the run with exit 1, naming the worker") {
+TEST_CASE("a worker killed during a run with no restarts left fails the run with exit 1, naming the worker") {
   TempDir dir;
   std::vector<int> workers;
   ChildProcess controller = start_long_run(dir, workers);
@@ -183,5 +183,6 @@ TEST_CASE("a worker killed during a run fails the run with exit 1, naming the wo
   std::string out = read_text(dir.path() + "/out.txt");
   CHECK(out.find("died: killed by signal 9 (SIGKILL)") != std::string::npos);
   CHECK(out.find(fmt::format("pid {})", workers[1])) != std::string::npos);
+  CHECK(out.find("used all 0 restarts (launcher.max_restarts)") != std::string::npos);
   CHECK(all_gone_within(workers, 5));
 }
