@@ -1,8 +1,15 @@
 #include "plugins/rewards.h"
 
+#include "core/error.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <stdexcept>
 
 namespace tandem {
@@ -42,6 +49,73 @@ std::optional<std::string> last_number(const std::string& text) {
   if (begin > 0 && text[begin - 1] == '-') --begin;
   return text.substr(begin, end - begin);
 }
+
+std::string pcre2_message(int code) {
+  PCRE2_UCHAR buffer[256];
+  if (pcre2_get_error_message(code, buffer, sizeof(buffer)) < 0) return fmt::format("PCRE2 error {}", code);
+  return reinterpret_cast<const char*>(buffer);
+}
+
+// Backtracking steps one match may take (PCRE2's own default, stated here so it is a known
+// bound): a pattern like (a+)+b on a long run of a's fails in milliseconds, not hours.
+constexpr uint32_t kFormatMatchLimit = 10'000'000;
+
+// A compiled pattern. Matching only reads `code` and `context`, so one instance serves
+// every thread (reward functions are called concurrently); match data is per call.
+class FormatPattern {
+ public:
+  explicit FormatPattern(const std::string& pattern) : pattern_(pattern) {
+    if (pattern.empty()) {
+      throw Error("the format reward needs a non-empty pattern (the regex a whole response must match)");
+    }
+    int error = 0;
+    PCRE2_SIZE offset = 0;
+    // Anchored at both ends: the whole response must match. UTF-8 aware, and responses
+    // that are not valid UTF-8 (a policy can emit any bytes) are matched, not rejected.
+    const uint32_t options = PCRE2_ANCHORED | PCRE2_ENDANCHORED | PCRE2_DOLLAR_ENDONLY | PCRE2_UTF |
+                             PCRE2_MATCH_INVALID_UTF;
+    code_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset,
+                              nullptr));
+    if (!code_) {
+      throw Error(fmt::format("invalid regex \"{}\": {} (at offset {})", pattern, pcre2_message(error), offset));
+    }
+    pcre2_jit_compile(code_.get(), PCRE2_JIT_COMPLETE);  // optional: without JIT pcre2_match interprets
+    context_.reset(pcre2_match_context_create(nullptr));
+    TANDEM_CHECK(context_ != nullptr, "format reward: out of memory creating a PCRE2 match context");
+    pcre2_set_match_limit(context_.get(), kFormatMatchLimit);
+  }
+
+  bool matches(const std::string& text) const {
+    std::unique_ptr<pcre2_match_data, MatchDataFree> match(pcre2_match_data_create_from_pattern(code_.get(), nullptr));
+    TANDEM_CHECK(match != nullptr, "format reward: out of memory creating PCRE2 match data");
+    auto run = [&](uint32_t options) {
+      return pcre2_match(code_.get(), reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0, options, match.get(),
+                         context_.get());
+    };
+    int rc = run(0);
+    // The JIT's small fixed stack ran out (deep nesting): the interpreter keeps its
+    // backtracking state on the heap.
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT) rc = run(PCRE2_NO_JIT);
+    if (rc >= 0) return true;
+    if (rc == PCRE2_ERROR_NOMATCH) return false;
+    throw Error(fmt::format("format: matching the pattern \"{}\" against a response of {} bytes failed: {}", pattern_,
+                            text.size(), pcre2_message(rc)));
+  }
+
+ private:
+  struct CodeFree {
+    void operator()(pcre2_code* code) const { pcre2_code_free(code); }
+  };
+  struct ContextFree {
+    void operator()(pcre2_match_context* context) const { pcre2_match_context_free(context); }
+  };
+  struct MatchDataFree {
+    void operator()(pcre2_match_data* data) const { pcre2_match_data_free(data); }
+  };
+  std::string pattern_;
+  std::unique_ptr<pcre2_code, CodeFree> code_;
+  std::unique_ptr<pcre2_match_context, ContextFree> context_;
+};
 
 }  // namespace
 
@@ -84,6 +158,28 @@ RewardResult math_answer_reward(const RewardInput& in) {
   const std::optional<double> got = answer ? parse_math_number(*answer) : std::nullopt;
   const bool correct = got && std::abs(*got - *expected) <= 1e-6 * std::max(1.0, std::abs(*expected));
   return {correct ? 1.0 : 0.0, {{"found", answer ? 1.0 : 0.0}}};
+}
+
+RewardFn make_format_reward(const std::string& pattern) {
+  auto compiled = std::make_shared<const FormatPattern>(pattern);
+  return [compiled](const RewardInput& in) -> RewardResult { return {compiled->matches(in.response) ? 1.0 : 0.0, {}}; };
+}
+
+double length_penalty(int64_t length, int64_t max_length) {
+  TANDEM_CHECK(max_length > 0, "length_penalty: max_length must be positive, got {}", max_length);
+  if (length <= max_length) return 0.0;
+  return std::max(-1.0, -static_cast<double>(length - max_length) / static_cast<double>(max_length));
+}
+
+RewardFn make_length_penalty_reward(int64_t max_length) {
+  if (max_length < 1) {
+    throw Error(fmt::format("the length_penalty reward needs max_length >= 1 (tokens before the penalty starts), got {}",
+                            max_length));
+  }
+  return [max_length](const RewardInput& in) -> RewardResult {
+    const auto length = static_cast<int64_t>(in.response_ids.size());
+    return {length_penalty(length, max_length), {{"over", length > max_length ? 1.0 : 0.0}}};
+  };
 }
 
 }  // namespace tandem

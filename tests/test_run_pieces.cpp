@@ -1,8 +1,9 @@
 // The training loop's pieces that need no worker: datasets and their order, the built-in
-// math_answer reward, the shared-memory weight transport.
+// rewards (math_answer, format, length_penalty), the shared-memory weight transport.
 #include "controller/dataset.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "plugins/reward_registry.h"
 #include "plugins/rewards.h"
 #include "weight_sync/shm.h"
 
@@ -12,6 +13,8 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <set>
@@ -72,6 +75,120 @@ TEST_CASE("math_answer extracts boxed, #### and last-number answers and compares
   }
   const std::map<std::string, std::string> bad = {{"answer", "five"}};
   CHECK_THROWS_WITH(math_answer_reward({prompt, std::string("5"), ids, bad}), doctest::Contains("is not a number"));
+}
+
+namespace {
+
+RewardConfig reward_entry(const std::string& name, const std::string& pattern = "", int64_t max_length = 0) {
+  RewardConfig c;
+  c.name = name;
+  c.pattern = pattern;
+  c.max_length = max_length;
+  return c;
+}
+
+double score_text(const RewardFn& fn, const std::string& response) {
+  const std::string prompt = "p";
+  const std::vector<int32_t> ids(3, 7);
+  const std::map<std::string, std::string> row;
+  return fn({prompt, response, ids, row}).score;
+}
+
+RewardResult score_length(const RewardFn& fn, size_t length) {
+  const std::string prompt = "p", response = "r";
+  const std::vector<int32_t> ids(length, 11);
+  const std::map<std::string, std::string> row;
+  return fn({prompt, response, ids, row});
+}
+
+}  // namespace
+
+TEST_CASE("format scores 1 only when the whole response matches the pattern") {
+  const RewardFn tagged = make_reward(reward_entry("format", R"(<think>.*</think>\s*<answer>-?\d+</answer>)"));
+  CHECK(score_text(tagged, "<think>2 plus 3</think> <answer>5</answer>") == 1.0);
+  CHECK(score_text(tagged, "<think></think><answer>-12</answer>") == 1.0);
+  CHECK(score_text(tagged, "<think>x</think><answer>five</answer>") == 0.0);
+  CHECK(score_text(tagged, "") == 0.0);
+  // Anchored at both ends: a match inside the response is not enough.
+  CHECK(score_text(tagged, "sure! <think>x</think><answer>5</answer>") == 0.0);
+  CHECK(score_text(tagged, "<think>x</think><answer>5</answer> and more") == 0.0);
+  CHECK(score_text(tagged, "<think>x</think><answer>5</answer>\n") == 0.0);  // no "$ before a final newline"
+  // "." stops at a newline unless the pattern asks for (?s).
+  CHECK(score_text(tagged, "<think>a\nb</think><answer>5</answer>") == 0.0);
+  const RewardFn dotall = make_reward(reward_entry("format", R"((?s)<think>.*</think>\s*<answer>-?\d+</answer>)"));
+  CHECK(score_text(dotall, "<think>a\nb</think>\n<answer>5</answer>") == 1.0);
+  // The whole response, not the first alternative that matches a prefix.
+  const RewardFn alternatives = make_reward(reward_entry("format", "a|ab"));
+  CHECK(score_text(alternatives, "ab") == 1.0);
+  CHECK(score_text(alternatives, "abc") == 0.0);
+  // UTF-8 aware, and bytes that are not UTF-8 are a non-match, not an error.
+  const RewardFn one_char = make_reward(reward_entry("format", "x.y"));
+  CHECK(score_text(one_char, "x\xc3\xa9y") == 1.0);  // é is one character
+  CHECK(score_text(one_char, "x\xffy") == 0.0);
+  CHECK(score_text(make_reward(reward_entry("format", R"(\d+)")), "12\xff") == 0.0);
+  // Catastrophic backtracking ends in an error (the sample's on_error decides), quickly.
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(score_text(make_reward(reward_entry("format", "(a|aa)+")), std::string(60, 'a') + "b"),
+                       doctest::Contains("match limit"), Error);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+}
+
+TEST_CASE("reward settings are checked: bad regexes and lengths name the entry and the problem") {
+  CHECK_NOTHROW(check_reward_config(reward_entry("format", "<answer>\\d+</answer>"), 0));
+  CHECK_NOTHROW(check_reward_config(reward_entry("length_penalty", "", 64), 1));
+  CHECK_NOTHROW(check_reward_config(reward_entry("math_answer"), 0));
+  CHECK_NOTHROW(check_reward_config(reward_entry("my_plugin_reward"), 0));  // names are the registry's business
+  CHECK_THROWS_WITH_AS(check_reward_config(reward_entry("format", "<answer>(\\d+</answer>"), 3),
+                       doctest::Contains("reward[3].pattern: invalid regex \"<answer>(\\d+</answer>\": missing closing "
+                                         "parenthesis (at offset 21)"),
+                       Error);
+  CHECK_THROWS_WITH_AS(check_reward_config(reward_entry("format", "a{2,1}"), 0),
+                       doctest::Contains("reward[0].pattern: invalid regex \"a{2,1}\": numbers out of order"), Error);
+  CHECK_THROWS_WITH_AS(check_reward_config(reward_entry("format"), 2),
+                       doctest::Contains("reward[2].pattern: the format reward needs a non-empty pattern"), Error);
+  CHECK_THROWS_WITH_AS(check_reward_config(reward_entry("length_penalty"), 1),
+                       doctest::Contains("reward[1].max_length: the length_penalty reward needs max_length >= 1"), Error);
+  CHECK_THROWS_WITH_AS(check_reward_config(reward_entry("math_answer", "x+"), 0),
+                       doctest::Contains("reward[0].pattern: only the format reward reads pattern (this entry is math_answer)"),
+                       Error);
+  CHECK_THROWS_WITH_AS(check_reward_config(reward_entry("format", "x", 8), 4),
+                       doctest::Contains("reward[4].max_length: only the length_penalty reward reads max_length"), Error);
+  // make_reward checks the same settings, and names the unknown.
+  CHECK_THROWS_WITH_AS(make_reward(reward_entry("format", "(")), doctest::Contains("invalid regex"), Error);
+  CHECK_THROWS_WITH_AS(make_reward(reward_entry("formt", "x")), doctest::Contains("did you mean format?"), Error);
+  // find_reward still knows every name; a built-in made from settings refuses to score without them.
+  const auto names = reward_names();
+  for (const char* name : {"math_answer", "format", "length_penalty"}) {
+    CHECK(std::count(names.begin(), names.end(), name) == 1);
+  }
+  CHECK_THROWS_WITH(score_text(find_reward("math_answer"), "5"), doctest::Contains("no \"answer\" field"));
+  CHECK_THROWS_WITH_AS(score_text(find_reward("format"), "x"), doctest::Contains("make_reward"), Error);
+}
+
+TEST_CASE("length_penalty: 0 up to max_length, linear to -1 at twice it, -1 beyond") {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int64_t m = 2 * static_cast<int64_t>(1 + rng() % 300);  // even, so that 1.5 m is a whole length
+    INFO("max_length ", m);
+    const RewardFn penalty = make_reward(reward_entry("length_penalty", "", m));
+    // The points the documentation promises, written out rather than recomputed.
+    const std::vector<std::pair<int64_t, double>> points = {
+        {0, 0.0}, {1, 0.0}, {m, 0.0}, {m + m / 2, -0.5}, {2 * m, -1.0}, {3 * m, -1.0}};
+    for (const auto& [length, expected] : points) {
+      INFO("length ", length);
+      const RewardResult r = score_length(penalty, static_cast<size_t>(length));
+      CHECK(r.score == doctest::Approx(expected).epsilon(1e-12));
+      REQUIRE(r.parts.size() == 1);
+      CHECK(r.parts[0].first == "over");
+      CHECK(r.parts[0].second == (length > m ? 1.0 : 0.0));
+    }
+    // Between m and 2m the penalty is the straight line through (m, 0) and (2m, -1),
+    // in float64 from the two end points.
+    const int64_t length = m + 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(m - 1));
+    const double t = static_cast<double>(length - m) / static_cast<double>(2 * m - m);
+    CHECK(score_length(penalty, static_cast<size_t>(length)).score == doctest::Approx(0.0 + t * (-1.0 - 0.0)).epsilon(1e-12));
+    CHECK(length_penalty(m + 1, m) < 0.0);  // the first token over already costs
+  }
 }
 
 TEST_CASE("shm weights arrive whole and checked; corruption, shapes and names are errors") {
