@@ -203,11 +203,20 @@ void TrainingLoop::count_restart(const WorkerFailure& failure) {
 }
 
 void TrainingLoop::restart_rollout(const WorkerFailure& failure) {
-  count_restart(failure);
-  log::warn("{}; restarting it ({} of {} restarts)", failure.what(), restarts_, c_.launcher.max_restarts);
-  pool_.restart(failure.worker());
-  init_rollout(failure.worker());
-  load_current_weights(failure.worker());
+  WorkerFailure last = failure;
+  while (true) {
+    count_restart(last);
+    log::warn("{}; restarting it ({} of {} restarts)", last.what(), restarts_, c_.launcher.max_restarts);
+    try {
+      pool_.restart(last.worker());
+      init_rollout(last.worker());
+      load_current_weights(last.worker());
+      return;
+    } catch (const WorkerFailure& again) {
+      if (again.command_error() || hosts_learner(again.worker())) throw;
+      last = again;  // the new process died too
+    }
+  }
 }
 
 // The weights the other rollout workers hold, for a restarted one.
@@ -564,18 +573,28 @@ int64_t TrainingLoop::restore(const std::optional<CheckpointRef>& checkpoint) {
 }
 
 int64_t TrainingLoop::recover_learners(const LearnerLost& lost) {
-  count_restart(lost.failure());
-  log::warn("{}; restarting the learners from the last checkpoint ({} of {} restarts)", lost.what(), restarts_,
-            c_.launcher.max_restarts);
-  std::fprintf(stderr, "\ntandem: %s\ntandem: restarting the learners from the last checkpoint\n", lost.what());
-  for (const WorkerId& worker : learner_hosts()) pool_.restart(worker);
-  if (colocated(c_)) {  // the restarted slots hosted rollout ranks too
-    for (const WorkerId& worker : learner_hosts()) {
-      if (worker.rank < static_cast<uint32_t>(c_.rollout.workers)) init_rollout(worker);
+  WorkerFailure last = lost.failure();
+  while (true) {
+    count_restart(last);
+    log::warn("{}; restarting the learners from the last checkpoint ({} of {} restarts)", last.what(), restarts_,
+              c_.launcher.max_restarts);
+    std::fprintf(stderr, "\ntandem: %s\ntandem: restarting the learners from the last checkpoint\n", last.what());
+    try {
+      for (const WorkerId& worker : learner_hosts()) pool_.restart(worker);
+      if (colocated(c_)) {  // the restarted slots hosted rollout ranks too
+        for (const WorkerId& worker : learner_hosts()) {
+          if (worker.rank < static_cast<uint32_t>(c_.rollout.workers)) init_rollout(worker);
+        }
+      }
+      init_learners(learner_hosts());
+      return restore(newest_whole_checkpoint(run_dir_));
+    } catch (const LearnerLost& again) {
+      last = again.failure();  // lost again while recovering
+    } catch (const WorkerFailure& again) {
+      if (again.command_error()) throw;
+      last = again;
     }
   }
-  init_learners(learner_hosts());
-  return restore(newest_whole_checkpoint(run_dir_));
 }
 
 void TrainingLoop::export_policy() {

@@ -228,6 +228,13 @@ double Trainer::Impl::synchronise_and_step(AdamW& optimizer, double learning_rat
   return norm;
 }
 
+void Trainer::Impl::adopt_policy_as_reference() {
+  if (!reference) return;  // no KL in the loss
+  const ModelWeights weights = full_weights();
+  reference = std::make_unique<PolicyModel>(model.config(), weights, at::kFloat);
+  reference_from_warmup = true;
+}
+
 Trainer::Trainer(const ModelConfig& config, const ModelWeights& weights, const TrainerOptions& options,
                  Collectives& collectives)
     : impl_(std::make_unique<Impl>(config, weights, options, collectives)) {}
@@ -280,7 +287,10 @@ UpdateMetrics Trainer::supervised_step(const std::vector<TrainingSample>& share,
 
 UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& mini_batches) {
   Impl& m = *impl_;
-  m.supervised_adam.reset();  // the warm-up is over
+  if (m.supervised_adam) {  // the warm-up is over
+    m.supervised_adam.reset();
+    m.adopt_policy_as_reference();
+  }
   const size_t micro = static_cast<size_t>(m.options.learner.micro_batch_size);
   ObjectiveMetrics total;
   total.ratio_min = INFINITY;

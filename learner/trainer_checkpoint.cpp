@@ -49,6 +49,7 @@ const float* f32_data(const SafetensorsFile& file, const std::string& name, int6
 }
 
 constexpr const char* kValueHeadFile = "value_head.safetensors";
+constexpr const char* kReferenceDir = "reference";  // the warmed-up reference policy, when there was a warm-up
 
 }  // namespace
 
@@ -74,6 +75,10 @@ void Trainer::save_checkpoint(const std::string& dir) {
   }
   if (rank == 0) {
     save_model_weights(staging, weights, DType::f32);
+    if (m.reference_from_warmup) {
+      fs::create_directories(staging + "/" + kReferenceDir);
+      save_model_weights(staging + "/" + kReferenceDir, m.reference->to_weights(), DType::f32);
+    }
     if (m.critic()) {
       std::vector<TensorToWrite> tensors;
       for (const WeightTensor& w : value_head) {
@@ -135,6 +140,12 @@ void Trainer::load_checkpoint(const std::string& dir) {
     throw Error(fmt::format("{}: not valid JSON: {}", state_path, e.what()));
   }
   const ModelWeights weights = load_model_weights(dir, m.model.config());  // names and shapes checked
+  const std::string reference_dir = dir + "/" + kReferenceDir;
+  if (m.reference && fs::exists(reference_dir + "/model.safetensors")) {
+    m.reference = std::make_unique<PolicyModel>(m.model.config(), load_model_weights(reference_dir, m.model.config()),
+                                                at::kFloat);
+    m.reference_from_warmup = true;
+  }
   if (state.value("optimizer", std::string()) != m.options.learner.optimizer.name) {
     throw Error(fmt::format("checkpoint {} was written with optimizer {}, the config says {}", dir,
                             state.value("optimizer", std::string()), m.options.learner.optimizer.name));

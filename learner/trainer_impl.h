@@ -83,6 +83,10 @@ struct Trainer::Impl {
   // The warm-up's own optimizer: its moments never reach RL (freed by the first train()).
   std::unique_ptr<AdamW> supervised_adam;
   bool supervised = false;  // objective_from_trunk computes supervised_objective
+  // After a warm-up the reference policy is the warmed-up one (as RLHF's reference is the
+  // SFT model), not the initial weights: checkpoints then carry it (reference/).
+  bool reference_from_warmup = false;
+  void adopt_policy_as_reference();  // collective under fsdp
   ActorObjectiveParams objective;
   int64_t steps = 0;
   double lr = 0;
