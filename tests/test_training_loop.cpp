@@ -111,3 +111,26 @@ TEST_CASE("a plugin reward and a critic (gae) run; a reward that throws stops th
   CHECK(out.find("reward exact_answer (plugin " + plugin + ") failed on sample 0 (prompt") != std::string::npos);
   CHECK(out.find("no \"answer\" field") != std::string::npos);
 }
+
+TEST_CASE("the quickstart learns: after its warm-up the reward rises over 40 steps (fixed seed)") {
+  TempDir dir;
+  const std::string quickstart = read_text(TANDEM_SOURCE_DIR "/configs/quickstart.yaml");
+  const std::string run = run_config(dir, quickstart,
+                                     {"experiment.steps=40", "experiment.checkpoint_every=0", "logging.console=quiet"}, 0);
+  const auto rows = metric_lines(run);
+  REQUIRE(rows.size() == 40);
+  double first = 0, last = 0;
+  for (size_t i = 0; i < 10; ++i) {
+    first += rows[i].at("reward/mean").get<double>() / 10;
+    last += rows[30 + i].at("reward/mean").get<double>() / 10;
+  }
+  INFO("mean reward of steps 1-10: ", first, ", of steps 31-40: ", last);
+  CHECK(first > 0.05);  // the warm-up left something to reinforce
+  CHECK(last >= first + 0.1);
+  // The warm-up's own curve: its loss fell.
+  std::istringstream sft(read_text(run + "/sft_metrics.jsonl"));
+  std::vector<double> losses;
+  for (std::string line; std::getline(sft, line);) losses.push_back(nlohmann::json::parse(line).at("sft/loss"));
+  REQUIRE(losses.size() == 50);
+  CHECK(losses.back() < 0.5 * losses.front());
+}
