@@ -51,7 +51,7 @@ void write_checkpoint_manifest(const std::string& dir) {
   for (const fs::path& p : paths) {
     files.push_back({{"path", fs::relative(p, dir).string()},
                      {"bytes", fs::file_size(p)},
-                     {"fnv1a64", fmt::format("{:016x}", file_fnv1a64(p.string()))}});
+                     {"checksum", checksum_hex(file_checksum64(p.string()))}});
   }
   write_file_atomic(dir + "/" + kManifest, nlohmann::json{{"files", files}}.dump(1) + "\n");
 }
@@ -71,9 +71,9 @@ std::string checkpoint_problem(const std::string& dir) {
       if (bytes != f.at("bytes").get<uintmax_t>()) {
         return fmt::format("{} has {} bytes, the manifest says {}", path, bytes, f.at("bytes").get<uintmax_t>());
       }
-      const std::string sum = fmt::format("{:016x}", file_fnv1a64(path));
-      if (sum != f.at("fnv1a64").get<std::string>()) {
-        return fmt::format("{} has checksum {}, the manifest says {}", path, sum, f.at("fnv1a64").get<std::string>());
+      const std::string sum = checksum_hex(file_checksum64(path));
+      if (sum != f.at("checksum").get<std::string>()) {
+        return fmt::format("{} has checksum {}, the manifest says {}", path, sum, f.at("checksum").get<std::string>());
       }
     }
   } catch (const nlohmann::json::exception& e) {

@@ -3,7 +3,7 @@
 //
 // A checkpoint is usable only once its manifest.json exists: the controller writes it
 // last (atomically), after the learners' files and controller_state.json, listing each
-// file with its size and FNV-1a checksum. A checkpoint without a manifest was cut off
+// file with its size and checksum (core/checksum.h). A checkpoint without a manifest was cut off
 // mid-write; one whose files do not match it was damaged afterwards. Either way the
 // previous checkpoint is used instead.
 #pragma once

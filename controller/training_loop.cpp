@@ -114,7 +114,9 @@ class TrainingLoop {
   std::vector<Sample> generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts);
   // Returns how many scores were fallback scores (reward on_error: fallback).
   int64_t score(std::vector<Sample>& samples, const std::vector<size_t>& rows);
-  void critic_values(std::vector<TrainingSample>& batch);
+  std::vector<std::vector<float>> per_token_from_learners(const std::string& command,
+                                                         const std::vector<TrainingSample>& samples);
+  double probe_logprobs(const std::vector<TrainingSample>& batch, int64_t version);
   void compute_advantages(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch);
   nlohmann::json train(std::vector<TrainingSample>& batch);
   // `rewind`: after a restore the version may go back (rollout workers may be ahead).
@@ -320,22 +322,23 @@ int64_t TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size
     for (size_t r = 0; r < rewards_.size(); ++r) {
       const RewardConfig& rc = c_.reward[r];
       const std::string what = rc.name + (rc.plugin.empty() ? "" : " (plugin " + rc.plugin + ")");
-      std::string problem;
+      std::string problem;  // what went wrong, as "reward X <problem>"
       double score = 0;
       try {
         score = rewards_[r]({prompt, response, s.tokens, row}).score;
-        if (!std::isfinite(score)) problem = fmt::format("returned {} (scores must be finite)", score);
+        if (!std::isfinite(score)) {
+          problem = fmt::format("returned {} for sample {} (prompt {}): scores must be finite", score, i, quoted(prompt));
+        }
       } catch (const std::exception& e) {
-        problem = fmt::format("failed: {}", e.what());
+        problem = fmt::format("failed on sample {} (prompt {}): {}", i, quoted(prompt), e.what());
       }
       if (!problem.empty()) {
         if (rc.on_error != "fallback") {
-          throw Error(fmt::format("reward {} {} on sample {} (prompt {}); reward.{}.on_error: fallback would score "
-                                  "it reward.{}.fallback_score instead",
-                                  what, problem, i, quoted(prompt), r, r));
+          throw Error(fmt::format("reward {} {} (reward.{}.on_error: fallback would score it reward.{}.fallback_score "
+                                  "instead)",
+                                  what, problem, r, r));
         }
-        log::warn("reward {} {} on sample {} (prompt {}): scored {} (fallback)", what, problem, i, quoted(prompt),
-                  rc.fallback_score);
+        log::warn("reward {} {}: scored {} (fallback)", what, problem, rc.fallback_score);
         score = rc.fallback_score;
         ++fallbacks;
       }
@@ -346,40 +349,66 @@ int64_t TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size
   return fallbacks;
 }
 
-// The learners' critic values of every sample (gae): each rank scores a contiguous share.
-void TrainingLoop::critic_values(std::vector<TrainingSample>& batch) {
+// `command` (learner_values or learner_logprobs) over every sample: each rank reads a
+// contiguous share; one float per response token comes back.
+std::vector<std::vector<float>> TrainingLoop::per_token_from_learners(const std::string& command,
+                                                                      const std::vector<TrainingSample>& samples) {
   const size_t ranks = static_cast<size_t>(c_.learner.workers);
   std::vector<Request> requests;
   for (size_t r = 0; r < ranks; ++r) {
-    const size_t begin = batch.size() * r / ranks, end = batch.size() * (r + 1) / ranks;
     std::vector<TrainingSample> share;
-    for (size_t i = begin; i < end; ++i) {
+    for (size_t i = samples.size() * r / ranks; i < samples.size() * (r + 1) / ranks; ++i) {
       TrainingSample probe;  // tokens are what matters; the codec wants every per-token field sized
-      probe.prompt = batch[i].prompt;
-      probe.response = batch[i].response;
-      probe.old_logprobs = batch[i].old_logprobs;
-      probe.advantages.assign(batch[i].response.size(), 0.0f);
+      probe.prompt = samples[i].prompt;
+      probe.response = samples[i].response;
+      probe.old_logprobs.assign(samples[i].response.size(), 0.0f);
+      probe.advantages.assign(samples[i].response.size(), 0.0f);
       share.push_back(std::move(probe));
     }
     auto encoded = std::make_shared<EncodedBatch>(encode_training_batch({share}));
     const WorkerId worker = learner_worker(c_, static_cast<int64_t>(r));
-    requests.push_back({worker, 0, [this, worker, encoded] {
-                          return pool_.send(worker, "learner_values", encoded->header, encoded->attachments);
+    requests.push_back({worker, 0, [this, worker, command, encoded] {
+                          return pool_.send(worker, command, encoded->header, encoded->attachments);
                         }});
   }
   const std::vector<CommandReply> replies = collect(std::move(requests));
+  std::vector<std::vector<float>> out;
   for (size_t r = 0; r < ranks; ++r) {
-    TANDEM_CHECK(!replies[r].attachments.empty(), "learner_values reply: no frame");
+    TANDEM_CHECK(!replies[r].attachments.empty(), "{} reply: no frame", command);
     const std::string& frame = replies[r].attachments[0];
     size_t offset = 0;
-    for (size_t i = batch.size() * r / ranks; i < batch.size() * (r + 1) / ranks; ++i) {
-      const size_t n = batch[i].response.size();
-      TANDEM_CHECK((offset + n) * 4 <= frame.size(), "learner_values reply: frame too short");
-      batch[i].old_values.resize(n);
-      std::memcpy(batch[i].old_values.data(), frame.data() + offset * 4, n * 4);
+    for (size_t i = samples.size() * r / ranks; i < samples.size() * (r + 1) / ranks; ++i) {
+      const size_t n = samples[i].response.size();
+      TANDEM_CHECK((offset + n) * 4 <= frame.size(), "{} reply: frame too short", command);
+      out.emplace_back(n);
+      std::memcpy(out.back().data(), frame.data() + offset * 4, n * 4);
       offset += n;
     }
   }
+  return out;
+}
+
+// The weight-sync probe: the rollout engine's log-probs of the samples it just drew must
+// be the learner's for the same tokens: both hold weight version `version`.
+// Returns the largest difference; above weight_sync.probe_tolerance is an Error.
+double TrainingLoop::probe_logprobs(const std::vector<TrainingSample>& batch, int64_t version) {
+  const size_t count = std::min<size_t>(batch.size(), 16);
+  const std::vector<TrainingSample> probes(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(count));
+  const std::vector<std::vector<float>> learner = per_token_from_learners("learner_logprobs", probes);
+  double worst = 0;
+  for (size_t i = 0; i < count; ++i) {
+    for (size_t t = 0; t < probes[i].old_logprobs.size(); ++t) {
+      const double d = std::abs(static_cast<double>(learner[i][t]) - probes[i].old_logprobs[t]);
+      worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+    }
+  }
+  if (!(worst <= c_.weight_sync.probe_tolerance)) {
+    throw Error(fmt::format("weight-sync probe at version {}: the rollout engine's log-probs differ from the learner's "
+                            "by up to {:.3g} (weight_sync.probe_tolerance {}): the rollout workers do not hold the "
+                            "learner's weights",
+                            version, worst, c_.weight_sync.probe_tolerance));
+  }
+  return worst;
 }
 
 void TrainingLoop::compute_advantages(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch) {
@@ -628,7 +657,14 @@ void TrainingLoop::run_step(int64_t step, Clock::time_point since, int64_t steps
     batch[i].old_logprobs = samples[i].logprobs;
     response_tokens += static_cast<int64_t>(samples[i].tokens.size());
   }
-  if (c_.algorithm.advantage == "gae") critic_values(batch);
+  if (c_.algorithm.advantage == "gae") {
+    std::vector<std::vector<float>> values = per_token_from_learners("learner_values", batch);
+    for (size_t i = 0; i < batch.size(); ++i) batch[i].old_values = std::move(values[i]);
+  }
+  double probe_diff = NAN;
+  if (c_.weight_sync.probe_every > 0 && (step - 1) % c_.weight_sync.probe_every == 0) {
+    probe_diff = probe_logprobs(batch, step - 1);
+  }
   compute_advantages(samples, batch);
   const nlohmann::json update = train(batch);
   const double train_s = seconds_since(t);
@@ -664,6 +700,7 @@ void TrainingLoop::run_step(int64_t step, Clock::time_point since, int64_t steps
                          {"perf/rollout_tokens_per_s", static_cast<double>(response_tokens) / rollout_s},
                          {"perf/train_tokens_per_s", static_cast<double>(response_tokens) / train_s},
                          {"perf/worker_restarts", static_cast<double>(restarts_)}});
+  if (!std::isnan(probe_diff)) row.emplace_back("sync/probe_logprob_max_diff", probe_diff);
   metrics_->write(row);
   const double eta =
       seconds_since(since) / static_cast<double>(steps_since) * static_cast<double>(c_.experiment.steps - step);

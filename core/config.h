@@ -135,7 +135,8 @@ inline RewardConfig default_reward() {
 struct WeightSyncConfig {
   std::string method = "auto";
   int64_t bucket_mb = 256;
-  int64_t probe_every = 0;  // check rollout log-probs against the learner's every N syncs; 0: off
+  int64_t probe_every = 0;        // check rollout log-probs against the learner's every N syncs; 0: off
+  double probe_tolerance = 1e-3;  // largest log-prob difference the probe accepts
 };
 
 struct LauncherConfig {

@@ -136,6 +136,7 @@ template <class V> void describe(V& v, WeightSyncConfig& c) {
   v.field("bucket_mb", c.bucket_mb, at_least(1), "transfer bucket size, MiB");
   v.field("probe_every", c.probe_every, at_least(0),
           "every N syncs compare the rollout engine's log-probs of a probe batch with the learner's; 0: off");
+  v.field("probe_tolerance", c.probe_tolerance, positive(), "largest log-prob difference the probe accepts");
 }
 
 template <class V> void describe(V& v, LauncherConfig& c) {

@@ -351,9 +351,9 @@ UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& min
   return out;
 }
 
-std::vector<std::vector<float>> Trainer::values(const std::vector<TrainingSample>& samples) {
-  Impl& m = *impl_;
-  TANDEM_CHECK(m.critic(), "Trainer::values: no critic (it exists with algorithm.advantage: gae)");
+std::vector<std::vector<float>> Trainer::Impl::per_response_token(
+    const std::vector<TrainingSample>& samples,
+    const std::function<at::Tensor(const at::Tensor& trunk, const MicroBatch& batch)>& read) {
   // Only tokens matter here: the per-token fields a micro-batch wants are zero-filled.
   std::vector<TrainingSample> probes;
   for (const TrainingSample& s : samples) {
@@ -365,25 +365,25 @@ std::vector<std::vector<float>> Trainer::values(const std::vector<TrainingSample
     probes.push_back(std::move(p));
   }
   std::vector<std::vector<float>> out;
-  const size_t micro = static_cast<size_t>(m.options.learner.micro_batch_size);
+  const size_t micro = static_cast<size_t>(options.learner.micro_batch_size);
   const int64_t count = static_cast<int64_t>((probes.size() + micro - 1) / micro);
   at::NoGradGuard no_grad;
-  for (int64_t i = 0; i < m.micro_batches_to_run(count); ++i) {
+  for (int64_t i = 0; i < micro_batches_to_run(count); ++i) {
     const size_t begin = static_cast<size_t>(i) * micro;
     const MicroBatch batch = begin < probes.size()
                                  ? make_micro_batch(probes, begin, std::min(probes.size(), begin + micro))
-                                 : m.idle_micro_batch();  // fsdp: every rank gathers as often
+                                 : idle_micro_batch();  // fsdp: every rank gathers as often
     at::Tensor values;  // [rows, T]
-    if (m.strategy == Strategy::fsdp) {
-      const size_t head_unit = m.fsdp->units() - 1;
-      m.fsdp->gather(0);
-      m.fsdp->gather(head_unit);
-      at::Tensor trunk = m.fsdp_trunk(batch.layout, m.model.layer_context(batch.layout, at::kFloat), nullptr);
-      values = m.response_state_values(m.model.final_norm(trunk), batch).contiguous();
-      m.fsdp->release(0);
-      m.fsdp->release(head_unit);
+    if (strategy == Strategy::fsdp) {
+      const size_t head_unit = fsdp->units() - 1;
+      fsdp->gather(0);
+      fsdp->gather(head_unit);
+      at::Tensor trunk = fsdp_trunk(batch.layout, model.layer_context(batch.layout, at::kFloat), nullptr);
+      values = read(trunk, batch).contiguous();
+      fsdp->release(0);
+      fsdp->release(head_unit);
     } else {
-      values = m.response_state_values(m.model.final_norm(m.model.trunk(batch.layout)), batch).contiguous();
+      values = read(model.trunk(batch.layout), batch).contiguous();
     }
     if (begin >= probes.size()) continue;
     for (int64_t r = 0; r < values.size(0); ++r) {
@@ -393,6 +393,21 @@ std::vector<std::vector<float>> Trainer::values(const std::vector<TrainingSample
     }
   }
   return out;
+}
+
+std::vector<std::vector<float>> Trainer::values(const std::vector<TrainingSample>& samples) {
+  Impl& m = *impl_;
+  TANDEM_CHECK(m.critic(), "Trainer::values: no critic (it exists with algorithm.advantage: gae)");
+  return m.per_response_token(samples, [&m](const at::Tensor& trunk, const MicroBatch& batch) {
+    return m.response_state_values(m.model.final_norm(trunk), batch);
+  });
+}
+
+std::vector<std::vector<float>> Trainer::response_logprobs(const std::vector<TrainingSample>& samples) {
+  Impl& m = *impl_;
+  return m.per_response_token(samples, [&m](const at::Tensor& trunk, const MicroBatch& batch) {
+    return m.response_logprobs(m.model.lm_head(m.model.final_norm(trunk)), batch).first;
+  });
 }
 
 std::vector<std::pair<std::string, double>> UpdateMetrics::entries() const {

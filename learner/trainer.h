@@ -78,6 +78,10 @@ class Trainer {
   // TrainingSample::old_values wants them; the gae estimator's `values`. Needs
   // algorithm.advantage: gae. Collective under fsdp (every rank calls, any share size).
   std::vector<std::vector<float>> values(const std::vector<TrainingSample>& samples);
+  // log p(token) at rollout.temperature of every response token of `samples` under the
+  // current policy: what the rollout engine reported when it sampled them, if its weights
+  // are this policy's (the weight-sync probe). Collective under fsdp, like values().
+  std::vector<std::vector<float>> response_logprobs(const std::vector<TrainingSample>& samples);
   int64_t optimizer_steps() const;
 
   // Every rank calls these together. The checkpoint directory holds the policy

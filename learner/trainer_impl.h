@@ -14,6 +14,7 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <memory>
 #include <utility>
 
@@ -43,6 +44,11 @@ struct Trainer::Impl {
   at::Tensor fsdp_trunk(const TokenLayout& layout, const PolicyModel::LayerContext& context,
                         std::vector<at::Tensor>* inputs);  // trainer_fsdp.cpp
   bool critic() const { return value_weight.defined(); }
+  // `read(trunk, batch)` [rows, T] for every response token of `samples`, without
+  // gradients, one micro-batch at a time (fsdp: gathered, every rank as often).
+  std::vector<std::vector<float>> per_response_token(
+      const std::vector<TrainingSample>& samples,
+      const std::function<at::Tensor(const at::Tensor& trunk, const MicroBatch& batch)>& read);
   // The model's parameters, then the value head's: the global flat layout.
   std::vector<std::pair<std::string, at::Tensor>> trained_parameters() const;
   std::vector<std::pair<std::string, at::Tensor>> value_head_parameters() const;  // none without a critic

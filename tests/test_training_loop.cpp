@@ -134,3 +134,33 @@ TEST_CASE("the quickstart learns: after its warm-up the reward rises over 40 ste
   REQUIRE(losses.size() == 50);
   CHECK(losses.back() < 0.5 * losses.front());
 }
+
+TEST_CASE("fallback scores are counted, rewards combine with weights, and the weight-sync probe checks log-probs") {
+  const std::string plugin = EXAMPLE_PLUGIN;
+  TempDir dir;
+  write_file_atomic(dir.path() + "/data.jsonl", "{\"prompt\": \"1+1=\"}\n{\"prompt\": \"2+2=\"}\n");
+  // exact_answer throws on rows without an answer: each of the 2 x 4 samples falls back to 0.5.
+  const std::vector<std::string> sets = {
+      "reward=[{plugin: " + plugin + ", name: exact_answer, on_error: fallback, fallback_score: 0.5}, "
+          "{name: length_penalty, max_length: 2, weight: 0.5}]",
+      "data.train=" + dir.path() + "/data.jsonl", "data.batch_size=2", "weight_sync.probe_every=1"};
+  const std::string run = run_config(dir, kShortRun, sets, 0);
+  for (const auto& row : metric_lines(run)) {
+    CHECK(row.at("reward/fallbacks").get<double>() == 8);
+    // 0.5 + 0.5 x length_penalty, which is 0 (length <= 2) or -0.5 (length 3)
+    CHECK(row.at("reward/mean").get<double>() <= 0.5);
+    CHECK(row.at("reward/mean").get<double>() >= 0.25);
+    REQUIRE(row.contains("sync/probe_logprob_max_diff"));
+    CHECK(row.at("sync/probe_logprob_max_diff").get<double>() <= 1e-4);
+  }
+  CHECK(read_text(run + "/logs/controller-0.log").find("scored 0.5 (fallback)") != std::string::npos);
+
+  // A tolerance no float32 pair of engines meets: the probe stops the run and says why.
+  TempDir strict;
+  write_file_atomic(strict.path() + "/data.jsonl", read_text(dir.path() + "/data.jsonl"));
+  std::vector<std::string> strict_sets = sets;
+  strict_sets[1] = "data.train=" + strict.path() + "/data.jsonl";
+  strict_sets.push_back("weight_sync.probe_tolerance=1e-12");
+  run_config(strict, kShortRun, strict_sets, 1);
+  CHECK(read_text(strict.path() + "/out.txt").find("weight-sync probe at version 0") != std::string::npos);
+}

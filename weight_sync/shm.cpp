@@ -1,161 +1,146 @@
 #include "weight_sync/shm.h"
 
 #include "core/error.h"
+#include "weight_sync/buckets.h"
+#include "core/checksum.h"
+#include "weight_sync/layout.h"
+#include "weight_sync/shm_segment.h"
 
-#include <fcntl.h>
-#include <nlohmann/json.hpp>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <map>
-#include <set>
 
 namespace tandem {
 
 namespace {
 
-constexpr int64_t kAlign = 64;
+// Keeps its segment between versions and rewrites it in place when the next version has
+// the same size (the usual case: the same model); see shm_segment.h.
+class ShmSender : public WeightSender {
+ public:
+  explicit ShmSender(WeightSyncOptions options)
+      : options_(std::move(options)), where_("weight_sync shm " + options_.address) {}
 
-int64_t numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-uint64_t fnv1a(const uint8_t* data, size_t size) {
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  for (size_t i = 0; i < size; ++i) hash = (hash ^ data[i]) * 0x100000001b3ULL;
-  return hash;
-}
-
-// A mapped segment, unmapped and closed on scope exit.
-struct Mapping {
-  int fd = -1;
-  uint8_t* bytes = nullptr;
-  size_t size = 0;
-  ~Mapping() {
-    if (bytes) ::munmap(bytes, size);
-    if (fd >= 0) ::close(fd);
+  PublishStats publish(int64_t version, const std::vector<OutgoingTensor>& tensors) override {
+    WeightLayout layout = plan_weight_layout(tensors, version, options_.bucket_bytes, where_);
+    // Checksums are hex of fixed width: the header keeps the size it has with zeros.
+    const size_t header_bytes = encode_weight_layout(layout).size();
+    const auto data_bytes = static_cast<size_t>(layout.total_bytes);
+    if (segment_.fits(options_.address, header_bytes, data_bytes)) {
+      segment_.begin_write();
+    } else {
+      segment_ = ShmSegment::create(options_.address, header_bytes, data_bytes, where_);
+    }
+    for (size_t b = 0; b < layout.buckets.size(); ++b) {
+      LayoutBucket& bucket = layout.buckets[b];
+      uint8_t* data = segment_.data() + bucket.begin;
+      bucket.checksum = pack_bucket_checksummed(layout, tensors, b, data);
+      if (options_.tamper_bucket_for_test) {
+        options_.tamper_bucket_for_test(b, data, static_cast<size_t>(bucket.end - bucket.begin));
+      }
+    }
+    segment_.publish(encode_weight_layout(layout));
+    return {layout.total_bytes, static_cast<int64_t>(layout.buckets.size())};
   }
+
+ private:
+  WeightSyncOptions options_;
+  std::string where_;
+  ShmSegment segment_;
 };
 
-[[noreturn]] void fail(const std::string& name, const std::string& what) {
-  throw Error(fmt::format("weight_sync shm {}: {}", name, what));
+// Keeps its mapping while the name refers to the same segment: mapping fresh pages again
+// for every version costs more than reading them.
+class ShmReceiver : public WeightReceiver {
+ public:
+  explicit ShmReceiver(WeightSyncOptions options)
+      : options_(std::move(options)), where_("weight_sync shm " + options_.address) {}
+
+  int64_t receive(const std::vector<ExpectedTensor>& expected, const WeightSink& sink) override {
+    if (!segment_.is_named(options_.address)) {
+      segment_ = ShmSegment::open_published(options_.address, options_.timeout_s, where_);
+    }
+    const uint64_t generation = segment_.stable_generation(options_.timeout_s, where_);
+    try {
+      const int64_t version = read(expected, sink);
+      check_unchanged(generation);
+      return version;
+    } catch (const Error&) {
+      check_unchanged(generation);  // a torn read explains itself better than what it broke
+      throw;
+    }
+  }
+
+ private:
+  int64_t read(const std::vector<ExpectedTensor>& expected, const WeightSink& sink) {
+    const WeightLayout layout = decode_weight_layout(segment_.header(where_), where_);
+    check_weight_layout(layout, expected, where_);
+    if (static_cast<size_t>(layout.total_bytes) > segment_.data_size()) {
+      throw Error(fmt::format("{}: the header describes {} bytes of data, the segment holds {}", where_,
+                              layout.total_bytes, segment_.data_size()));
+    }
+    for (size_t b = 0; b < layout.buckets.size(); ++b) {
+      const LayoutBucket& bucket = layout.buckets[b];
+      const uint64_t got = checksum64(segment_.data() + bucket.begin, static_cast<size_t>(bucket.end - bucket.begin));
+      if (got != bucket.checksum) {
+        throw Error(fmt::format("{}: {} checksum {} != {}: corrupted", where_, describe_bucket(layout, b),
+                                checksum_hex(got), checksum_hex(bucket.checksum)));
+      }
+    }
+    std::map<std::string, const LayoutTensor*> by_name;
+    for (const LayoutTensor& t : layout.tensors) by_name[t.name] = &t;
+    for (const ExpectedTensor& e : expected) sink(e, segment_.data() + by_name.at(e.name)->offset);
+    return layout.version;
+  }
+
+  void check_unchanged(uint64_t generation) const {
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);  // the reads above happen before this load
+    if (segment_.generation() != generation) {
+      throw Error(fmt::format("{}: the sender wrote a new version while this receiver read (generation {} -> {}); "
+                              "what it read is discarded",
+                              where_, generation, segment_.generation()));
+    }
+  }
+
+  WeightSyncOptions options_;
+  std::string where_;
+  ShmSegment segment_;
+};
+
+WeightSyncOptions shm_options(const std::string& name, int64_t bucket_bytes, double timeout_s) {
+  WeightSyncOptions options;
+  options.method = "shm";
+  options.address = name;
+  options.bucket_bytes = bucket_bytes;
+  options.timeout_s = timeout_s;
+  return options;
 }
 
 }  // namespace
 
+std::unique_ptr<WeightSender> make_shm_sender(const WeightSyncOptions& options) {
+  return std::make_unique<ShmSender>(options);
+}
+
+std::unique_ptr<WeightReceiver> make_shm_receiver(const WeightSyncOptions& options) {
+  return std::make_unique<ShmReceiver>(options);
+}
+
 ShmStats publish_weights_shm(const std::string& name, const std::vector<OutgoingTensor>& tensors, int64_t version,
                              int64_t bucket_bytes) {
-  TANDEM_CHECK(bucket_bytes > 0, "weight_sync: bucket size must be positive, got {}", bucket_bytes);
-  nlohmann::json entries = nlohmann::json::array(), buckets = nlohmann::json::array();
-  int64_t offset = 0, bucket_begin = 0;
-  for (const OutgoingTensor& t : tensors) {
-    offset = (offset + kAlign - 1) / kAlign * kAlign;
-    entries.push_back({{"name", t.name}, {"shape", t.shape}, {"offset", offset}});
-    offset += numel(t.shape) * static_cast<int64_t>(sizeof(float));
-    if (offset - bucket_begin >= bucket_bytes) {
-      buckets.push_back({{"begin", bucket_begin}, {"end", offset}});
-      bucket_begin = offset;
-    }
-  }
-  if (offset > bucket_begin || buckets.empty()) buckets.push_back({{"begin", bucket_begin}, {"end", offset}});
-  // Checksums are filled after the data is copied; reserve their width with a placeholder.
-  for (auto& b : buckets) b["fnv1a"] = std::string(16, '0');
-  nlohmann::json header = {{"version", version}, {"tensors", entries}, {"buckets", buckets}};
-  const int64_t header_size = static_cast<int64_t>(header.dump().size());
-  const int64_t data_start = (8 + header_size + kAlign - 1) / kAlign * kAlign;
-  const size_t total = static_cast<size_t>(data_start + offset);
-
-  ::shm_unlink(name.c_str());  // readers mapping the old version keep their copy
-  Mapping m;
-  m.fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (m.fd < 0) fail(name, fmt::format("cannot create: {}", std::strerror(errno)));
-  if (::ftruncate(m.fd, static_cast<off_t>(total)) != 0) {
-    const int e = errno;
-    ::shm_unlink(name.c_str());
-    fail(name, fmt::format("cannot size to {} bytes (is /dev/shm full?): {}", total, std::strerror(e)));
-  }
-  void* mapped = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, m.fd, 0);
-  if (mapped == MAP_FAILED) fail(name, fmt::format("cannot map: {}", std::strerror(errno)));
-  m.bytes = static_cast<uint8_t*>(mapped);
-  m.size = total;
-  uint8_t* data = m.bytes + data_start;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    std::memcpy(data + entries[i]["offset"].get<int64_t>(), tensors[i].data,
-                static_cast<size_t>(numel(tensors[i].shape)) * sizeof(float));
-  }
-  for (auto& b : buckets) {
-    const int64_t begin = b["begin"].get<int64_t>(), end = b["end"].get<int64_t>();
-    b["fnv1a"] = fmt::format("{:016x}", fnv1a(data + begin, static_cast<size_t>(end - begin)));
-  }
-  header["buckets"] = buckets;
-  const std::string text = header.dump();
-  TANDEM_CHECK(static_cast<int64_t>(text.size()) == header_size, "weight_sync shm header changed size");
-  const uint64_t length = text.size();
-  std::memcpy(m.bytes, &length, 8);
-  std::memcpy(m.bytes + 8, text.data(), text.size());
-  return {offset, static_cast<int64_t>(buckets.size())};
+  return ShmSender(shm_options(name, bucket_bytes, 0)).publish(version, tensors);
 }
 
 int64_t receive_weights_shm(const std::string& name, const std::vector<ExpectedTensor>& expected,
                             const TensorSink& sink) {
-  Mapping m;
-  m.fd = ::shm_open(name.c_str(), O_RDONLY, 0);
-  if (m.fd < 0) fail(name, fmt::format("cannot open: {}", std::strerror(errno)));
-  struct stat info{};
-  if (::fstat(m.fd, &info) != 0 || info.st_size < 8) fail(name, "segment too small to hold a header");
-  m.size = static_cast<size_t>(info.st_size);
-  void* mapped = ::mmap(nullptr, m.size, PROT_READ, MAP_SHARED, m.fd, 0);
-  if (mapped == MAP_FAILED) fail(name, fmt::format("cannot map: {}", std::strerror(errno)));
-  m.bytes = static_cast<uint8_t*>(mapped);
-  uint64_t length = 0;
-  std::memcpy(&length, m.bytes, 8);
-  if (length > m.size - 8) fail(name, fmt::format("header length {} exceeds the segment ({} bytes)", length, m.size));
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(m.bytes) + 8, length));
-  } catch (const nlohmann::json::exception& e) {
-    fail(name, fmt::format("header is not JSON: {}", e.what()));
-  }
-  const size_t data_start = (8 + length + kAlign - 1) / kAlign * kAlign;
-  const uint8_t* data = m.bytes + data_start;
-  const size_t data_size = m.size - data_start;
-  for (const auto& b : header.at("buckets")) {
-    const size_t begin = b.at("begin").get<size_t>(), end = b.at("end").get<size_t>();
-    if (begin > end || end > data_size) fail(name, fmt::format("bucket [{}, {}) lies outside the data", begin, end));
-    const std::string want = b.at("fnv1a").get<std::string>();
-    const std::string got = fmt::format("{:016x}", fnv1a(data + begin, end - begin));
-    if (got != want) fail(name, fmt::format("bucket [{}, {}) checksum {} != {}: corrupted", begin, end, got, want));
-  }
-  std::map<std::string, std::pair<std::vector<int64_t>, size_t>> arrived;
-  for (const auto& t : header.at("tensors")) {
-    arrived[t.at("name").get<std::string>()] = {t.at("shape").get<std::vector<int64_t>>(), t.at("offset").get<size_t>()};
-  }
   for (const ExpectedTensor& e : expected) {
-    auto it = arrived.find(e.name);
-    if (it == arrived.end()) fail(name, fmt::format("tensor {} is missing", e.name));
-    if (it->second.first != e.shape) {
-      fail(name, fmt::format("tensor {} has shape {}, expected {}", e.name, nlohmann::json(it->second.first).dump(),
-                             nlohmann::json(e.shape).dump()));
-    }
-    const size_t bytes = static_cast<size_t>(numel(e.shape)) * sizeof(float);
-    if (it->second.second + bytes > data_size) fail(name, fmt::format("tensor {} runs past the data", e.name));
-    sink(e, reinterpret_cast<const float*>(data + it->second.second));
+    TANDEM_CHECK(e.dtype == DType::f32, "receive_weights_shm hands float32 only; tensor {} is {} (use the shm transport)",
+                 e.name, dtype_name(e.dtype));
   }
-  if (arrived.size() != expected.size()) {  // every expected one arrived: the rest are extra
-    std::set<std::string> wanted;
-    for (const ExpectedTensor& e : expected) wanted.insert(e.name);
-    for (const auto& entry : arrived) {
-      if (!wanted.count(entry.first)) fail(name, fmt::format("unexpected tensor {}", entry.first));
-    }
-  }
-  return header.at("version").get<int64_t>();
+  return ShmReceiver(shm_options(name, 1, 0)).receive(expected, [&](const ExpectedTensor& t, const void* data) {
+    sink(t, static_cast<const float*>(data));
+  });
 }
 
-void remove_weights_shm(const std::string& name) { ::shm_unlink(name.c_str()); }
+void remove_weights_shm(const std::string& name) { shm_segment_remove(name); }
 
 }  // namespace tandem

@@ -1,48 +1,35 @@
-// The `shm` weight transport: a learner publishes float32 weights into a POSIX
-// shared-memory segment; rollout workers on the same host map it and copy them out.
+// The `shm` weight transport: a learner publishes its weights into a POSIX shared-memory
+// segment (shm_segment.h); rollout workers on the same host map it, check every bucket's
+// checksum, and copy the tensors out. A new version goes into a fresh segment, so a
+// reader still mapping the previous one keeps reading it whole.
 //
-// Segment layout: 8-byte little-endian header length, a JSON header (version, tensors
-// with name / shape / byte offset, buckets with byte range and checksum), then the data,
-// each tensor 64-byte aligned. Tensors are grouped into buckets of about `bucket_bytes`;
-// each bucket's FNV-1a checksum is computed when written and verified when read, so a
-// torn or corrupted segment is an error, never silently wrong weights. A new version
-// goes into a fresh segment: the writer unlinks the old name first, and a reader that
-// still maps the old one keeps reading it whole.
+// The free functions are the older float32 interface, kept for their callers; they are
+// thin wrappers over the shm transport (transport.h).
 #pragma once
 
+#include "weight_sync/tensor.h"
+#include "weight_sync/transport.h"
+
 #include <cstdint>
-#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace tandem {
 
-struct OutgoingTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  const float* data = nullptr;  // numel(shape) floats
-};
+std::unique_ptr<WeightSender> make_shm_sender(const WeightSyncOptions& options);
+std::unique_ptr<WeightReceiver> make_shm_receiver(const WeightSyncOptions& options);
 
-struct ExpectedTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-};
-
-// Called once per tensor on arrival, in the expected order; `data` is valid during the call.
-using TensorSink = std::function<void(const ExpectedTensor& tensor, const float* data)>;
-
-struct ShmStats {
-  int64_t bytes = 0;
-  int64_t buckets = 0;
-};
+using ShmStats = PublishStats;
 
 // Writes `tensors` under POSIX shm name `name` ("/tandem-..."), replacing an older segment.
 ShmStats publish_weights_shm(const std::string& name, const std::vector<OutgoingTensor>& tensors, int64_t version,
                              int64_t bucket_bytes);
 
-// Maps segment `name`, checks every bucket's checksum and that the tensors are exactly
-// `expected` (names, order-independent; shapes), hands each to `sink`; returns the version.
-// Errors name the segment and the tensor or bucket at fault.
+// Maps segment `name` (no waiting), checks that the tensors are exactly `expected`
+// (names, order-independent; shapes; dtypes, float32 only here) and every bucket's
+// checksum, hands each to `sink` in the expected order; returns the version. Errors name
+// the segment and the tensor or bucket at fault.
 int64_t receive_weights_shm(const std::string& name, const std::vector<ExpectedTensor>& expected,
                             const TensorSink& sink);
 
