@@ -33,6 +33,12 @@ void check_runnable(const LoadedConfig& loaded) {
     throw UsageError(fmt::format("{}: algorithm.kl.in: reward is not implemented yet in the training loop (loss is)",
                                  loaded.origin_of("algorithm.kl.in")));
   }
+  if (c.weight_sync.method != "auto" && c.weight_sync.method != "shm") {
+    throw UsageError(fmt::format(
+        "{}: weight_sync.method: {} is not implemented yet in the training loop (auto and shm are; the transport "
+        "itself exists in weight_sync/ and passes its conformance suite)",
+        loaded.origin_of("weight_sync.method"), c.weight_sync.method));
+  }
   load_plugins_or_usage_error(loaded);
 }
 

@@ -142,6 +142,7 @@ class TrainingLoop {
   std::unique_ptr<ProgressLine> progress_;
   int64_t weight_version_ = 0;      // what the rollout workers hold
   bool shm_published_ = false;      // shm_name_ holds weight_version_
+  bool publishing_ = false;         // learners are writing the next version
   int64_t restarts_ = 0;            // worker restarts so far (launcher.max_restarts)
 };
 
@@ -224,6 +225,7 @@ void TrainingLoop::restart_rollout(const WorkerFailure& failure) {
 // The weights the other rollout workers hold, for a restarted one.
 void TrainingLoop::load_current_weights(const WorkerId& worker) {
   if (!shm_published_) return;  // the model directory's weights, which rollout_init loaded
+  if (publishing_) return;       // the segment is being rewritten: the sync in progress delivers
   const auto replies = pool_.wait(
       {pool_.send(worker, "rollout_load_weights", nlohmann::json{{"shm", shm_name_}, {"rewind", true}}.dump())});
   const int64_t loaded = nlohmann::json::parse(replies.begin()->second.reply.body).at("version").get<int64_t>();
@@ -539,7 +541,9 @@ void TrainingLoop::sync_weights(int64_t version, bool rewind) {
     const std::string body = publish.dump();
     requests.push_back({worker, 0, [this, worker, body] { return pool_.send(worker, "learner_publish", body); }});
   }
+  publishing_ = true;  // a rollout worker restarted meanwhile gets this version in the load below
   collect(std::move(requests));
+  publishing_ = false;
   weight_version_ = version;
   shm_published_ = shm;
   requests.clear();
@@ -717,7 +721,8 @@ void TrainingLoop::run(bool resume) {
   tokenizer_ = load_tokenizer(model_dir_);
   data_ = load_dataset(c_.data.train, c_.data.prompt_key);
   for (const RewardConfig& r : c_.reward) rewards_.push_back(make_reward(r));
-  shm_name_ = fmt::format("/tandem-{}-weights", ::getpid());
+  for (const std::string& stale : remove_stale_weights_shm()) log::info("removed stale weight segment {}", stale);
+  shm_name_ = controller_weights_shm_name(::getpid());
   try {
     start_workers();
     int64_t step = restore(resume ? newest_whole_checkpoint(run_dir_) : std::nullopt);

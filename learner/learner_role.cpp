@@ -10,7 +10,7 @@
 #include "learner/sample_codec.h"
 #include "learner/trainer.h"
 #include "weight_sync/local.h"
-#include "weight_sync/shm.h"
+#include "weight_sync/transport.h"
 
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
@@ -27,6 +27,24 @@ struct LearnerState {
   std::function<void(const Config&)> prepare;
   std::unique_ptr<Collectives> collectives;
   std::unique_ptr<Trainer> trainer;
+
+  // Kept between versions: it rewrites its segment in place (weight_sync/transport.h).
+  std::unique_ptr<WeightSender> sender;
+  std::string sender_name;
+  int64_t sender_bucket_bytes = 0;
+
+  WeightSender& shm_sender(const std::string& name, int64_t bucket_bytes) {
+    if (!sender || sender_name != name || sender_bucket_bytes != bucket_bytes) {
+      WeightSyncOptions options;
+      options.method = "shm";
+      options.address = name;
+      options.bucket_bytes = bucket_bytes;
+      sender = make_weight_sender(options);
+      sender_name = name;
+      sender_bucket_bytes = bucket_bytes;
+    }
+    return *sender;
+  }
 
   Trainer& require_trainer(const std::string& command) {
     if (!trainer) throw Error(fmt::format("{}: send learner_init first", command));
@@ -130,8 +148,9 @@ CommandHandler learner_command_handler(std::function<void(const Config&)> prepar
       if (!body.contains("shm")) return {"{}", {}};
       std::vector<OutgoingTensor> tensors;
       for (const WeightTensor& w : weights.tensors()) tensors.push_back({w.name, w.shape, w.data.data()});
-      const ShmStats stats = publish_weights_shm(body.at("shm").get<std::string>(), tensors, version,
-                                                 body.value("bucket_bytes", int64_t{256} << 20));
+      const PublishStats stats = state->shm_sender(body.at("shm").get<std::string>(),
+                                                   body.value("bucket_bytes", int64_t{256} << 20))
+                                     .publish(version, tensors);
       return {fmt::format("{{\"bytes\":{},\"buckets\":{}}}", stats.bytes, stats.buckets), {}};
     }
     if (command.name == "learner_save" || command.name == "learner_load") {

@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "rollout/engine.h"
 #include "weight_sync/local.h"
-#include "weight_sync/shm.h"
+#include "weight_sync/transport.h"
 
 #include <nlohmann/json.hpp>
 
@@ -20,6 +20,20 @@ namespace {
 
 struct RolloutState {
   std::unique_ptr<RolloutEngine> engine;
+  // Kept between versions: it keeps its mapping of the segment (weight_sync/transport.h).
+  std::unique_ptr<WeightReceiver> receiver;
+  std::string receiver_name;
+
+  WeightReceiver& shm_receiver(const std::string& name) {
+    if (!receiver || receiver_name != name) {
+      WeightSyncOptions options;
+      options.method = "shm";
+      options.address = name;
+      receiver = make_weight_receiver(options);
+      receiver_name = name;
+    }
+    return *receiver;
+  }
   RolloutConfig rollout;
 
   RolloutEngine& require_engine(const std::string& command) {
@@ -93,12 +107,13 @@ struct RolloutState {
       }
       version = local.version;
     } else {
-      version = receive_weights_shm(body.at("shm").get<std::string>(), expected,
-                                    [&](const ExpectedTensor& t, const float* data) {
-                                      int64_t n = 1;
-                                      for (int64_t d : t.shape) n *= d;
-                                      tensors.push_back({t.name, t.shape, std::vector<float>(data, data + n)});
-                                    });
+      version = shm_receiver(body.at("shm").get<std::string>())
+                    .receive(expected, [&](const ExpectedTensor& t, const void* data) {
+                      int64_t n = 1;
+                      for (int64_t d : t.shape) n *= d;
+                      const float* values = static_cast<const float*>(data);  // expected dtypes are float32
+                      tensors.push_back({t.name, t.shape, std::vector<float>(values, values + n)});
+                    });
     }
     // Checks names and shapes first.
     e.update_weights(ModelWeights(std::move(tensors)), version, body.value("rewind", false));

@@ -110,6 +110,12 @@ TEST_CASE("run with a bad config exits 2 and leaves no run directory") {
   CHECK(run_tandem({"run", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--set", "launcher.kind=slurm", "--run-dir",
                 dir.path() + "/run"}, out).exit_code == 2);
   CHECK_FALSE(fs::exists(dir.path() + "/run"));
+  // A transport the loop does not use yet is refused, not silently replaced by shm.
+  CHECK(run_tandem({"run", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--set", "weight_sync.method=collective",
+                    "--run-dir", dir.path() + "/run"}, out).exit_code == 2);
+  CHECK_FALSE(fs::exists(dir.path() + "/run"));
+  CHECK(read_text(out).find("weight_sync.method: collective is not implemented yet in the training loop") !=
+        std::string::npos);
 }
 
 TEST_CASE("device: cuda without a usable GPU is a clear error, not a fallback") {

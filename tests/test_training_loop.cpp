@@ -60,6 +60,11 @@ std::set<std::string> weight_segments() {
 }
 
 TEST_CASE("a run trains over real workers in both placements and leaves metrics, checkpoints and the policy") {
+  // A segment left by a controller killed with SIGKILL: a process that has ended.
+  ChildProcess ended = ChildProcess::spawn({"/bin/true"});
+  REQUIRE(ended.wait_for(10).has_value());
+  const std::string stale = "/dev/shm/tandem-" + std::to_string(ended.pid()) + "-weights";
+  write_file_atomic(stale, "left behind");
   const std::set<std::string> segments_before = weight_segments();  // e.g. of killed runs
   for (const char* placement : {"colocated", "disaggregated"}) {
     INFO(std::string(placement));
@@ -88,7 +93,9 @@ TEST_CASE("a run trains over real workers in both placements and leaves metrics,
     CHECK(load_model_weights(run + "/policy", config).parameter_count() == parameter_count(config));
     CHECK(fs::exists(run + "/policy/tokenizer.json"));
   }
-  CHECK(weight_segments() == segments_before);  // the runs removed their weight segments
+  // The runs removed their weight segments and the stale one; nothing else was touched.
+  CHECK_FALSE(fs::exists(stale));
+  for (const std::string& name : weight_segments()) CHECK(segments_before.count(name) == 1);
 }
 
 TEST_CASE("a plugin reward and a critic (gae) run; a reward that throws stops the run naming it and the sample") {

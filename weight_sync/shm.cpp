@@ -1,12 +1,15 @@
 #include "weight_sync/shm.h"
 
-#include "core/error.h"
-#include "weight_sync/buckets.h"
 #include "core/checksum.h"
+#include "core/error.h"
+#include "core/process.h"
+#include "weight_sync/buckets.h"
 #include "weight_sync/layout.h"
 #include "weight_sync/shm_segment.h"
 
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 
 namespace tandem {
@@ -142,5 +145,24 @@ int64_t receive_weights_shm(const std::string& name, const std::vector<ExpectedT
 }
 
 void remove_weights_shm(const std::string& name) { shm_segment_remove(name); }
+
+std::string controller_weights_shm_name(int pid) { return fmt::format("/tandem-{}-weights", pid); }
+
+std::vector<std::string> remove_stale_weights_shm() {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string name = entry.path().filename().string();
+    int pid = 0;
+    char tail[16] = {};
+    if (std::sscanf(name.c_str(), "tandem-%d-%15s", &pid, tail) != 2 || std::string(tail) != "weights" || pid <= 0) {
+      continue;
+    }
+    if ("/" + name != controller_weights_shm_name(pid) || process_alive(pid)) continue;
+    remove_weights_shm("/" + name);
+    removed.push_back("/" + name);
+  }
+  return removed;
+}
 
 }  // namespace tandem

@@ -36,4 +36,10 @@ int64_t receive_weights_shm(const std::string& name, const std::vector<ExpectedT
 // Removes the segment (no error if absent).
 void remove_weights_shm(const std::string& name);
 
+// The segment a controller with process id `pid` publishes its weights in: "/tandem-<pid>-weights".
+std::string controller_weights_shm_name(int pid);
+// Removes the controller segments of processes that no longer run (a controller killed
+// with SIGKILL cannot remove its own); returns their names.
+std::vector<std::string> remove_stale_weights_shm();
+
 }  // namespace tandem
