@@ -5,6 +5,9 @@
 #include "core/process.h"
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <sstream>
 
 #include <string>
 #include <vector>
@@ -13,6 +16,14 @@ namespace tandem::testing {
 
 // The file's text, or "" while it does not exist yet.
 inline std::string read_text(const std::string& path) { return read_file(path).value_or(""); }
+
+// The rows of a run's metrics.jsonl (or any JSON-lines file), parsed.
+inline std::vector<nlohmann::json> read_json_lines(const std::string& path) {
+  std::vector<nlohmann::json> rows;
+  std::istringstream lines(read_text(path));
+  for (std::string line; std::getline(lines, line);) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
 
 // Runs `tandem args...` with stdout and stderr appended to `output_path`.
 inline ExitStatus run_tandem(const std::vector<std::string>& args, const std::string& output_path,

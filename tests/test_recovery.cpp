@@ -36,10 +36,7 @@ logging: {console: plain}
 )";
 
 std::vector<nlohmann::json> metric_rows(const std::string& run_dir) {
-  std::vector<nlohmann::json> out;
-  std::istringstream lines(read_text(run_dir + "/metrics.jsonl"));
-  for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line));
-  return out;
+  return read_json_lines(run_dir + "/metrics.jsonl");
 }
 
 // Every metric but timings and the restart count equal, step by step.

@@ -28,10 +28,7 @@ logging: {console: plain}
 )";
 
 std::vector<nlohmann::json> metric_lines(const std::string& run_dir) {
-  std::vector<nlohmann::json> out;
-  std::istringstream lines(read_text(run_dir + "/metrics.jsonl"));
-  for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line));
-  return out;
+  return read_json_lines(run_dir + "/metrics.jsonl");
 }
 
 std::string run_config(const TempDir& dir, const std::string& yaml, const std::vector<std::string>& sets,
@@ -135,9 +132,8 @@ TEST_CASE("the quickstart learns: after its warm-up the reward rises over 40 ste
   CHECK(first > 0.05);  // the warm-up left something to reinforce
   CHECK(last >= first + 0.1);
   // The warm-up's own curve: its loss fell.
-  std::istringstream sft(read_text(run + "/sft_metrics.jsonl"));
   std::vector<double> losses;
-  for (std::string line; std::getline(sft, line);) losses.push_back(nlohmann::json::parse(line).at("sft/loss"));
+  for (const auto& row : read_json_lines(run + "/sft_metrics.jsonl")) losses.push_back(row.at("sft/loss"));
   REQUIRE(losses.size() == 50);
   CHECK(losses.back() < 0.5 * losses.front());
 }
