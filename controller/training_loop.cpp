@@ -1,258 +1,24 @@
 #include "controller/training_loop.h"
+#include "controller/training_loop_impl.h"
 
-#include "actor/model_config.h"
 #include "actor/presets.h"
-#include "actor/tokenizer.h"
-#include "controller/checkpoints.h"
-#include "controller/dataset.h"
-#include "controller/metrics_writer.h"
-#include "controller/progress.h"
-#include "core/error.h"
 #include "core/files.h"
 #include "core/log.h"
 #include "core/text.h"
 #include "learner/advantages.h"
 #include "learner/objective_registry.h"
 #include "learner/sample_codec.h"
-#include "plugins/reward_registry.h"
 #include "weight_sync/shm.h"
 
 #include <ATen/ATen.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <functional>
-#include <optional>
-#include <thread>
 
 namespace tandem {
 
-namespace {
-
-namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-bool colocated(const Config& c) { return c.placement == "colocated"; }
-
-WorkerId rollout_worker(const Config& c, int64_t rank) {
-  return {colocated(c) ? "colocated" : "rollout", static_cast<uint32_t>(rank)};
-}
-
-WorkerId learner_worker(const Config& c, int64_t rank) {
-  return {colocated(c) ? "colocated" : "learner", static_cast<uint32_t>(rank)};
-}
-
-// One sampled response with everything the step computes about it.
-struct Sample {
-  size_t prompt_slot = 0;  // index into the step's prompts
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  std::string finish;
-  int64_t version = 0;
-  double reward = 0;
-};
-
-uint64_t mix(uint64_t a, uint64_t b) {
-  uint64_t x = a * 0x9E3779B97F4A7C15ULL ^ (b + 0x632BE59BD9B4E019ULL + (a << 6) + (a >> 2));
-  x ^= x >> 31;
-  return x * 0xBF58476D1CE4E5B9ULL;
-}
-
-// A worker that hosts a learner rank died or failed: the controller restarts the
-// learners from the last checkpoint (or stops when restarts are exhausted).
-class LearnerLost : public Error {
- public:
-  explicit LearnerLost(const WorkerFailure& failure) : Error(failure.what()), failure_(failure) {}
-  const WorkerFailure& failure() const { return failure_; }
-
- private:
-  WorkerFailure failure_;
-};
-
-// A command sent to a worker, and how to send it again to a restarted one.
-struct Request {
-  WorkerId worker;
-  uint64_t id = 0;
-  std::function<uint64_t()> send;
-};
-
-class TrainingLoop {
- public:
-  TrainingLoop(WorkerPool& pool, const Config& config, const std::string& run_dir)
-      : pool_(pool), c_(config), run_dir_(run_dir) {}
-
-  void run(bool resume);
-
- private:
-  void start_workers();
-  void init_rollout(const WorkerId& worker);
-  void init_learners(const std::vector<WorkerId>& workers);
-  // Sends every request and waits for the replies (by request index). A rollout worker
-  // that dies or hangs is restarted with the current weights and its requests are sent
-  // again; a worker hosting a learner rank that dies or hangs is a LearnerLost. An error
-  // a worker reports is thrown as it is.
-  std::vector<CommandReply> collect(std::vector<Request> requests);
-  bool hosts_learner(const WorkerId& worker) const;
-  void count_restart(const WorkerFailure& failure);
-  void restart_rollout(const WorkerFailure& failure);
-  // After a LearnerLost: restarts every learner-hosting worker and restores the newest
-  // whole checkpoint (or the start). Returns the last step done.
-  int64_t recover_learners(const LearnerLost& lost);
-  // Puts learners, data order and metrics at `checkpoint` (nullopt: the start, including
-  // the warm-up), then syncs weights. Returns the last step done.
-  int64_t restore(const std::optional<CheckpointRef>& checkpoint);
-  void warm_up();
-  // `steps_since` steps (this one included) have run since `since`: the pace for the ETA.
-  void run_step(int64_t step, Clock::time_point since, int64_t steps_since);
-  // prompts[i]: the token ids of the step's prompt i (encoded once per step).
-  std::vector<Sample> generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts);
-  // Returns how many scores were fallback scores (reward on_error: fallback).
-  int64_t score(std::vector<Sample>& samples, const std::vector<size_t>& rows);
-  std::vector<std::vector<float>> per_token_from_learners(const std::string& command,
-                                                         const std::vector<TrainingSample>& samples);
-  double probe_logprobs(const std::vector<TrainingSample>& batch, int64_t version);
-  void compute_advantages(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch);
-  nlohmann::json train(std::vector<TrainingSample>& batch);
-  // `rewind`: after a restore the version may go back (rollout workers may be ahead).
-  void sync_weights(int64_t version, bool rewind = false);
-  void load_current_weights(const WorkerId& worker);
-  void checkpoint(int64_t step);
-  void export_policy();
-  std::string config_for_workers() const;
-  std::vector<std::vector<std::vector<TrainingSample>>> rank_shares(const std::vector<TrainingSample>& batch) const;
-  std::vector<WorkerId> learner_hosts() const;
-
-  WorkerPool& pool_;
-  Config c_;
-  std::string run_dir_;
-  std::string model_dir_;
-  ModelConfig model_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  Dataset data_;
-  std::optional<PromptOrder> order_;  // set once the dataset is loaded
-  std::string shm_name_;
-  std::vector<RewardFn> rewards_;
-  std::unique_ptr<MetricsWriter> metrics_;
-  std::unique_ptr<ProgressLine> progress_;
-  int64_t weight_version_ = 0;      // what the rollout workers hold
-  bool shm_published_ = false;      // shm_name_ holds weight_version_
-  bool publishing_ = false;         // learners are writing the next version
-  int64_t restarts_ = 0;            // worker restarts so far (launcher.max_restarts)
-};
-
-int64_t host_cores() { return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())); }
-
-// Workers get the config with thread counts that share this host's cores among them.
-std::string TrainingLoop::config_for_workers() const {
-  Config c = c_;
-  if (c.rollout.threads == 0) c.rollout.threads = std::max<int64_t>(1, host_cores() / c.rollout.workers);
-  return config_to_yaml(c);
-}
-
-void TrainingLoop::init_rollout(const WorkerId& worker) {
-  const int64_t rank = worker.rank;
-  pool_.wait({pool_.send(rollout_worker(c_, rank), "rollout_init",
-                         nlohmann::json{{"model", model_dir_}, {"config", config_for_workers()}}.dump())});
-}
-
-void TrainingLoop::init_learners(const std::vector<WorkerId>& workers) {
-  const std::string config_text = config_for_workers();
-  const int64_t optimizer_steps = c_.experiment.steps * c_.learner.epochs * c_.learner.mini_batches;
-  const std::string rendezvous = fmt::format("file://{}/.rendezvous-{}-{}", run_dir_, ::getpid(), restarts_);
-  std::vector<uint64_t> pending;
-  for (int64_t r = 0; r < c_.learner.workers; ++r) {
-    nlohmann::json body = {{"model", model_dir_},
-                           {"config", config_text},
-                           {"rank", r},
-                           {"world_size", c_.learner.workers},
-                           {"rendezvous", c_.learner.workers > 1 ? rendezvous : std::string()},
-                           {"total_optimizer_steps", optimizer_steps},
-                           {"threads", c_.learner.threads > 0 ? c_.learner.threads
-                                                              : std::max<int64_t>(1, host_cores() / c_.learner.workers)}};
-    pending.push_back(pool_.send(workers[static_cast<size_t>(r)], "learner_init", body.dump()));
-  }
-  pool_.wait(pending);
-  fs::remove(rendezvous.substr(7));
-}
-
-std::vector<WorkerId> TrainingLoop::learner_hosts() const {
-  std::vector<WorkerId> ids;
-  for (int64_t r = 0; r < c_.learner.workers; ++r) ids.push_back(learner_worker(c_, r));
-  return ids;
-}
-
-bool TrainingLoop::hosts_learner(const WorkerId& worker) const {
-  const std::vector<WorkerId> hosts = learner_hosts();
-  return std::find(hosts.begin(), hosts.end(), worker) != hosts.end();
-}
-
-void TrainingLoop::start_workers() {
-  for (int64_t r = 0; r < c_.rollout.workers; ++r) init_rollout(rollout_worker(c_, r));
-  init_learners(learner_hosts());
-}
-
-void TrainingLoop::count_restart(const WorkerFailure& failure) {
-  if (restarts_ >= c_.launcher.max_restarts) {
-    throw Error(fmt::format("{}; not restarting it: the run has used all {} restarts (launcher.max_restarts)",
-                            failure.what(), c_.launcher.max_restarts));
-  }
-  ++restarts_;
-}
-
-void TrainingLoop::restart_rollout(const WorkerFailure& failure) {
-  WorkerFailure last = failure;
-  while (true) {
-    count_restart(last);
-    log::warn("{}; restarting it ({} of {} restarts)", last.what(), restarts_, c_.launcher.max_restarts);
-    try {
-      pool_.restart(last.worker());
-      init_rollout(last.worker());
-      load_current_weights(last.worker());
-      return;
-    } catch (const WorkerFailure& again) {
-      if (again.command_error() || hosts_learner(again.worker())) throw;
-      last = again;  // the new process died too
-    }
-  }
-}
-
-// The weights the other rollout workers hold, for a restarted one.
-void TrainingLoop::load_current_weights(const WorkerId& worker) {
-  if (!shm_published_) return;  // the model directory's weights, which rollout_init loaded
-  if (publishing_) return;       // the segment is being rewritten: the sync in progress delivers
-  const auto replies = pool_.wait(
-      {pool_.send(worker, "rollout_load_weights", nlohmann::json{{"shm", shm_name_}, {"rewind", true}}.dump())});
-  const int64_t loaded = nlohmann::json::parse(replies.begin()->second.reply.body).at("version").get<int64_t>();
-  TANDEM_CHECK(loaded == weight_version_, "{} loaded weight version {}, expected {}", worker.name(), loaded,
-               weight_version_);
-}
-
-std::vector<CommandReply> TrainingLoop::collect(std::vector<Request> requests) {
-  for (Request& r : requests) r.id = r.send();
-  while (true) {
-    std::vector<uint64_t> ids;
-    for (const Request& r : requests) ids.push_back(r.id);
-    try {
-      auto replies = pool_.wait(ids);
-      std::vector<CommandReply> out;
-      for (const Request& r : requests) out.push_back(std::move(replies.at(r.id)));
-      return out;
-    } catch (const WorkerFailure& failure) {
-      if (failure.command_error()) throw;  // it would fail again
-      if (hosts_learner(failure.worker())) throw LearnerLost(failure);
-      restart_rollout(failure);
-      for (Request& r : requests) {
-        if (r.worker == failure.worker()) r.id = r.send();  // its unfinished work, redone
-      }
-    }
-  }
-}
+namespace training {
 
 std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts) {
   const size_t workers = static_cast<size_t>(c_.rollout.workers);
@@ -271,9 +37,7 @@ std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::
     }
     const WorkerId worker = rollout_worker(c_, static_cast<int64_t>(w));
     const std::string body = nlohmann::json{{"requests", requests}}.dump();
-    all.push_back({worker, 0, [this, worker, body, tokens] {
-                     return pool_.send(worker, "rollout_generate", body, {tokens});
-                   }});
+    all.push_back(request(worker, "rollout_generate", body, {tokens}));
   }
   std::vector<Sample> samples;
   for (const CommandReply& reply : collect(std::move(all))) {
@@ -293,8 +57,10 @@ std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::
       std::memcpy(sample.tokens.data(), reply.attachments[0].data() + offset * 4, length * 4);
       std::memcpy(sample.logprobs.data(), reply.attachments[1].data() + offset * 4, length * 4);
       offset += length;
-      sample.finish = s[3].get<std::string>();
       sample.version = s[4].get<int64_t>();
+      TANDEM_CHECK(sample.version == weight_version_,
+                   "{} sampled with weight version {}, the run is at {}: samples must be on-policy",
+                   reply.reply.worker.name(), sample.version, weight_version_);
       samples.push_back(std::move(sample));
     }
   }
@@ -367,11 +133,9 @@ std::vector<std::vector<float>> TrainingLoop::per_token_from_learners(const std:
       probe.advantages.assign(samples[i].response.size(), 0.0f);
       share.push_back(std::move(probe));
     }
-    auto encoded = std::make_shared<EncodedBatch>(encode_training_batch({share}));
+    const EncodedBatch encoded = encode_training_batch({share});
     const WorkerId worker = learner_worker(c_, static_cast<int64_t>(r));
-    requests.push_back({worker, 0, [this, worker, command, encoded] {
-                          return pool_.send(worker, command, encoded->header, encoded->attachments);
-                        }});
+    requests.push_back(request(worker, command, encoded.header, encoded.attachments));
   }
   const std::vector<CommandReply> replies = collect(std::move(requests));
   std::vector<std::vector<float>> out;
@@ -463,11 +227,9 @@ nlohmann::json TrainingLoop::train(std::vector<TrainingSample>& batch) {
   const auto shares = rank_shares(batch);
   std::vector<Request> requests;
   for (int64_t r = 0; r < c_.learner.workers; ++r) {
-    auto encoded = std::make_shared<EncodedBatch>(encode_training_batch(shares[static_cast<size_t>(r)]));
+    const EncodedBatch encoded = encode_training_batch(shares[static_cast<size_t>(r)]);
     const WorkerId worker = learner_worker(c_, r);
-    requests.push_back({worker, 0, [this, worker, encoded] {
-                          return pool_.send(worker, "learner_train", encoded->header, encoded->attachments);
-                        }});
+    requests.push_back(request(worker, "learner_train", encoded.header, encoded.attachments));
   }
   return nlohmann::json::parse(collect(std::move(requests)).at(0).reply.body);
 }
@@ -508,13 +270,11 @@ void TrainingLoop::warm_up() {
     for (size_t r = 0; r < ranks; ++r) {
       const std::vector<TrainingSample> share(batch.begin() + static_cast<std::ptrdiff_t>(batch.size() * r / ranks),
                                               batch.begin() + static_cast<std::ptrdiff_t>(batch.size() * (r + 1) / ranks));
-      auto encoded = std::make_shared<EncodedBatch>(encode_training_batch({share}));
+      const EncodedBatch encoded = encode_training_batch({share});
       const std::string body =
-          nlohmann::json{{"lr", c_.sft.lr}, {"batch", nlohmann::json::parse(encoded->header)}}.dump();
+          nlohmann::json{{"lr", c_.sft.lr}, {"batch", nlohmann::json::parse(encoded.header)}}.dump();
       const WorkerId worker = learner_worker(c_, static_cast<int64_t>(r));
-      requests.push_back({worker, 0, [this, worker, body, encoded] {
-                            return pool_.send(worker, "learner_sft", body, encoded->attachments);
-                          }});
+      requests.push_back(request(worker, "learner_sft", body, encoded.attachments));
     }
     const nlohmann::json result = nlohmann::json::parse(collect(std::move(requests)).at(0).reply.body);
     const double loss = result.at("loss").get<double>();
@@ -527,117 +287,6 @@ void TrainingLoop::warm_up() {
     log::info("warm-up step {}: loss {:.4f}", step, loss);
   }
   progress.finish();
-}
-
-void TrainingLoop::sync_weights(int64_t version, bool rewind) {
-  // The colocated slot 0 takes learner rank 0's weights in memory; everyone else reads shm.
-  const bool local = colocated(c_);
-  const bool shm = !local || c_.rollout.workers > 1;
-  nlohmann::json publish = {{"version", version}, {"bucket_bytes", c_.weight_sync.bucket_mb << 20}};
-  if (local) publish["local"] = true;
-  if (shm) publish["shm"] = shm_name_;
-  std::vector<Request> requests;
-  for (const WorkerId& worker : learner_hosts()) {
-    const std::string body = publish.dump();
-    requests.push_back({worker, 0, [this, worker, body] { return pool_.send(worker, "learner_publish", body); }});
-  }
-  publishing_ = true;  // a rollout worker restarted meanwhile gets this version in the load below
-  collect(std::move(requests));
-  publishing_ = false;
-  weight_version_ = version;
-  shm_published_ = shm;
-  requests.clear();
-  for (int64_t r = 0; r < c_.rollout.workers; ++r) {
-    const WorkerId worker = rollout_worker(c_, r);
-    nlohmann::json load = local && r == 0 ? nlohmann::json{{"local", true}} : nlohmann::json{{"shm", shm_name_}};
-    if (rewind) load["rewind"] = true;
-    const std::string body = load.dump();
-    requests.push_back({worker, 0, [this, worker, body] { return pool_.send(worker, "rollout_load_weights", body); }});
-  }
-  for (const CommandReply& reply : collect(std::move(requests))) {
-    const int64_t loaded = nlohmann::json::parse(reply.reply.body).at("version").get<int64_t>();
-    TANDEM_CHECK(loaded == version, "{} loaded weight version {}, expected {}", reply.reply.worker.name(), loaded,
-                 version);
-  }
-}
-
-void TrainingLoop::checkpoint(int64_t step) {
-  const std::string dir = fmt::format("{}/checkpoints/step_{}", run_dir_, step);
-  fs::create_directories(run_dir_ + "/checkpoints");
-  std::vector<Request> requests;
-  for (const WorkerId& worker : learner_hosts()) {
-    const std::string body = nlohmann::json{{"dir", dir}}.dump();
-    requests.push_back({worker, 0, [this, worker, body] { return pool_.send(worker, "learner_save", body); }});
-  }
-  collect(std::move(requests));
-  const PromptOrder::Position position = order_->position();
-  write_file_atomic(dir + "/controller_state.json",
-                    nlohmann::json{{"step", step}, {"data_epoch", position.epoch}, {"data_index", position.index}}
-                            .dump(2) +
-                        "\n");
-  write_checkpoint_manifest(dir);  // last: only now is the checkpoint usable
-  prune_checkpoints(run_dir_, c_.experiment.keep_checkpoints);
-}
-
-int64_t TrainingLoop::restore(const std::optional<CheckpointRef>& checkpoint) {
-  int64_t step = 0;
-  order_.emplace(data_.rows.size(), static_cast<uint64_t>(c_.experiment.seed), c_.data.shuffle);
-  if (checkpoint) {
-    std::vector<Request> requests;
-    for (const WorkerId& worker : learner_hosts()) {
-      const std::string body = nlohmann::json{{"dir", checkpoint->dir}}.dump();
-      requests.push_back({worker, 0, [this, worker, body] { return pool_.send(worker, "learner_load", body); }});
-    }
-    collect(std::move(requests));
-    const std::string state_path = checkpoint->dir + "/controller_state.json";
-    const nlohmann::json state = nlohmann::json::parse(read_file(state_path).value());
-    step = state.at("step").get<int64_t>();
-    order_->restore({state.at("data_epoch").get<int64_t>(), state.at("data_index").get<int64_t>()});
-    log::info("restored {} (step {})", checkpoint->dir, step);
-  } else {
-    warm_up();
-  }
-  const std::string metrics_path = run_dir_ + "/metrics.jsonl";
-  metrics_.reset();  // truncation replaces the file: reopen after it
-  truncate_metrics(metrics_path, step);
-  metrics_ = std::make_unique<MetricsWriter>(c_.logging.jsonl ? metrics_path : "");
-  sync_weights(step, /*rewind=*/true);
-  return step;
-}
-
-int64_t TrainingLoop::recover_learners(const LearnerLost& lost) {
-  WorkerFailure last = lost.failure();
-  while (true) {
-    count_restart(last);
-    log::warn("{}; restarting the learners from the last checkpoint ({} of {} restarts)", last.what(), restarts_,
-              c_.launcher.max_restarts);
-    std::fprintf(stderr, "\ntandem: %s\ntandem: restarting the learners from the last checkpoint\n", last.what());
-    try {
-      for (const WorkerId& worker : learner_hosts()) pool_.restart(worker);
-      if (colocated(c_)) {  // the restarted slots hosted rollout ranks too
-        for (const WorkerId& worker : learner_hosts()) {
-          if (worker.rank < static_cast<uint32_t>(c_.rollout.workers)) init_rollout(worker);
-        }
-      }
-      init_learners(learner_hosts());
-      return restore(newest_whole_checkpoint(run_dir_));
-    } catch (const LearnerLost& again) {
-      last = again.failure();  // lost again while recovering
-    } catch (const WorkerFailure& again) {
-      if (again.command_error()) throw;
-      last = again;
-    }
-  }
-}
-
-void TrainingLoop::export_policy() {
-  std::vector<Request> requests;
-  for (const WorkerId& worker : learner_hosts()) {
-    const std::string body =
-        nlohmann::json{{"dir", run_dir_ + "/policy"}, {"tokenizer_from", model_dir_}}.dump();
-    requests.push_back({worker, 0, [this, worker, body] { return pool_.send(worker, "learner_export", body); }});
-  }
-  collect(std::move(requests));
 }
 
 void TrainingLoop::run_step(int64_t step, Clock::time_point since, int64_t steps_since) {
@@ -748,21 +397,23 @@ void TrainingLoop::run(bool resume) {
   remove_weights_shm(shm_name_);
 }
 
-}  // namespace
+}  // namespace training
 
 std::vector<WorkerId> training_workers(const Config& c) {
   std::vector<WorkerId> ids;
-  if (colocated(c)) {
-    for (int64_t s = 0; s < std::max(c.rollout.workers, c.learner.workers); ++s) ids.push_back(rollout_worker(c, s));
+  if (training::colocated(c)) {
+    for (int64_t s = 0; s < std::max(c.rollout.workers, c.learner.workers); ++s) {
+      ids.push_back(training::rollout_worker(c, s));
+    }
     return ids;
   }
-  for (int64_t r = 0; r < c.rollout.workers; ++r) ids.push_back(rollout_worker(c, r));
-  for (int64_t r = 0; r < c.learner.workers; ++r) ids.push_back(learner_worker(c, r));
+  for (int64_t r = 0; r < c.rollout.workers; ++r) ids.push_back(training::rollout_worker(c, r));
+  for (int64_t r = 0; r < c.learner.workers; ++r) ids.push_back(training::learner_worker(c, r));
   return ids;
 }
 
 void run_training(WorkerPool& pool, const Config& config, const std::string& run_dir, bool resume) {
-  TrainingLoop(pool, config, run_dir).run(resume);
+  training::TrainingLoop(pool, config, run_dir).run(resume);
 }
 
 }  // namespace tandem

@@ -1,0 +1,151 @@
+// Private to controller/training_loop*.cpp: the TrainingLoop class behind run_training
+// (controller/training_loop.h) and the small types its two halves share:
+//   training_loop.cpp          the step: generate, score, advantages, train, metrics; the warm-up
+//   training_loop_workers.cpp  the workers: start, commands that survive restarts, weight
+//                              sync, checkpoints, restore and recovery
+#pragma once
+
+#include "actor/model_config.h"
+#include "actor/tokenizer.h"
+#include "controller/checkpoints.h"
+#include "controller/dataset.h"
+#include "controller/metrics_writer.h"
+#include "controller/progress.h"
+#include "controller/worker_pool.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "learner/train_batch.h"
+#include "plugins/reward_registry.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tandem::training {
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+inline bool colocated(const Config& c) { return c.placement == "colocated"; }
+
+inline WorkerId rollout_worker(const Config& c, int64_t rank) {
+  return {colocated(c) ? "colocated" : "rollout", static_cast<uint32_t>(rank)};
+}
+
+inline WorkerId learner_worker(const Config& c, int64_t rank) {
+  return {colocated(c) ? "colocated" : "learner", static_cast<uint32_t>(rank)};
+}
+
+// One sampled response with everything the step computes about it.
+struct Sample {
+  size_t prompt_slot = 0;  // index into the step's prompts
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  int64_t version = 0;  // the weights it was sampled with
+  double reward = 0;
+};
+
+inline uint64_t mix(uint64_t a, uint64_t b) {
+  uint64_t x = a * 0x9E3779B97F4A7C15ULL ^ (b + 0x632BE59BD9B4E019ULL + (a << 6) + (a >> 2));
+  x ^= x >> 31;
+  return x * 0xBF58476D1CE4E5B9ULL;
+}
+
+// A worker that hosts a learner rank died or failed: the controller restarts the
+// learners from the last checkpoint (or stops when restarts are exhausted).
+class LearnerLost : public Error {
+ public:
+  explicit LearnerLost(const WorkerFailure& failure) : Error(failure.what()), failure_(failure) {}
+  const WorkerFailure& failure() const { return failure_; }
+
+ private:
+  WorkerFailure failure_;
+};
+
+// A command sent to a worker, and how to send it again to a restarted one.
+struct Request {
+  WorkerId worker;
+  uint64_t id = 0;
+  std::function<uint64_t()> send;
+};
+
+class TrainingLoop {
+ public:
+  TrainingLoop(WorkerPool& pool, const Config& config, const std::string& run_dir)
+      : pool_(pool), c_(config), run_dir_(run_dir) {}
+
+  void run(bool resume);
+
+ private:
+  void start_workers();
+  void init_rollout(const WorkerId& worker);
+  void init_learners(const std::vector<WorkerId>& workers);
+  // Sends every request and waits for the replies (by request index). A rollout worker
+  // that dies or hangs is restarted with the current weights and its requests are sent
+  // again; a worker hosting a learner rank that dies or hangs is a LearnerLost. An error
+  // a worker reports is thrown as it is.
+  std::vector<CommandReply> collect(std::vector<Request> requests);
+  // A request that sends `command` to `worker` (again, when the worker was restarted).
+  Request request(const WorkerId& worker, const std::string& command, const std::string& body,
+                  const std::vector<std::string>& attachments = {});
+  // The same command to every learner rank (they run it together).
+  std::vector<CommandReply> call_learners(const std::string& command, const std::string& body);
+  bool hosts_learner(const WorkerId& worker) const;
+  void count_restart(const WorkerFailure& failure);
+  void restart_rollout(const WorkerFailure& failure);
+  // After a LearnerLost: restarts every learner-hosting worker and restores the newest
+  // whole checkpoint (or the start). Returns the last step done.
+  int64_t recover_learners(const LearnerLost& lost);
+  // Puts learners, data order and metrics at `checkpoint` (nullopt: the start, including
+  // the warm-up), then syncs weights. Returns the last step done.
+  int64_t restore(const std::optional<CheckpointRef>& checkpoint);
+  void warm_up();
+  // `steps_since` steps (this one included) have run since `since`: the pace for the ETA.
+  void run_step(int64_t step, Clock::time_point since, int64_t steps_since);
+  // prompts[i]: the token ids of the step's prompt i (encoded once per step).
+  std::vector<Sample> generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts);
+  // Returns how many scores were fallback scores (reward on_error: fallback).
+  int64_t score(std::vector<Sample>& samples, const std::vector<size_t>& rows);
+  std::vector<std::vector<float>> per_token_from_learners(const std::string& command,
+                                                         const std::vector<TrainingSample>& samples);
+  double probe_logprobs(const std::vector<TrainingSample>& batch, int64_t version);
+  void compute_advantages(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch);
+  nlohmann::json train(std::vector<TrainingSample>& batch);
+  // `rewind`: after a restore the version may go back (rollout workers may be ahead).
+  void sync_weights(int64_t version, bool rewind = false);
+  void load_current_weights(const WorkerId& worker);
+  void checkpoint(int64_t step);
+  void export_policy();
+  std::string config_for_workers() const;
+  std::vector<std::vector<std::vector<TrainingSample>>> rank_shares(const std::vector<TrainingSample>& batch) const;
+  std::vector<WorkerId> learner_hosts() const;
+
+  WorkerPool& pool_;
+  Config c_;
+  std::string run_dir_;
+  std::string model_dir_;
+  ModelConfig model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  Dataset data_;
+  std::optional<PromptOrder> order_;  // set once the dataset is loaded
+  std::string shm_name_;
+  std::vector<RewardFn> rewards_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<ProgressLine> progress_;
+  int64_t weight_version_ = 0;      // what the rollout workers hold
+  bool shm_published_ = false;      // shm_name_ holds weight_version_
+  bool publishing_ = false;         // learners are writing the next version
+  int64_t restarts_ = 0;            // worker restarts so far (launcher.max_restarts)
+};
+
+inline int64_t host_cores() { return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())); }
+
+}  // namespace tandem::training
