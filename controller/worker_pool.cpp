@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <set>
+#include <thread>
 
 namespace tandem {
 
@@ -144,7 +145,11 @@ uint64_t WorkerPool::send(const WorkerId& id, const std::string& name, const std
   for (const auto& a : attachments) sizes.push_back(a.size());
   pending_[request_id] = Pending{id, name, Clock::now()};
   if (!channel_.send(w->peer, CommandMsg{request_id, name, body, sizes}, attachments)) {
-    fail(*w, fmt::format("disconnected before command {} could be sent", name));
+    // Usually the process has ended: say how (reaping records "died: ..."), not just that it is gone.
+    reap_ended_workers();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    reap_ended_workers();
+    fail(*w, fmt::format("disconnected before command {} could be sent", name));  // no-op once it is failed
   }
   return request_id;
 }
@@ -317,6 +322,16 @@ void WorkerPool::handle(Envelope& e) {
   reject(e.peer, fmt::format("workers may not send {} messages", message_kind(e.message)));
 }
 
+void WorkerPool::reap_ended_workers() {
+  for (auto& [id, exit] : launcher_->reap()) {
+    Worker* w = find(id);
+    if (!w || shut_down_) continue;
+    if (w->status.state == WorkerState::failed) continue;  // already explained (hung, killed by us)
+    fail(*w, w->status.state == WorkerState::starting ? "died before registering: " + exit.describe()
+                                                      : "died: " + exit.describe());
+  }
+}
+
 void WorkerPool::pump(int timeout_ms) {
   if (int signal = pending_interrupt()) throw Interrupted(signal);
   int wait_ms = std::min(timeout_ms, std::max(1, static_cast<int>(options_.heartbeat_interval_s * 1000 / 2)));
@@ -338,13 +353,7 @@ void WorkerPool::pump(int timeout_ms) {
   // Child exits and heartbeat ages change slowly: look every 10 ms, not every event.
   if (now < next_health_check_) return;
   next_health_check_ = now + std::chrono::milliseconds(10);
-  for (auto& [id, exit] : launcher_->reap()) {
-    Worker* w = find(id);
-    if (!w || shut_down_) continue;
-    if (w->status.state == WorkerState::failed) continue;  // already explained (hung, killed by us)
-    fail(*w, w->status.state == WorkerState::starting ? "died before registering: " + exit.describe()
-                                                      : "died: " + exit.describe());
-  }
+  reap_ended_workers();
   for (Worker& w : workers_) {
     if (w.status.state != WorkerState::ready) continue;
     double silent = seconds_since(w.last_seen);

@@ -127,6 +127,8 @@ class WorkerPool {
   };
 
   void pump(int timeout_ms);
+  // Marks the workers whose processes have ended as failed, saying how they ended.
+  void reap_ended_workers();
   LaunchRequest launch_request(const WorkerId& id) const;
   // Pumps until every worker in `ids` has registered; a failure or the timeout throws.
   void wait_registered(const std::vector<WorkerId>& ids);
