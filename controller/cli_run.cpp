@@ -22,6 +22,26 @@ namespace tandem {
 
 namespace {
 
+// The GPU transports need what they use to be here: CUDA, and for nccl a GPU per group
+// rank (two ranks of one communicator cannot share a GPU).
+void check_weight_sync_runnable(const LoadedConfig& loaded) {
+  const Config& c = loaded.config;
+  const std::string& method = c.weight_sync.method;
+  if (method != "cuda_ipc" && method != "nccl") return;
+  const CudaProbe probe = probe_cuda();
+  if (!probe.usable) {
+    throw UsageError(fmt::format("{}: weight_sync.method: {} needs a usable GPU: {}", loaded.origin_of("weight_sync.method"),
+                                 method, probe.detail));
+  }
+  const int64_t ranks = c.rollout.workers + (c.placement == "colocated" ? 0 : 1);  // sender + receivers
+  if (method == "nccl" && probe.device_count < ranks) {
+    throw UsageError(fmt::format(
+        "{}: weight_sync.method: nccl puts each of its {} ranks (learner rank 0 and the rollout workers it sends to) "
+        "on its own GPU, and this machine has {}; use cuda_ipc to share one GPU",
+        loaded.origin_of("weight_sync.method"), ranks, probe.device_count));
+  }
+}
+
 // Everything wrong with a config that can be found before anything starts (exit 2).
 void check_runnable(const LoadedConfig& loaded) {
   const Config& c = loaded.config;
@@ -33,12 +53,7 @@ void check_runnable(const LoadedConfig& loaded) {
     throw UsageError(fmt::format("{}: algorithm.kl.in: reward is not implemented yet in the training loop (loss is)",
                                  loaded.origin_of("algorithm.kl.in")));
   }
-  if (c.weight_sync.method != "auto" && c.weight_sync.method != "shm") {
-    throw UsageError(fmt::format(
-        "{}: weight_sync.method: {} is not implemented yet in the training loop (auto and shm are; the transport "
-        "itself exists in weight_sync/ and passes its conformance suite)",
-        loaded.origin_of("weight_sync.method"), c.weight_sync.method));
-  }
+  check_weight_sync_runnable(loaded);
   load_plugins_or_usage_error(loaded);
 }
 

@@ -15,12 +15,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 namespace tandem {
 
 namespace training {
 
 std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts) {
+  log::debug("step {}: generating", step);
   const size_t workers = static_cast<size_t>(c_.rollout.workers);
   std::vector<Request> all;
   for (size_t w = 0; w < workers; ++w) {
@@ -319,6 +321,8 @@ void TrainingLoop::run_step(int64_t step, Clock::time_point since, int64_t steps
     probe_diff = probe_logprobs(batch, step - 1);
   }
   compute_advantages(samples, batch);
+  log::debug("step {}: training", step);
+  trained_since_sync_ = true;  // from the first train command on, the learners may be ahead of the rollout workers
   const nlohmann::json update = train(batch);
   const double train_s = seconds_since(t);
 
@@ -372,9 +376,16 @@ void TrainingLoop::run(bool resume) {
   for (const RewardConfig& r : c_.reward) rewards_.push_back(make_reward(r));
   for (const std::string& stale : remove_stale_weights_shm()) log::info("removed stale weight segment {}", stale);
   shm_name_ = controller_weights_shm_name(::getpid());
+  const std::string group_dirs = run_dir_ + "/weight_sync";  // rendezvous of broadcast groups
+  std::filesystem::remove_all(group_dirs);
   try {
     start_workers();
-    int64_t step = restore(resume ? newest_whole_checkpoint(run_dir_) : std::nullopt);
+    int64_t step = 0;
+    try {
+      step = restore(resume ? newest_whole_checkpoint(run_dir_) : std::nullopt);
+    } catch (const LearnerLost& lost) {  // during the warm-up or the first sync
+      step = recover_learners(lost);
+    }
     if (resume) std::fprintf(stderr, "tandem: resuming after step %lld\n", static_cast<long long>(step));
     progress_ = std::make_unique<ProgressLine>(c_.logging.console, c_.experiment.steps);
     Clock::time_point since = Clock::now();  // ETA: the pace of the steps run since (re)starting
@@ -392,9 +403,11 @@ void TrainingLoop::run(bool resume) {
     export_policy();
   } catch (...) {
     remove_weights_shm(shm_name_);
+    std::filesystem::remove_all(group_dirs);
     throw;
   }
   remove_weights_shm(shm_name_);
+  std::filesystem::remove_all(group_dirs);
 }
 
 }  // namespace training

@@ -1,8 +1,9 @@
 // Private to controller/training_loop*.cpp: the TrainingLoop class behind run_training
 // (controller/training_loop.h) and the small types its two halves share:
 //   training_loop.cpp          the step: generate, score, advantages, train, metrics; the warm-up
-//   training_loop_workers.cpp  the workers: start, commands that survive restarts, weight
-//                              sync, checkpoints, restore and recovery
+//   training_loop_workers.cpp  the workers: start, commands that survive restarts,
+//                              checkpoints, restore and recovery
+//   training_loop_sync.cpp     weight sync from the learners to the rollout workers
 #pragma once
 
 #include "actor/model_config.h"
@@ -16,6 +17,7 @@
 #include "core/error.h"
 #include "learner/train_batch.h"
 #include "plugins/reward_registry.h"
+#include "weight_sync/transport.h"
 
 #include <nlohmann/json.hpp>
 
@@ -100,7 +102,9 @@ class TrainingLoop {
   std::vector<CommandReply> call_learners(const std::string& command, const std::string& body);
   bool hosts_learner(const WorkerId& worker) const;
   void count_restart(const WorkerFailure& failure);
-  void restart_rollout(const WorkerFailure& failure);
+  // Restarts a dead or hung rollout worker; `load_weights`: with the current weights
+  // (false when a sync in progress will deliver them).
+  void restart_rollout(const WorkerFailure& failure, bool load_weights = true);
   // After a LearnerLost: restarts every learner-hosting worker and restores the newest
   // whole checkpoint (or the start). Returns the last step done.
   int64_t recover_learners(const LearnerLost& lost);
@@ -119,8 +123,21 @@ class TrainingLoop {
   double probe_logprobs(const std::vector<TrainingSample>& batch, int64_t version);
   void compute_advantages(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch);
   nlohmann::json train(std::vector<TrainingSample>& batch);
-  // `rewind`: after a restore the version may go back (rollout workers may be ahead).
+  // Every rollout worker gets the learners' weights as `version`. `rewind`: after a
+  // restore the version may go back (rollout workers may be ahead).
   void sync_weights(int64_t version, bool rewind = false);
+  // shm, cuda_ipc: the learners publish, then the rollout workers read.
+  void sync_through_mailbox(int64_t version, bool rewind);
+  // collective, nccl: the learners' publish and the loads of `receivers` (rollout ranks)
+  // run together in one group; a member that dies is restarted and the sync redone.
+  void sync_through_group(int64_t version, bool rewind, const std::vector<int64_t>& receivers, bool local);
+  // One try through group_: sends the publish and every load, waits for all of them.
+  void send_group_sync(int64_t version, bool rewind, bool local);
+  // A failure during a group sync to rollout ranks `group_members`: restarts the dead
+  // rollout worker behind it (or throws LearnerLost, or the failure itself when no worker died).
+  void recover_group_member(const WorkerFailure& failure, const std::vector<int64_t>& group_members);
+  WeightSyncOptions transport_options() const;
+  bool mailbox_transport() const;
   void load_current_weights(const WorkerId& worker);
   void checkpoint(int64_t step);
   void export_policy();
@@ -136,13 +153,24 @@ class TrainingLoop {
   std::unique_ptr<Tokenizer> tokenizer_;
   Dataset data_;
   std::optional<PromptOrder> order_;  // set once the dataset is loaded
-  std::string shm_name_;
+  std::string shm_name_;  // shm, cuda_ipc: the segment the learners publish to
   std::vector<RewardFn> rewards_;
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<ProgressLine> progress_;
   int64_t weight_version_ = 0;      // what the rollout workers hold
   bool shm_published_ = false;      // shm_name_ holds weight_version_
   bool publishing_ = false;         // learners are writing the next version
+  bool synced_ = false;              // a sync has run since the workers started
+  bool trained_since_sync_ = false;  // the learners hold weights newer than weight_version_
+  // collective, nccl: the current broadcast group (rank i + 1 is rollout rank receivers[i]);
+  // dropped when a member restarts or a sync through it fails.
+  struct WeightGroup {
+    std::vector<int64_t> receivers;
+    WeightSyncOptions options;  // rank 0's
+    bool used = false;          // a sync went through: its rendezvous directory is spent
+  };
+  std::optional<WeightGroup> group_;
+  int64_t groups_made_ = 0;
   int64_t restarts_ = 0;            // worker restarts so far (launcher.max_restarts)
 };
 

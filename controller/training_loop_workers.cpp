@@ -1,10 +1,9 @@
 // The training loop's side that deals with worker processes: starting them, commands
-// that survive a worker's death (collect), weight sync, checkpoints, restore, recovery.
+// that survive a worker's death (collect), checkpoints, restore, recovery.
 #include "controller/training_loop_impl.h"
 
 #include "core/files.h"
 #include "core/log.h"
-#include "weight_sync/shm.h"
 
 #include <unistd.h>
 
@@ -71,32 +70,39 @@ void TrainingLoop::count_restart(const WorkerFailure& failure) {
   ++restarts_;
 }
 
-void TrainingLoop::restart_rollout(const WorkerFailure& failure) {
-  WorkerFailure last = failure;
-  while (true) {
-    count_restart(last);
-    log::warn("{}; restarting it ({} of {} restarts)", last.what(), restarts_, c_.launcher.max_restarts);
+void TrainingLoop::restart_rollout(const WorkerFailure& failure, bool load_weights) {
+  // Every wait reports any failed worker, so restarting one may find others dead: each is
+  // restarted here too (with the current weights), the newest found first.
+  struct Dead {
+    WorkerFailure failure;
+    bool load_weights;
+    bool restarted = false;
+  };
+  std::vector<Dead> dead = {{failure, load_weights}};
+  while (!dead.empty()) {
+    Dead& d = dead.back();
+    const WorkerId worker = d.failure.worker();
     try {
-      pool_.restart(last.worker());
-      init_rollout(last.worker());
-      load_current_weights(last.worker());
-      return;
+      if (!d.restarted) {
+        count_restart(d.failure);
+        log::warn("{}; restarting it ({} of {} restarts)", d.failure.what(), restarts_, c_.launcher.max_restarts);
+        pool_.restart(worker);
+        d.restarted = true;
+        group_.reset();  // the broadcast group lost a member
+      }
+      init_rollout(worker);
+      if (d.load_weights) load_current_weights(worker);
+      dead.pop_back();
     } catch (const WorkerFailure& again) {
-      if (again.command_error() || hosts_learner(again.worker())) throw;
-      last = again;  // the new process died too
+      if (again.command_error()) throw;
+      if (hosts_learner(again.worker())) throw LearnerLost(again);
+      if (again.worker() == worker) {
+        d = {again, d.load_weights};  // the new process died too
+      } else {
+        dead.push_back({again, true});
+      }
     }
   }
-}
-
-// The weights the other rollout workers hold, for a restarted one.
-void TrainingLoop::load_current_weights(const WorkerId& worker) {
-  if (!shm_published_) return;  // the model directory's weights, which rollout_init loaded
-  if (publishing_) return;       // the segment is being rewritten: the sync in progress delivers
-  const auto replies = pool_.wait(
-      {pool_.send(worker, "rollout_load_weights", nlohmann::json{{"shm", shm_name_}, {"rewind", true}}.dump())});
-  const int64_t loaded = nlohmann::json::parse(replies.begin()->second.reply.body).at("version").get<int64_t>();
-  TANDEM_CHECK(loaded == weight_version_, "{} loaded weight version {}, expected {}", worker.name(), loaded,
-               weight_version_);
 }
 
 std::vector<CommandReply> TrainingLoop::collect(std::vector<Request> requests) {
@@ -114,7 +120,9 @@ std::vector<CommandReply> TrainingLoop::collect(std::vector<Request> requests) {
       if (hosts_learner(failure.worker())) throw LearnerLost(failure);
       restart_rollout(failure);
       for (Request& r : requests) {
-        if (r.worker == failure.worker()) r.id = r.send();  // its unfinished work, redone
+        // The unfinished work of every worker restarted meanwhile (restarting one may
+        // find others dead too), redone.
+        if (!pool_.has_request(r.id)) r.id = r.send();
       }
     }
   }
@@ -131,33 +139,6 @@ std::vector<CommandReply> TrainingLoop::call_learners(const std::string& command
   std::vector<Request> requests;
   for (const WorkerId& worker : learner_hosts()) requests.push_back(request(worker, command, body));
   return collect(std::move(requests));
-}
-
-void TrainingLoop::sync_weights(int64_t version, bool rewind) {
-  // The colocated slot 0 takes learner rank 0's weights in memory; everyone else reads shm.
-  const bool local = colocated(c_);
-  const bool shm = !local || c_.rollout.workers > 1;
-  nlohmann::json publish = {{"version", version}, {"bucket_bytes", c_.weight_sync.bucket_mb << 20}};
-  if (local) publish["local"] = true;
-  if (shm) publish["shm"] = shm_name_;
-  publishing_ = true;  // a rollout worker restarted meanwhile gets this version in the load below
-  call_learners("learner_publish", publish.dump());
-  publishing_ = false;
-  weight_version_ = version;
-  shm_published_ = shm;
-  std::vector<Request> requests;
-  for (int64_t r = 0; r < c_.rollout.workers; ++r) {
-    const WorkerId worker = rollout_worker(c_, r);
-    nlohmann::json load = local && r == 0 ? nlohmann::json{{"local", true}} : nlohmann::json{{"shm", shm_name_}};
-    if (rewind) load["rewind"] = true;
-    const std::string body = load.dump();
-    requests.push_back(request(worker, "rollout_load_weights", body));
-  }
-  for (const CommandReply& reply : collect(std::move(requests))) {
-    const int64_t loaded = nlohmann::json::parse(reply.reply.body).at("version").get<int64_t>();
-    TANDEM_CHECK(loaded == version, "{} loaded weight version {}, expected {}", reply.reply.worker.name(), loaded,
-                 version);
-  }
 }
 
 void TrainingLoop::checkpoint(int64_t step) {
@@ -202,6 +183,7 @@ int64_t TrainingLoop::recover_learners(const LearnerLost& lost) {
               c_.launcher.max_restarts);
     std::fprintf(stderr, "\ntandem: %s\ntandem: restarting the learners from the last checkpoint\n", last.what());
     try {
+      group_.reset();  // its sender is gone
       for (const WorkerId& worker : learner_hosts()) pool_.restart(worker);
       if (colocated(c_)) {  // the restarted slots hosted rollout ranks too
         for (const WorkerId& worker : learner_hosts()) {

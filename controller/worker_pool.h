@@ -98,6 +98,9 @@ class WorkerPool {
   // Sends a command; returns its request id.
   uint64_t send(const WorkerId& worker, const std::string& name, const std::string& body = "",
                 const std::vector<std::string>& attachments = {});
+  // Whether request `id` can still be waited for: false once wait() returned its reply or
+  // its worker was restarted (which forgets the worker's requests).
+  bool has_request(uint64_t id) const { return pending_.count(id) != 0; }
   // Waits for the replies to these requests. Throws WorkerFailure on any worker failure.
   std::map<uint64_t, CommandReply> wait(const std::vector<uint64_t>& request_ids);
   // One command to every worker; replies in the order of status().

@@ -10,6 +10,8 @@
 #include "learner/sample_codec.h"
 #include "learner/trainer.h"
 #include "weight_sync/local.h"
+#include "weight_sync/nccl_id.h"
+#include "weight_sync/options_json.h"
 #include "weight_sync/transport.h"
 
 #include <ATen/Parallel.h>
@@ -28,20 +30,17 @@ struct LearnerState {
   std::unique_ptr<Collectives> collectives;
   std::unique_ptr<Trainer> trainer;
 
-  // Kept between versions: it rewrites its segment in place (weight_sync/transport.h).
+  // Kept between versions: a shm sender rewrites its segment in place, a collective one
+  // keeps its group (weight_sync/transport.h). Other options replace it.
   std::unique_ptr<WeightSender> sender;
-  std::string sender_name;
-  int64_t sender_bucket_bytes = 0;
+  std::string sender_key;
 
-  WeightSender& shm_sender(const std::string& name, int64_t bucket_bytes) {
-    if (!sender || sender_name != name || sender_bucket_bytes != bucket_bytes) {
-      WeightSyncOptions options;
-      options.method = "shm";
-      options.address = name;
-      options.bucket_bytes = bucket_bytes;
+  WeightSender& sender_for(const WeightSyncOptions& options) {
+    const std::string key = weight_sync_options_key(options);
+    if (!sender || sender_key != key) {
+      sender.reset();  // leave the old group before joining the new one
       sender = make_weight_sender(options);
-      sender_name = name;
-      sender_bucket_bytes = bucket_bytes;
+      sender_key = key;
     }
     return *sender;
   }
@@ -145,13 +144,16 @@ CommandHandler learner_command_handler(std::function<void(const Config&)> prepar
         }
         put_local_weights(std::move(local));
       }
-      if (!body.contains("shm")) return {"{}", {}};
+      if (!body.contains("transport")) return {"{}", {}};
       std::vector<OutgoingTensor> tensors;
       for (const WeightTensor& w : weights.tensors()) tensors.push_back({w.name, w.shape, w.data.data()});
-      const PublishStats stats = state->shm_sender(body.at("shm").get<std::string>(),
-                                                   body.value("bucket_bytes", int64_t{256} << 20))
-                                     .publish(version, tensors);
+      WeightSender& sender = state->sender_for(weight_sync_options_from_json(body.at("transport"), command.name));
+      const PublishStats stats = sender.publish(version, tensors);
       return {fmt::format("{{\"bytes\":{},\"buckets\":{}}}", stats.bytes, stats.buckets), {}};
+    }
+    if (command.name == "learner_nccl_id") {
+      // A new NCCL weight-sync group: rank 0 makes its id and stays its bootstrap root.
+      return {nlohmann::json{{"nccl_unique_id", nccl_unique_id_to_hex(nccl_new_unique_id())}}.dump(), {}};
     }
     if (command.name == "learner_save" || command.name == "learner_load") {
       const std::string dir = command_json(command).at("dir").get<std::string>();
@@ -167,7 +169,7 @@ CommandHandler learner_command_handler(std::function<void(const Config&)> prepar
       return {"{}", {}};
     }
     throw Error(fmt::format("learner worker: unknown command \"{}\" (known: ping, describe, torch_info, learner_init, "
-                            "learner_train, learner_sft, learner_values, learner_logprobs, learner_publish, learner_save, learner_load, learner_export)",
+                            "learner_train, learner_sft, learner_values, learner_logprobs, learner_publish, learner_nccl_id, learner_save, learner_load, learner_export)",
                             command.name));
   };
 }

@@ -10,9 +10,12 @@
 //   learner_load    {"dir"}: load one (any worker count wrote it)
 //   learner_values  header + 2 frames, one mini-batch: the critic's per-token values of
 //                   those samples (advantage: gae), one float32 frame back
-//   learner_publish {"version", "shm" (a POSIX shm name) | "local": true, "bucket_bytes"}:
-//                   the policy for rollout workers (weight_sync/shm.h, weight_sync/local.h);
-//                   all ranks call, rank 0 writes
+//   learner_publish {"version", "local": true and/or "transport": WeightSyncOptions
+//                   (weight_sync/options_json.h)}: the policy for rollout workers, in memory
+//                   for the colocated slot (weight_sync/local.h) and/or through the transport;
+//                   all ranks call (fsdp gathers), rank 0 sends
+//   learner_nccl_id {}: {"nccl_unique_id": hex}, a new NCCL weight-sync group's id; this
+//                   process stays its bootstrap root, so send it to the rank that publishes
 //   learner_export  {"dir", "tokenizer_from"}: the policy as a Hugging Face directory
 #pragma once
 

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "rollout/engine.h"
 #include "weight_sync/local.h"
+#include "weight_sync/options_json.h"
 #include "weight_sync/transport.h"
 
 #include <nlohmann/json.hpp>
@@ -20,17 +21,17 @@ namespace {
 
 struct RolloutState {
   std::unique_ptr<RolloutEngine> engine;
-  // Kept between versions: it keeps its mapping of the segment (weight_sync/transport.h).
+  // Kept between versions: a shm receiver keeps its mapping, a collective one its group
+  // (weight_sync/transport.h). Other options replace it.
   std::unique_ptr<WeightReceiver> receiver;
-  std::string receiver_name;
+  std::string receiver_key;
 
-  WeightReceiver& shm_receiver(const std::string& name) {
-    if (!receiver || receiver_name != name) {
-      WeightSyncOptions options;
-      options.method = "shm";
-      options.address = name;
+  WeightReceiver& receiver_for(const WeightSyncOptions& options) {
+    const std::string key = weight_sync_options_key(options);
+    if (!receiver || receiver_key != key) {
+      receiver.reset();  // leave the old group before joining the new one
       receiver = make_weight_receiver(options);
-      receiver_name = name;
+      receiver_key = key;
     }
     return *receiver;
   }
@@ -107,13 +108,13 @@ struct RolloutState {
       }
       version = local.version;
     } else {
-      version = shm_receiver(body.at("shm").get<std::string>())
-                    .receive(expected, [&](const ExpectedTensor& t, const void* data) {
-                      int64_t n = 1;
-                      for (int64_t d : t.shape) n *= d;
-                      const float* values = static_cast<const float*>(data);  // expected dtypes are float32
-                      tensors.push_back({t.name, t.shape, std::vector<float>(values, values + n)});
-                    });
+      WeightReceiver& receiver = receiver_for(weight_sync_options_from_json(body.at("transport"), command.name));
+      version = receiver.receive(expected, [&](const ExpectedTensor& t, const void* data) {
+        int64_t n = 1;
+        for (int64_t d : t.shape) n *= d;
+        const float* values = static_cast<const float*>(data);  // expected dtypes are float32
+        tensors.push_back({t.name, t.shape, std::vector<float>(values, values + n)});
+      });
     }
     // Checks names and shapes first.
     e.update_weights(ModelWeights(std::move(tensors)), version, body.value("rewind", false));

@@ -6,9 +6,10 @@
 //                         of int32 prompt tokens back to back. Replies {"samples": [[id,
 //                         index, length, finish, version], ...], "stats"} + two frames:
 //                         int32 tokens and float32 log-probs of every sample back to back
-//   rollout_load_weights  {"shm": name} (weight_sync/shm.h) or {"local": true} (the
-//                         colocated learner's handover): checks and loads new weights;
-//                         replies {"version"}
+//   rollout_load_weights  {"transport": WeightSyncOptions (weight_sync/options_json.h)}
+//                         or {"local": true} (the colocated learner's handover), and
+//                         "rewind" (the version may go back): checks and loads new
+//                         weights; replies {"version"}
 #pragma once
 
 #include "core/worker_runtime.h"

@@ -110,12 +110,6 @@ TEST_CASE("run with a bad config exits 2 and leaves no run directory") {
   CHECK(run_tandem({"run", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--set", "launcher.kind=slurm", "--run-dir",
                 dir.path() + "/run"}, out).exit_code == 2);
   CHECK_FALSE(fs::exists(dir.path() + "/run"));
-  // A transport the loop does not use yet is refused, not silently replaced by shm.
-  CHECK(run_tandem({"run", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--set", "weight_sync.method=collective",
-                    "--run-dir", dir.path() + "/run"}, out).exit_code == 2);
-  CHECK_FALSE(fs::exists(dir.path() + "/run"));
-  CHECK(read_text(out).find("weight_sync.method: collective is not implemented yet in the training loop") !=
-        std::string::npos);
 }
 
 TEST_CASE("device: cuda without a usable GPU is a clear error, not a fallback") {
@@ -130,6 +124,13 @@ TEST_CASE("device: cuda without a usable GPU is a clear error, not a fallback") 
                 dir.path() + "/run"}, out).exit_code == 2);
   CHECK(read_text(out).find("rollout.device: cuda was asked for, but no CUDA device is usable") != std::string::npos);
   CHECK_FALSE(fs::exists(dir.path() + "/run"));
+  // The GPU weight transports too, before anything starts.
+  for (const std::string method : {"cuda_ipc", "nccl"}) {
+    CHECK(run_tandem({"run", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--set", "weight_sync.method=" + method,
+                      "--run-dir", dir.path() + "/run"}, out).exit_code == 2);
+    CHECK(read_text(out).find("weight_sync.method: " + method + " needs a usable GPU") != std::string::npos);
+    CHECK_FALSE(fs::exists(dir.path() + "/run"));
+  }
 }
 
 TEST_CASE("a short run completes and leaves the run directory contract") {

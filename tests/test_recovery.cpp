@@ -60,23 +60,31 @@ std::string write_config(const TempDir& dir) {
   return path;
 }
 
+// `tandem run` of kConfig in dir/run, `settings` ("key=value") on top.
+std::vector<std::string> run_args(const TempDir& dir, const std::vector<std::string>& settings) {
+  std::vector<std::string> args = {"run", write_config(dir), "--run-dir", dir.path() + "/run"};
+  for (const std::string& setting : settings) args.insert(args.end(), {"--set", setting});
+  return args;
+}
+
+// A whole run, uninterrupted; returns its run directory.
+std::string finished_run(const TempDir& dir, const std::vector<std::string>& settings = {}) {
+  const std::string out = dir.path() + "/out.txt";
+  const ExitStatus status = run_tandem(run_args(dir, settings), out, 120);
+  INFO(read_text(out));
+  REQUIRE(status.exit_code == 0);
+  return dir.path() + "/run";
+}
+
 // The uninterrupted run every scenario is compared with.
 const std::string& reference_run() {
   static TempDir dir;
-  static const std::string run = [&] {
-    const std::string out = dir.path() + "/out.txt";
-    const ExitStatus status = run_tandem({"run", write_config(dir), "--run-dir", dir.path() + "/run"}, out, 120);
-    INFO(read_text(out));
-    REQUIRE(status.exit_code == 0);
-    return dir.path() + "/run";
-  }();
+  static const std::string run = finished_run(dir);
   return run;
 }
 
-// Starts `tandem run` and waits until metrics.jsonl has `step`.
-ChildProcess start_run_until_step(const TempDir& dir, int step) {
-  ChildProcess controller = ChildProcess::spawn(
-      {TANDEM_BINARY, "run", write_config(dir), "--run-dir", dir.path() + "/run"}, {dir.path() + "/out.txt", false});
+// Waits until the run's metrics.jsonl has `step`.
+void wait_for_step(const ChildProcess& controller, const TempDir& dir, int step) {
   const std::string needle = "{\"step\":" + std::to_string(step) + ",";
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (read_text(dir.path() + "/run/metrics.jsonl").find(needle) == std::string::npos) {
@@ -84,6 +92,14 @@ ChildProcess start_run_until_step(const TempDir& dir, int step) {
     REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, read_text(dir.path() + "/out.txt"));
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+}
+
+// Starts `tandem run` and waits until metrics.jsonl has `step`.
+ChildProcess start_run_until_step(const TempDir& dir, int step, const std::vector<std::string>& settings = {}) {
+  std::vector<std::string> command = run_args(dir, settings);
+  command.insert(command.begin(), TANDEM_BINARY);
+  ChildProcess controller = ChildProcess::spawn(command, {dir.path() + "/out.txt", false});
+  wait_for_step(controller, dir, step);
   return controller;
 }
 
@@ -221,4 +237,89 @@ TEST_CASE("a learner killed with SIGKILL mid-run restarts from the last checkpoi
     CHECK(status->exit_code == 1);
     CHECK(out.find("used all 2 restarts (launcher.max_restarts)") != std::string::npos);
   }
+}
+
+bool ends_with_generating(std::string log) {
+  while (!log.empty() && log.back() == '\n') log.pop_back();
+  return log.size() >= 10 && log.compare(log.size() - 10, 10, "generating") == 0;
+}
+
+// Kills rollout worker `rank` while the controller waits for its generation (not in a
+// sync, where an unaimed kill mostly lands: generating takes a few ms here). Stops the
+// worker as soon as the controller's log (logging.level: debug) ends in "generating",
+// kills it if the controller is still stuck there, and otherwise lets it go on and
+// tries again.
+void kill_while_generating(const ChildProcess& controller, const TempDir& dir, int rank) {
+  const std::string log_path = dir.path() + "/run/logs/controller-0.log";
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int pid = worker_pid(controller.pid(), "rollout", rank);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!ends_with_generating(read_text(log_path))) {
+      REQUIRE_MESSAGE(controller.running(), read_text(dir.path() + "/out.txt"));
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    REQUIRE(::kill(pid, SIGSTOP) == 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (ends_with_generating(read_text(log_path))) {
+      REQUIRE(::kill(pid, SIGKILL) == 0);
+      return;
+    }
+    REQUIRE(::kill(pid, SIGCONT) == 0);
+  }
+  FAIL("never caught the controller waiting for rollout worker ", rank, "'s generation");
+}
+
+// Steps in metrics.jsonl so far.
+int steps_done(const TempDir& dir) { return static_cast<int>(metric_rows(dir.path() + "/run").size()); }
+
+// weight_sync.method: collective (Gloo broadcast groups) instead of the shm mailbox. The
+// same weights must reach the rollout workers, so every metric equals the shm run's.
+TEST_CASE("collective weight sync gives the shm run's metrics, disaggregated and colocated") {
+  TempDir disaggregated;
+  check_same_metrics(reference_run(), finished_run(disaggregated, {"weight_sync.method=collective"}));
+  // Learner rank 0 sends to both rollout workers.
+  CHECK(read_text(disaggregated.path() + "/run/logs/controller-0.log").find("new collective group of 3 ranks") !=
+        std::string::npos);
+  TempDir shm, collective;
+  check_same_metrics(finished_run(shm, {"placement=colocated"}),
+                     finished_run(collective, {"placement=colocated", "weight_sync.method=collective"}));
+  // The colocated slot 0 takes its weights in memory; only rollout rank 1 joins the group.
+  CHECK(read_text(collective.path() + "/run/logs/controller-0.log").find("new collective group of 2 ranks") !=
+        std::string::npos);
+  CHECK_FALSE(fs::exists(collective.path() + "/run/weight_sync"));  // rendezvous directories cleaned up
+}
+
+// A dead member breaks a broadcast group: the controller restarts it and builds a new
+// group, redoing a sync the death interrupted, or publishing to the restarted worker alone.
+TEST_CASE("with collective weight sync, killed rollout workers and a killed learner rejoin in new groups") {
+  // Steps enough for three deaths and their recoveries, whenever the kills land.
+  TempDir reference;
+  const std::string expected = finished_run(reference, {"experiment.steps=30"});
+  TempDir dir;
+  const std::vector<std::string> settings = {"experiment.steps=30", "weight_sync.method=collective",
+                                             "launcher.max_restarts=3", "logging.level=debug"};
+  ChildProcess controller = start_run_until_step(dir, 3, settings);
+  kill_while_generating(controller, dir, 1);
+  wait_for_step(controller, dir, steps_done(dir) + 2);
+  // Killed at once: mostly during a sync (generating takes a few ms here, a sync ~10 ms).
+  REQUIRE(::kill(worker_pid(controller.pid(), "rollout", 0), SIGKILL) == 0);
+  wait_for_step(controller, dir, steps_done(dir) + 2);
+  REQUIRE(::kill(worker_pid(controller.pid(), "learner", 0), SIGKILL) == 0);
+  const auto status = controller.wait_for(60);
+  REQUIRE(status.has_value());
+  const std::string out = read_text(dir.path() + "/out.txt");
+  INFO(out);
+  REQUIRE(status->exit_code == 0);
+  check_same_metrics(expected, dir.path() + "/run");
+  const auto rows = metric_rows(dir.path() + "/run");
+  CHECK(rows.back().at("perf/worker_restarts").get<double>() == 3.0);
+  for (const auto& row : rows) CHECK(row.at("response/count").get<double>() == 8 * 4);  // none lost or doubled
+  const std::string log = read_text(dir.path() + "/run/logs/controller-0.log");
+  size_t groups = 0;
+  for (size_t at = log.find("new collective group"); at != std::string::npos; at = log.find("new collective group", at + 1)) {
+    ++groups;
+  }
+  CHECK(groups >= 4);  // the first, then at least one after each death
+  CHECK(log.find("new collective group of 2 ranks") != std::string::npos);  // to the worker killed while generating
 }

@@ -1,0 +1,173 @@
+// Weight sync from the learners to the rollout workers, over the configured transport
+// (weight_sync/transport.h): the colocated slot 0 takes learner rank 0's weights in
+// memory; the other rollout workers read a shm (or cuda_ipc) mailbox or join a broadcast
+// group (collective, nccl) with learner rank 0 as its sender.
+#include "controller/training_loop_impl.h"
+
+#include "core/log.h"
+#include "weight_sync/nccl_id.h"
+#include "weight_sync/options_json.h"
+
+#include <filesystem>
+
+namespace tandem::training {
+
+namespace fs = std::filesystem;
+
+bool TrainingLoop::mailbox_transport() const {
+  const WeightSyncOptions o = transport_options();
+  return o.method == "shm" || o.method == "cuda_ipc";
+}
+
+WeightSyncOptions TrainingLoop::transport_options() const {
+  WeightSyncOptions o;
+  o.method = c_.weight_sync.method == "auto" ? "shm" : c_.weight_sync.method;  // the local launcher: one host
+  o.bucket_bytes = c_.weight_sync.bucket_mb << 20;
+  o.timeout_s = c_.weight_sync.timeout_s;
+  if (o.method == "shm" || o.method == "cuda_ipc") o.address = shm_name_;
+  return o;
+}
+
+void TrainingLoop::sync_weights(int64_t version, bool rewind) {
+  const bool local = colocated(c_);
+  std::vector<int64_t> receivers;  // rollout ranks that take the weights through the transport
+  for (int64_t r = local ? 1 : 0; r < c_.rollout.workers; ++r) receivers.push_back(r);
+  if (mailbox_transport() || receivers.empty()) {
+    sync_through_mailbox(version, rewind);
+  } else {
+    sync_through_group(version, rewind, receivers, local);
+  }
+  synced_ = true;
+  trained_since_sync_ = false;
+}
+
+void TrainingLoop::sync_through_mailbox(int64_t version, bool rewind) {
+  const bool local = colocated(c_);
+  const bool shm = !local || c_.rollout.workers > 1;
+  const nlohmann::json transport = weight_sync_options_to_json(transport_options());
+  nlohmann::json publish = {{"version", version}};
+  if (local) publish["local"] = true;
+  if (shm) publish["transport"] = transport;
+  publishing_ = true;  // a rollout worker restarted meanwhile gets this version in the load below
+  call_learners("learner_publish", publish.dump());
+  publishing_ = false;
+  weight_version_ = version;
+  shm_published_ = shm;
+  std::vector<Request> requests;
+  for (int64_t r = 0; r < c_.rollout.workers; ++r) {
+    nlohmann::json load = local && r == 0 ? nlohmann::json{{"local", true}} : nlohmann::json{{"transport", transport}};
+    if (rewind) load["rewind"] = true;
+    requests.push_back(request(rollout_worker(c_, r), "rollout_load_weights", load.dump()));
+  }
+  for (const CommandReply& reply : collect(std::move(requests))) {
+    const int64_t loaded = nlohmann::json::parse(reply.reply.body).at("version").get<int64_t>();
+    TANDEM_CHECK(loaded == version, "{} loaded weight version {}, expected {}", reply.reply.worker.name(), loaded,
+                 version);
+  }
+}
+
+void TrainingLoop::sync_through_group(int64_t version, bool rewind, const std::vector<int64_t>& receivers,
+                                      bool local) {
+  while (true) {
+    if (group_ && (group_->receivers != receivers)) group_.reset();
+    if (!group_) {
+      WeightGroup group;
+      group.receivers = receivers;
+      group.options = transport_options();
+      group.options.world_size = static_cast<int>(receivers.size()) + 1;
+      group.options.address = fmt::format("{}/weight_sync/group-{}", fs::absolute(run_dir_).string(), ++groups_made_);
+      if (group.options.method == "nccl") {
+        // Learner rank 0 makes the id and stays its bootstrap root; the id travels to the
+        // receivers in their load commands.
+        const auto replies = collect({request(learner_worker(c_, 0), "learner_nccl_id", "{}")});
+        group.options.nccl_unique_id = nccl_unique_id_from_hex(
+            nlohmann::json::parse(replies[0].reply.body).at("nccl_unique_id").get<std::string>());
+      }
+      log::info("weight sync: new {} group of {} ranks ({})", group.options.method, group.options.world_size,
+                group.options.address);
+      group_ = std::move(group);
+    }
+    try {
+      send_group_sync(version, rewind, local);
+    } catch (const WorkerFailure& failure) {
+      fs::remove_all(group_->options.address);
+      group_.reset();  // a group that failed is never used again (weight_sync/broadcast_protocol.h)
+      recover_group_member(failure, receivers);
+      continue;  // the whole sync again, in a new group
+    }
+    if (!group_->used) fs::remove_all(group_->options.address);  // every rank has connected
+    group_->used = true;
+    weight_version_ = version;
+    return;
+  }
+}
+
+void TrainingLoop::send_group_sync(int64_t version, bool rewind, bool local) {
+  WeightSyncOptions options = group_->options;
+  nlohmann::json publish = {{"version", version}, {"transport", weight_sync_options_to_json(options)}};
+  if (local) publish["local"] = true;
+  // All at once: the publish returns only when every receiver has checked every bucket.
+  std::vector<uint64_t> ids;
+  for (const WorkerId& worker : learner_hosts()) ids.push_back(pool_.send(worker, "learner_publish", publish.dump()));
+  std::vector<std::pair<WorkerId, uint64_t>> loads;
+  for (size_t i = 0; i < group_->receivers.size(); ++i) {
+    options.rank = static_cast<int>(i) + 1;
+    if (options.method == "nccl") options.cuda_device = options.rank;  // group rank i on GPU i
+    nlohmann::json load = {{"transport", weight_sync_options_to_json(options)}};
+    if (rewind) load["rewind"] = true;
+    const WorkerId worker = rollout_worker(c_, group_->receivers[i]);
+    loads.emplace_back(worker, pool_.send(worker, "rollout_load_weights", load.dump()));
+  }
+  if (local) {
+    const nlohmann::json load = rewind ? nlohmann::json{{"local", true}, {"rewind", true}} : nlohmann::json{{"local", true}};
+    const WorkerId worker = rollout_worker(c_, 0);
+    loads.emplace_back(worker, pool_.send(worker, "rollout_load_weights", load.dump()));
+  }
+  for (const auto& [worker, id] : loads) ids.push_back(id);
+  auto replies = pool_.wait(ids);
+  for (const auto& [worker, id] : loads) {
+    const int64_t loaded = nlohmann::json::parse(replies.at(id).reply.body).at("version").get<int64_t>();
+    TANDEM_CHECK(loaded == version, "{} loaded weight version {}, expected {}", worker.name(), loaded, version);
+  }
+}
+
+void TrainingLoop::recover_group_member(const WorkerFailure& failure, const std::vector<int64_t>& group_members) {
+  std::optional<WorkerFailure> dead;
+  if (!failure.command_error()) dead = failure;
+  if (!dead) {
+    // A member that died shows first as the transport error of the others ("broadcast
+    // failed"): give the pool a moment to see the death behind it.
+    pool_.poll_events(0.5);
+    dead = pool_.first_failure();
+  }
+  if (!dead) throw failure;  // a real error: the same sync would fail again
+  if (hosts_learner(dead->worker())) throw LearnerLost(*dead);
+  // A member gets its weights from the sync, redone; a rollout worker outside the group
+  // (it died meanwhile) gets them now.
+  const auto& members = group_members;
+  const bool member = std::find(members.begin(), members.end(), static_cast<int64_t>(dead->worker().rank)) != members.end();
+  restart_rollout(*dead, /*load_weights=*/!member);
+}
+
+// The weights the other rollout workers hold, for a restarted one.
+void TrainingLoop::load_current_weights(const WorkerId& worker) {
+  if (mailbox_transport()) {
+    if (!shm_published_) return;  // the model directory's weights, which rollout_init loaded
+    if (publishing_) return;       // the segment is being rewritten: the sync in progress delivers
+    const nlohmann::json load = {{"transport", weight_sync_options_to_json(transport_options())}, {"rewind", true}};
+    const auto replies = pool_.wait({pool_.send(worker, "rollout_load_weights", load.dump())});
+    const int64_t loaded = nlohmann::json::parse(replies.begin()->second.reply.body).at("version").get<int64_t>();
+    TANDEM_CHECK(loaded == weight_version_, "{} loaded weight version {}, expected {}", worker.name(), loaded,
+                 weight_version_);
+    return;
+  }
+  if (!synced_) return;  // rollout_init loaded the model directory, as the others did
+  // The worker died during an update (noticed while waiting for the learners): the sync
+  // after it delivers the new weights to every rollout worker.
+  if (trained_since_sync_) return;
+  // A group transport has no mailbox to read: the learners, which still hold
+  // weight_version_, publish again to this worker alone.
+  sync_through_group(weight_version_, /*rewind=*/true, {static_cast<int64_t>(worker.rank)}, /*local=*/false);
+}
+
+}  // namespace tandem::training
