@@ -1,6 +1,7 @@
 // The sampler: empirical frequencies against the exact distribution (chi-square),
 // truncation never emitting a disallowed token, log-probs against float64.
 #include "rollout/sampler.h"
+#include "tests/chi_square.h"
 
 #include <doctest/doctest.h>
 
@@ -46,27 +47,6 @@ std::vector<double> expected_distribution(const std::vector<float>& logits, cons
   return prob;
 }
 
-// Chi-square statistic over cells with expected count >= 5 (the rest pooled).
-double chi_square(const std::vector<int64_t>& counts, const std::vector<double>& prob, int64_t draws, int* dof) {
-  double stat = 0, pooled_expected = 0, pooled_observed = 0;
-  *dof = -1;
-  for (size_t i = 0; i < prob.size(); ++i) {
-    const double expected = prob[i] * draws;
-    if (expected >= 5) {
-      stat += (counts[i] - expected) * (counts[i] - expected) / expected;
-      ++*dof;
-    } else {
-      pooled_expected += expected;
-      pooled_observed += counts[i];
-    }
-  }
-  if (pooled_expected >= 5) {
-    stat += (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
-    ++*dof;
-  }
-  return stat;
-}
-
 }  // namespace
 
 TEST_CASE("sampled frequencies match the temperature, top-k and top-p distribution") {
@@ -93,11 +73,8 @@ TEST_CASE("sampled frequencies match the temperature, top-k and top-p distributi
       if (want[i] == 0) CHECK_MESSAGE(counts[i] == 0, "token " << i << " is outside the allowed set");
     }
     int dof = 0;
-    const double stat = chi_square(counts, want, draws, &dof);
-    // Critical value at p = 1e-4 (a false alarm once in 10,000 runs): Wilson-Hilferty approximation.
-    const double z = 3.719;
-    const double k = std::max(dof, 1);
-    const double critical = k * std::pow(1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k)), 3);
+    const double stat = testing::chi_square(counts, want, draws, &dof);
+    const double critical = testing::chi_square_critical_p1e4(dof);
     CHECK_MESSAGE(stat < critical, "chi-square " << stat << " with " << dof << " degrees of freedom");
   }
 }
