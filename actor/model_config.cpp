@@ -117,6 +117,19 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.rms_norm_eps = r.positive_number_or("rms_norm_eps", 1e-6);
   c.rope_theta = r.positive_number_or("rope_theta", 10000.0);
   c.rope_scaling = read_rope_scaling(r, source);
+  // transformers 5 writes the RoPE settings into rope_parameters instead.
+  if (root.contains("rope_parameters") && !root["rope_parameters"].is_null()) {
+    if (!root["rope_parameters"].is_object()) {
+      r.fail("rope_parameters", fmt::format("expected an object or null, got {}", root["rope_parameters"].dump()));
+    }
+    const Reader parameters(root["rope_parameters"], source + ": rope_parameters");
+    if (!root.contains("rope_theta")) c.rope_theta = parameters.positive_number_or("rope_theta", c.rope_theta);
+    const std::string type = parameters.string_or("rope_type", "default");
+    if (type != "default" && c.rope_scaling.type == "default") {
+      r.fail("rope_parameters.rope_type",
+             fmt::format("\"{}\" scaling given only in rope_parameters is not read yet; add it as rope_scaling", type));
+    }
+  }
   c.tie_word_embeddings = r.flag_or("tie_word_embeddings", false);
   c.torch_dtype = r.string_or("torch_dtype", "float32");
   c.qk_norm = c.model_type == "qwen3";

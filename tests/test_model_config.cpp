@@ -4,6 +4,7 @@
 #include "core/error.h"
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <random>
@@ -131,4 +132,18 @@ TEST_CASE("RoPE frequencies match a float64 reference, with and without llama3 s
     CHECK(std::fabs(plain.back() - std::pow(c.rope_theta, -static_cast<double>(c.head_dim - 2) / c.head_dim)) <=
           1e-12 * plain.back());
   }
+}
+
+TEST_CASE("transformers 5's rope_parameters give rope_theta; scaling given only there is refused") {
+  nlohmann::json config = nlohmann::json::parse(qwen3_json);
+  config.erase("rope_theta");
+  config["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5000000}};
+  CHECK(parse_model_config(config.dump(), "config.json").rope_theta == 5000000);
+  config["rope_theta"] = 1000000;  // the top-level key wins where both are written
+  CHECK(parse_model_config(config.dump(), "config.json").rope_theta == 1000000);
+  config.erase("rope_theta");
+  config["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 5000000}, {"factor", 4}};
+  CHECK(error_of(config.dump()) ==
+        "config.json: rope_parameters.rope_type: \"yarn\" scaling given only in rope_parameters is not read yet; add it "
+        "as rope_scaling");
 }
