@@ -70,6 +70,8 @@ struct GenerateArgs {
   bool json = false;  // one JSON line per completion with ids and log-probs
   int64_t kv_cache_mb = 256;
   int threads = 0;
+  std::string device = "cpu";  // cpu | cuda
+  std::string dtype = "bf16";  // cuda: bf16 | fp32
 };
 
 int cli_run(const RunArgs& args);

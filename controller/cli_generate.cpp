@@ -1,10 +1,12 @@
-// `tandem generate --model DIR --prompt "..." [--n 4 --temperature 0.7 ...]`: sample
-// completions on CPU with the rollout engine, for users trying a model.
+// `tandem generate --model DIR --prompt "..." [--n 4 --temperature 0.7 --device cuda ...]`:
+// sample completions with the rollout engine (CPU or CUDA backend), for users trying a
+// model, and for scripts comparing backends (--json prints token ids and log-probs).
 #include "actor/model_weights.h"
 #include "actor/presets.h"
 #include "actor/tokenizer.h"
 #include "controller/cli.h"
 #include "core/error.h"
+#include "kernels/device_probe.h"
 #include "rollout/engine.h"
 
 #include <nlohmann/json.hpp>
@@ -26,7 +28,10 @@ int cli_generate(const GenerateArgs& args) {
   RolloutConfig rollout;
   rollout.kv_cache_mb = args.kv_cache_mb;
   rollout.threads = args.threads;
-  RolloutEngine engine(config, load_model_weights(dir, config), engine_options(rollout),
+  rollout.dtype = args.dtype;
+  EngineOptions options = engine_options(rollout);
+  options.device = resolve_device(args.device, "--device");  // cuda without a usable GPU: a usage error
+  RolloutEngine engine(config, load_model_weights(dir, config), options,
                        [&tok](const std::vector<int32_t>& ids) { return tok.decode(ids); });
 
   std::vector<GenerationRequest> requests;
@@ -62,9 +67,10 @@ int cli_generate(const GenerateArgs& args) {
                   args.prompts[s.request_id].c_str(), text.c_str());
     }
   }
-  std::fprintf(stderr, "generated %lld tokens in %.2f s (%.0f tokens/s, %lld engine steps, %lld preemptions)\n",
+  std::fprintf(stderr, "generated %lld tokens in %.2f s (%.0f tokens/s, %lld engine steps, %lld preemptions, %s)\n",
                static_cast<long long>(generated), seconds, generated / std::max(seconds, 1e-9),
-               static_cast<long long>(engine.stats().steps), static_cast<long long>(engine.stats().preemptions));
+               static_cast<long long>(engine.stats().steps), static_cast<long long>(engine.stats().preemptions),
+               engine.backend_name().c_str());
   return 0;
 }
 

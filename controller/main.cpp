@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
 
   GenerateArgs generate;
-  auto* generate_cmd = app.add_subcommand("generate", "sample completions from a model on CPU");
+  auto* generate_cmd = app.add_subcommand("generate", "sample completions from a model on CPU or GPU");
   generate_cmd->add_option("--model", generate.model, "model directory or builtin:<preset>")->required();
   generate_cmd->add_option("--prompt", generate.prompts, "prompt text (repeatable)")->required();
   generate_cmd->add_option("--n", generate.n, "samples per prompt")->check(CLI::PositiveNumber);
@@ -72,6 +72,8 @@ int main(int argc, char** argv) {
   generate_cmd->add_option("--stop", generate.stop, "stop string (repeatable)");
   generate_cmd->add_option("--kv-cache-mb", generate.kv_cache_mb, "KV-cache budget, MiB")->check(CLI::PositiveNumber);
   generate_cmd->add_option("--threads", generate.threads, "CPU threads; 0: all cores")->check(CLI::NonNegativeNumber);
+  generate_cmd->add_option("--device", generate.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  generate_cmd->add_option("--dtype", generate.dtype, "cuda: bf16 | fp32")->check(CLI::IsMember({"bf16", "fp32"}));
   generate_cmd->add_flag("--json", generate.json, "one JSON line per completion: text, ids, log-probs, finish reason");
 
   app.add_subcommand("version", "print the build: versions, CUDA, NCCL, devices");

@@ -50,6 +50,10 @@ inline Number between(double lo, double hi) {
 inline Number above_up_to(double lo, double hi) {
   return {lo, hi, true, fmt::format("a number in ({}, {}]", lo, hi)};
 }
+// (lo, hi): both ends excluded (the upper one as its next double down, so `allows` stays one test).
+inline Number strictly_between(double lo, double hi) {
+  return {lo, std::nextafter(hi, lo), true, fmt::format("a number in ({}, {})", lo, hi)};
+}
 inline Integer at_least(int64_t lo) { return {lo, std::numeric_limits<int64_t>::max(), fmt::format("an integer >= {}", lo)}; }
 inline Integer any_integer() { return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), "an integer"}; }
 inline Number any_number() { return {-std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity(), false, "a number"}; }

@@ -94,6 +94,11 @@ template <class V> void describe(V& v, RolloutConfig& c) {
   v.field("max_batch_tokens", c.max_batch_tokens, at_least(1), "tokens per engine step (prefill chunks + decodes)");
   v.field("max_running", c.max_running, at_least(1), "samples decoding at once per worker");
   v.field("threads", c.threads, at_least(0), "CPU backend threads per worker; 0: all cores");
+  v.field("dtype", c.dtype, one_of({"bf16", "fp32"}),
+          "CUDA backend storage of weights, activations and KV cache (fp32: for conformance checks)");
+  v.field("gpu_memory_fraction", c.gpu_memory_fraction, strictly_between(0.0, 1.0),
+          "CUDA backend: fraction of the GPU memory free after weights and workspace given to the KV cache "
+          "(kv_cache_mb applies to the CPU backend only)");
 }
 
 template <class V> void describe(V& v, OptimizerConfig& c) {

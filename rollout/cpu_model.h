@@ -7,6 +7,7 @@
 #include "actor/model_config.h"
 #include "actor/model_weights.h"
 #include "rollout/kv_cache.h"
+#include "rollout/model_backend.h"
 
 #include <cstdint>
 #include <memory>
@@ -15,19 +16,6 @@
 namespace tandem {
 
 class ThreadPool;
-
-struct ForwardSequence {
-  int64_t token_begin = 0;     // this step's tokens of the sequence: batch.tokens[token_begin, token_end)
-  int64_t token_end = 0;
-  int64_t start_position = 0;  // position of its first token this step (= tokens already cached)
-  const int32_t* block_table = nullptr;  // blocks covering positions [0, start_position + count)
-};
-
-struct ForwardBatch {
-  std::vector<int32_t> tokens;
-  std::vector<ForwardSequence> sequences;
-  std::vector<int64_t> logit_rows;  // indices into `tokens` whose next-token logits are wanted
-};
 
 class CpuModel {
  public:

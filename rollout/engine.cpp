@@ -1,11 +1,13 @@
 #include "rollout/engine.h"
 
 #include "core/error.h"
-#include "rollout/cpu_model.h"
 #include "rollout/kv_cache.h"
+#include "rollout/model_backend.h"
 #include "rollout/scheduler.h"
+#include "rollout/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <iterator>
 #include <list>
 #include <map>
@@ -24,6 +26,9 @@ EngineOptions engine_options(const RolloutConfig& rollout) {
   o.max_batch_tokens = rollout.max_batch_tokens;
   o.max_running = rollout.max_running;
   o.threads = static_cast<int>(rollout.threads);
+  o.device = rollout.device;
+  o.dtype = rollout.dtype;
+  o.gpu_memory_fraction = rollout.gpu_memory_fraction;
   return o;
 }
 
@@ -44,6 +49,10 @@ struct SampleState : Sequence {
   bool started = false;
 };
 
+// From this many logits on, a step's rows are sampled over a thread pool (a hand-off costs
+// microseconds; a row of a 150k vocabulary about a millisecond, 256 rows a quarter second).
+constexpr int64_t kParallelSamplingValues = int64_t{1} << 18;
+
 // The sample's own stream: (request seed, sample index) mixed into one 64-bit seed.
 uint64_t sample_seed(uint64_t request_seed, int64_t index) {
   return static_cast<uint64_t>(uniform_from_counter(request_seed, static_cast<uint64_t>(index)) * 0x1.0p53) ^
@@ -54,31 +63,28 @@ uint64_t sample_seed(uint64_t request_seed, int64_t index) {
 
 struct RolloutEngine::Impl {
   Impl(const ModelConfig& config, ModelWeights weights, const EngineOptions& options, Detokenizer detokenize)
-      : model(config, std::move(weights), options.threads),
-        cache_shape(make_shape(config, options)),
-        cache(cache_shape),
-        blocks(cache_shape.num_blocks),
+      : options(checked(options)),
+        model(make_model_backend(config, std::move(weights), options)),
+        blocks(model->kv_blocks()),
         scheduler(blocks, SchedulerOptions{options.block_size, options.max_batch_tokens, options.max_running}),
-        options(options),
         detokenize(std::move(detokenize)) {}
 
-  static KvCacheShape make_shape(const ModelConfig& c, const EngineOptions& o) {
+  static const EngineOptions& checked(const EngineOptions& o) {
     TANDEM_CHECK(o.block_size > 0, "block_size must be positive, got {}", o.block_size);
     TANDEM_CHECK(o.max_batch_tokens > 0, "max_batch_tokens must be positive, got {}", o.max_batch_tokens);
     TANDEM_CHECK(o.max_running > 0, "max_running must be positive, got {}", o.max_running);
-    KvCacheShape shape{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, o.block_size, 0};
-    shape.num_blocks = kv_cache_blocks_for_budget(o.kv_cache_bytes, shape);
-    return shape;
+    return o;
   }
 
-  CpuModel model;
-  KvCacheShape cache_shape;
-  KvCache cache;
+  EngineOptions options;
+  std::unique_ptr<ModelBackend> model;
   BlockAllocator blocks;
   Scheduler scheduler;
-  EngineOptions options;
   Detokenizer detokenize;
   Sampler sampler;
+  std::unique_ptr<ThreadPool> sampling_pool;  // for steps with many large rows of logits
+  std::vector<Sampler> samplers;  // one per pool chunk
+  std::vector<SampledToken> drawn;  // per logit row
   std::list<SampleState> samples;  // stable addresses: the scheduler holds pointers
   int64_t next_arrival = 0;
   int64_t next_order = 0;
@@ -89,12 +95,14 @@ struct RolloutEngine::Impl {
 RolloutEngine::RolloutEngine(const ModelConfig& config, ModelWeights weights, const EngineOptions& options,
                              Detokenizer detokenize)
     : impl_(std::make_unique<Impl>(config, std::move(weights), options, std::move(detokenize))) {
-  stats_.kv_blocks_total = impl_->cache_shape.num_blocks;
+  stats_.kv_blocks_total = impl_->model->kv_blocks();
 }
 
 RolloutEngine::~RolloutEngine() = default;
 
-const ModelConfig& RolloutEngine::config() const { return impl_->model.config(); }
+const ModelConfig& RolloutEngine::config() const { return impl_->model->config(); }
+
+std::string RolloutEngine::backend_name() const { return impl_->model->name(); }
 
 bool RolloutEngine::has_unfinished() const { return !impl_->samples.empty(); }
 
@@ -126,11 +134,16 @@ void RolloutEngine::check_request(const GenerationRequest& r) const {
   }
   const int64_t longest = std::min(prompt_length + r.max_new_tokens, c.max_position_embeddings);
   const int64_t blocks = impl_->scheduler.blocks_needed(longest);
-  if (blocks > impl_->cache_shape.num_blocks) {
+  const int64_t cache_blocks = impl_->model->kv_blocks();
+  if (blocks > cache_blocks) {
+    const std::string remedy =
+        impl_->options.device == "cpu"
+            ? fmt::format("({} MB); raise rollout.kv_cache_mb", impl_->options.kv_cache_bytes >> 20)
+            : fmt::format("(on {}); raise rollout.gpu_memory_fraction", impl_->model->name());
     throw Error(fmt::format("{}: one sample of {} prompt + {} new tokens needs {} KV blocks of {} tokens; the cache has "
-                            "{} ({} MB); raise rollout.kv_cache_mb or lower max_new_tokens",
-                            where, prompt_length, r.max_new_tokens, blocks, impl_->cache_shape.block_size,
-                            impl_->cache_shape.num_blocks, impl_->options.kv_cache_bytes >> 20));
+                            "{} {} or lower max_new_tokens",
+                            where, prompt_length, r.max_new_tokens, blocks, impl_->options.block_size, cache_blocks,
+                            remedy));
   }
 }
 
@@ -186,15 +199,37 @@ std::vector<GeneratedSample> RolloutEngine::step() {
     // (a prompt, or the recomputation of a preempted sample).
     if (!(s->started && chunk.end - chunk.begin == 1)) stats_.prefill_tokens += chunk.end - chunk.begin;
   }
-  m.model.forward(batch, m.cache, m.logits);
+  const auto forward_start = std::chrono::steady_clock::now();
+  m.model->forward(batch, m.logits);
+  const auto sample_start = std::chrono::steady_clock::now();
+  stats_.forward_seconds += std::chrono::duration<double>(sample_start - forward_start).count();
 
   const ModelConfig& c = config();
+  // Every row's draw first: each is a pure function of its logits, parameters and
+  // counter-based uniform, so spreading rows over threads changes nothing.
+  m.drawn.resize(sampling.size());
+  auto draw = [&](int64_t r, Sampler& sampler) {
+    const SampleState* s = sampling[r];
+    const int64_t position = static_cast<int64_t>(s->tokens.size());  // where the new token goes
+    const double u = uniform_from_counter(s->seed, static_cast<uint64_t>(position));
+    m.drawn[r] = sampler.sample(&m.logits[r * c.vocab_size], c.vocab_size, s->request->request.sampling, u);
+  };
+  const int64_t rows = static_cast<int64_t>(sampling.size());
+  if (rows > 1 && rows * c.vocab_size >= kParallelSamplingValues) {
+    // Created on first use: the backend's forward is done, so its cores are free now.
+    if (!m.sampling_pool) m.sampling_pool = std::make_unique<ThreadPool>(m.options.threads);
+    const int64_t chunks = std::min<int64_t>(rows, m.sampling_pool->threads());
+    m.samplers.resize(static_cast<size_t>(chunks));
+    m.sampling_pool->run(chunks, [&](int64_t chunk) {
+      for (int64_t r = chunk * rows / chunks; r < (chunk + 1) * rows / chunks; ++r) draw(r, m.samplers[chunk]);
+    });
+  } else {
+    for (int64_t r = 0; r < rows; ++r) draw(r, m.sampler);
+  }
   for (size_t r = 0; r < sampling.size(); ++r) {
     SampleState* s = sampling[r];
     const GenerationRequest& request = s->request->request;
-    const int64_t position = static_cast<int64_t>(s->tokens.size());  // where the new token goes
-    const double u = uniform_from_counter(s->seed, static_cast<uint64_t>(position));
-    SampledToken t = m.sampler.sample(&m.logits[r * c.vocab_size], c.vocab_size, request.sampling, u);
+    const SampledToken t = m.drawn[r];
     if (!s->started) s->result.weight_version = weight_version_;
     s->started = true;
     s->result.last_weight_version = weight_version_;
@@ -237,6 +272,7 @@ std::vector<GeneratedSample> RolloutEngine::step() {
       m.samples.erase(s->self);
     }
   }
+  stats_.sample_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - sample_start).count();
   return finished;
 }
 
@@ -265,7 +301,7 @@ void RolloutEngine::update_weights(const ModelWeights& weights, int64_t version,
   TANDEM_CHECK(rewind || version >= weight_version_,
                "weight version must not go back: engine has {}, update says {} (only a rewind to a checkpoint may)",
                weight_version_, version);
-  impl_->model.update_weights(weights);
+  impl_->model->update_weights(weights);
   weight_version_ = version;
 }
 

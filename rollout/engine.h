@@ -1,9 +1,10 @@
-// The rollout engine: continuous batching over a paged KV cache, CPU backend.
+// The rollout engine: continuous batching over a paged KV cache, on a CPU or CUDA backend.
 //
 // Callers add requests at any time and call step(); each step plans (scheduler: which
 // sequences prefill or decode, KV blocks, preemption), runs one forward over all of the
-// step's tokens, samples, and returns the samples that finished. generate() is the
-// run-to-completion convenience. Not thread-safe: one thread drives an engine.
+// step's tokens on the backend (rollout/model_backend.h), samples on the host, and
+// returns the samples that finished. generate() is the run-to-completion convenience.
+// Not thread-safe: one thread drives an engine.
 #pragma once
 
 #include "actor/model_config.h"
@@ -25,9 +26,21 @@ struct EngineOptions {
   int64_t max_batch_tokens = 2048;              // tokens per step (prefill chunks + decodes)
   int64_t max_running = 256;                    // sequences decoding at once
   int threads = 0;                              // CPU threads, the caller's included; 0: all cores
+  // The model backend: "cpu" | "cuda" (rollout.device; the caller resolves "auto").
+  std::string device = "cpu";
+  // cuda only: storage of weights, activations and the KV cache, "bf16" | "fp32" (rollout.dtype).
+  std::string dtype = "bf16";
+  // cuda only: the KV cache gets this fraction of the GPU memory free once weights and
+  // workspace are allocated, in (0, 1) (rollout.gpu_memory_fraction); kv_cache_bytes is
+  // ignored on cuda.
+  double gpu_memory_fraction = 0.85;
+  int cuda_device = 0;  // cuda only: the device ordinal
+  // cuda only: at most this many KV blocks; 0: no cap beyond what max_running sequences of
+  // max_position_embeddings tokens can use. Tests set it to force preemption.
+  int64_t max_kv_blocks = 0;
 };
 
-// The engine options a rollout config asks for (rollout.kv_cache_mb, ...).
+// The engine options a rollout config asks for (rollout.kv_cache_mb, rollout.device, ...).
 EngineOptions engine_options(const RolloutConfig& rollout);
 
 struct EngineStats {
@@ -37,6 +50,8 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t kv_blocks_total = 0;
   int64_t kv_blocks_peak = 0;  // most blocks in use at once
+  double forward_seconds = 0;  // wall time in the backend's forward, logits on the host included
+  double sample_seconds = 0;   // wall time sampling and checking stops on the host
 };
 
 // Text of a completion, for stop strings.
@@ -67,6 +82,8 @@ class RolloutEngine {
 
   const ModelConfig& config() const;
   const EngineStats& stats() const { return stats_; }
+  // The model backend's name: "cpu", or "cuda bf16 (<device>)".
+  std::string backend_name() const;
 
  private:
   void check_request(const GenerationRequest& request) const;

@@ -5,6 +5,7 @@
 #include "core/config.h"
 #include "core/command_body.h"
 #include "core/error.h"
+#include "kernels/device_probe.h"
 #include "rollout/engine.h"
 #include "weight_sync/local.h"
 #include "weight_sync/options_json.h"
@@ -49,7 +50,9 @@ struct RolloutState {
     const ModelConfig model = read_model_config(model_dir + "/config.json");
     rollout = config.rollout;
     engine.reset();
-    engine = std::make_unique<RolloutEngine>(model, load_model_weights(model_dir, model), engine_options(rollout));
+    EngineOptions options = engine_options(rollout);
+    options.device = resolve_device(rollout.device, "rollout.device");  // "auto" -> cpu | cuda
+    engine = std::make_unique<RolloutEngine>(model, load_model_weights(model_dir, model), options);
     return {"{}", {}};
   }
 
