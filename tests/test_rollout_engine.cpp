@@ -1,6 +1,7 @@
-// The CPU rollout engine: its forward against the float64 reference, its log-probs
-// against the learner's training module, KV-cache decoding against recomputation,
+// The CPU rollout engine: its log-probs against the learner's training module,
 // continuous batching and preemption against each request alone, stops, weight updates.
+// (The forward against the float64 reference and KV-cache decoding against
+// recomputation are in the backend suite, tests/test_rollout_backends.cpp.)
 #include "actor/policy_torch.h"
 #include "core/error.h"
 #include "reference_model.h"
@@ -22,22 +23,6 @@ std::vector<int32_t> prompt_tokens(std::mt19937_64& rng, int64_t length, int64_t
   return random_tokens(rng, length, vocab - 1);
 }
 
-// Logits of every position of `tokens` from one CpuModel forward (a single prefill).
-std::vector<float> prefill_logits(CpuModel& model, const std::vector<int32_t>& tokens) {
-  KvCacheShape shape{model.config().num_hidden_layers, model.config().num_key_value_heads, model.config().head_dim, 16, 0};
-  shape.num_blocks = (static_cast<int64_t>(tokens.size()) + 15) / 16;
-  KvCache cache(shape);
-  std::vector<int32_t> table(shape.num_blocks);
-  for (int64_t b = 0; b < shape.num_blocks; ++b) table[b] = static_cast<int32_t>(shape.num_blocks - 1 - b);  // scattered
-  ForwardBatch batch;
-  batch.tokens = tokens;
-  batch.sequences.push_back({0, static_cast<int64_t>(tokens.size()), 0, table.data()});
-  for (size_t t = 0; t < tokens.size(); ++t) batch.logit_rows.push_back(static_cast<int64_t>(t));
-  std::vector<float> logits;
-  model.forward(batch, cache, logits);
-  return logits;
-}
-
 EngineOptions small_engine() {
   EngineOptions o;
   o.kv_cache_bytes = 8 << 20;
@@ -57,53 +42,6 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 }  // namespace
-
-TEST_CASE("CPU forward matches the float64 reference for every architecture feature") {
-  std::mt19937_64 rng(std::random_device{}());
-  for (const TestModel& m : test_models()) {
-    ModelWeights weights = random_model_weights(m.config, rng(), 0.15, true);
-    CpuModel model(m.config, weights);
-    std::vector<int32_t> tokens = prompt_tokens(rng, 70, m.config.vocab_size);
-    std::vector<float> logits = prefill_logits(model, tokens);
-    Matrix want = reference_logits(m.config, weights, tokens);
-    for (size_t t = 0; t < tokens.size(); ++t) {
-      for (int64_t v = 0; v < m.config.vocab_size; ++v) {
-        const double got = logits[t * m.config.vocab_size + v], ref = want[t][v];
-        if (!(std::abs(got - ref) <= 2e-5 + 2e-4 * std::abs(ref))) {
-          FAIL(m.name << ": token " << t << " logit " << v << " is " << got << ", reference " << ref);
-        }
-      }
-    }
-  }
-}
-
-TEST_CASE("decoding with the paged KV cache equals recomputing from scratch") {
-  std::mt19937_64 rng(std::random_device{}());
-  for (const TestModel& m : test_models()) {
-    ModelWeights weights = random_model_weights(m.config, rng(), 0.15, true);
-    CpuModel model(m.config, weights);
-    std::vector<int32_t> tokens = prompt_tokens(rng, 23, m.config.vocab_size);
-    std::vector<float> full = prefill_logits(model, tokens);
-
-    // Prefill 5 tokens, then feed the rest one at a time through 3-slot blocks.
-    KvCacheShape shape{m.config.num_hidden_layers, m.config.num_key_value_heads, m.config.head_dim, 3, 16};
-    KvCache cache(shape);
-    std::vector<int32_t> table = {9, 2, 14, 0, 7, 11, 3, 5};
-    std::vector<float> incremental, logits;
-    for (int64_t begin = 0; begin < 23;) {
-      const int64_t end = begin == 0 ? 5 : begin + 1;
-      ForwardBatch batch;
-      batch.tokens.assign(tokens.begin() + begin, tokens.begin() + end);
-      batch.sequences.push_back({0, end - begin, begin, table.data()});
-      for (int64_t t = 0; t < end - begin; ++t) batch.logit_rows.push_back(t);
-      model.forward(batch, cache, logits);
-      incremental.insert(incremental.end(), logits.begin(), logits.end());
-      begin = end;
-    }
-    INFO(m.name);
-    CHECK(max_abs_diff(incremental, full) <= 1e-5);
-  }
-}
 
 TEST_CASE("rollout log-probs equal the learner module's for the same weights and tokens") {
   std::mt19937_64 rng(std::random_device{}());
