@@ -377,7 +377,8 @@ void TrainingLoop::run(bool resume) {
   for (const std::string& stale : remove_stale_weights_shm()) log::info("removed stale weight segment {}", stale);
   shm_name_ = controller_weights_shm_name(::getpid());
   const std::string group_dirs = run_dir_ + "/weight_sync";  // rendezvous of broadcast groups
-  std::filesystem::remove_all(group_dirs);
+  std::error_code cleanup_error;  // best effort: a late rank of a dead group may still write there
+  std::filesystem::remove_all(group_dirs, cleanup_error);
   try {
     start_workers();
     int64_t step = 0;
@@ -403,11 +404,11 @@ void TrainingLoop::run(bool resume) {
     export_policy();
   } catch (...) {
     remove_weights_shm(shm_name_);
-    std::filesystem::remove_all(group_dirs);
+    std::filesystem::remove_all(group_dirs, cleanup_error);
     throw;
   }
   remove_weights_shm(shm_name_);
-  std::filesystem::remove_all(group_dirs);
+  std::filesystem::remove_all(group_dirs, cleanup_error);
 }
 
 }  // namespace training

@@ -131,8 +131,12 @@ class TrainingLoop {
   // collective, nccl: the learners' publish and the loads of `receivers` (rollout ranks)
   // run together in one group; a member that dies is restarted and the sync redone.
   void sync_through_group(int64_t version, bool rewind, const std::vector<int64_t>& receivers, bool local);
-  // One try through group_: sends the publish and every load, waits for all of them.
-  void send_group_sync(int64_t version, bool rewind, bool local);
+  // One try through group_: sends the publish and every load (their request ids into
+  // `ids`), waits for all of them.
+  void send_group_sync(int64_t version, bool rewind, bool local, std::vector<uint64_t>& ids);
+  // Waits out the commands of a failed try (they fail once the group is abandoned or its
+  // sender gone), so that the next try's commands do not queue behind them in the workers.
+  void drain_attempt(const std::vector<uint64_t>& ids, const std::vector<int64_t>& group_members);
   // A failure during a group sync to rollout ranks `group_members`: restarts the dead
   // rollout worker behind it (or throws LearnerLost, or the failure itself when no worker died).
   void recover_group_member(const WorkerFailure& failure, const std::vector<int64_t>& group_members);

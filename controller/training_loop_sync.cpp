@@ -5,6 +5,7 @@
 #include "controller/training_loop_impl.h"
 
 #include "core/log.h"
+#include "weight_sync/collective.h"
 #include "weight_sync/nccl_id.h"
 #include "weight_sync/options_json.h"
 
@@ -87,35 +88,42 @@ void TrainingLoop::sync_through_group(int64_t version, bool rewind, const std::v
                 group.options.address);
       group_ = std::move(group);
     }
+    std::vector<uint64_t> attempt;
     try {
-      send_group_sync(version, rewind, local);
+      send_group_sync(version, rewind, local, attempt);
     } catch (const WorkerFailure& failure) {
-      fs::remove_all(group_->options.address);
-      group_.reset();  // a group that failed is never used again (weight_sync/broadcast_protocol.h)
+      // A group that failed is never used again (weight_sync/broadcast_protocol.h). Ranks
+      // still waiting for the dead one to join give up at once.
+      if (group_->options.method == "collective") abandon_collective_rendezvous(group_->options.address);
+      group_.reset();
       recover_group_member(failure, receivers);
+      drain_attempt(attempt, receivers);
       continue;  // the whole sync again, in a new group
     }
-    if (!group_->used) fs::remove_all(group_->options.address);  // every rank has connected
+    std::error_code ignored;
+    if (!group_->used) fs::remove_all(group_->options.address, ignored);  // every rank has connected
     group_->used = true;
     weight_version_ = version;
     return;
   }
 }
 
-void TrainingLoop::send_group_sync(int64_t version, bool rewind, bool local) {
+void TrainingLoop::send_group_sync(int64_t version, bool rewind, bool local, std::vector<uint64_t>& ids) {
   WeightSyncOptions options = group_->options;
   nlohmann::json publish = {{"version", version}, {"transport", weight_sync_options_to_json(options)}};
   if (local) publish["local"] = true;
   // All at once: the publish returns only when every receiver has checked every bucket.
-  std::vector<uint64_t> ids;
   for (const WorkerId& worker : learner_hosts()) ids.push_back(pool_.send(worker, "learner_publish", publish.dump()));
   std::vector<std::pair<WorkerId, uint64_t>> loads;
   for (size_t i = 0; i < group_->receivers.size(); ++i) {
     options.rank = static_cast<int>(i) + 1;
-    if (options.method == "nccl") options.cuda_device = options.rank;  // group rank i on GPU i
+    // nccl: a GPU per process, the same in every group: learner rank 0 on GPU 0, rollout
+    // rank r on GPU r + 1 (colocated: on its slot's GPU r).
+    const int64_t rollout_rank = group_->receivers[i];
+    if (options.method == "nccl") options.cuda_device = static_cast<int>(rollout_rank + (colocated(c_) ? 0 : 1));
     nlohmann::json load = {{"transport", weight_sync_options_to_json(options)}};
     if (rewind) load["rewind"] = true;
-    const WorkerId worker = rollout_worker(c_, group_->receivers[i]);
+    const WorkerId worker = rollout_worker(c_, rollout_rank);
     loads.emplace_back(worker, pool_.send(worker, "rollout_load_weights", load.dump()));
   }
   if (local) {
@@ -128,6 +136,19 @@ void TrainingLoop::send_group_sync(int64_t version, bool rewind, bool local) {
   for (const auto& [worker, id] : loads) {
     const int64_t loaded = nlohmann::json::parse(replies.at(id).reply.body).at("version").get<int64_t>();
     TANDEM_CHECK(loaded == version, "{} loaded weight version {}, expected {}", worker.name(), loaded, version);
+  }
+}
+
+void TrainingLoop::drain_attempt(const std::vector<uint64_t>& ids, const std::vector<int64_t>& group_members) {
+  for (uint64_t id : ids) {
+    while (pool_.has_request(id)) {  // false once answered, or once its worker was restarted
+      try {
+        pool_.wait({id});
+      } catch (const WorkerFailure& failure) {
+        if (failure.command_error()) break;  // how a command of the failed group usually ends
+        recover_group_member(failure, group_members);  // another death meanwhile
+      }
+    }
   }
 }
 

@@ -177,13 +177,21 @@ int64_t TrainingLoop::restore(const std::optional<CheckpointRef>& checkpoint) {
 
 int64_t TrainingLoop::recover_learners(const LearnerLost& lost) {
   WorkerFailure last = lost.failure();
+  bool count = true;  // false when the try is repeated for a rollout worker's death, not a learner's
   while (true) {
-    count_restart(last);
-    log::warn("{}; restarting the learners from the last checkpoint ({} of {} restarts)", last.what(), restarts_,
-              c_.launcher.max_restarts);
-    std::fprintf(stderr, "\ntandem: %s\ntandem: restarting the learners from the last checkpoint\n", last.what());
+    if (count) {
+      count_restart(last);
+      log::warn("{}; restarting the learners from the last checkpoint ({} of {} restarts)", last.what(), restarts_,
+                c_.launcher.max_restarts);
+      std::fprintf(stderr, "\ntandem: %s\ntandem: restarting the learners from the last checkpoint\n", last.what());
+    }
+    count = true;
+    // Until the restore's sync, the learners hold other weights than the rollout workers:
+    // a rollout worker restarted meanwhile waits for that sync (load_current_weights).
+    group_.reset();  // its sender is gone
+    trained_since_sync_ = true;
+    shm_published_ = false;
     try {
-      group_.reset();  // its sender is gone
       for (const WorkerId& worker : learner_hosts()) pool_.restart(worker);
       if (colocated(c_)) {  // the restarted slots hosted rollout ranks too
         for (const WorkerId& worker : learner_hosts()) {
@@ -196,7 +204,12 @@ int64_t TrainingLoop::recover_learners(const LearnerLost& lost) {
       last = again.failure();  // lost again while recovering
     } catch (const WorkerFailure& again) {
       if (again.command_error()) throw;
-      last = again;
+      if (hosts_learner(again.worker())) {
+        last = again;
+      } else {  // a rollout-only worker died meanwhile: restart it, then the learners' recovery again
+        restart_rollout(again, /*load_weights=*/false);
+        count = false;
+      }
     }
   }
 }

@@ -298,7 +298,8 @@ TEST_CASE("with collective weight sync, killed rollout workers and a killed lear
   const std::string expected = finished_run(reference, {"experiment.steps=30"});
   TempDir dir;
   const std::vector<std::string> settings = {"experiment.steps=30", "weight_sync.method=collective",
-                                             "launcher.max_restarts=3", "logging.level=debug"};
+                                             "launcher.max_restarts=3", "logging.level=debug",
+                                             "weight_sync.timeout_s=10"};  // a stuck group fails fast
   ChildProcess controller = start_run_until_step(dir, 3, settings);
   kill_while_generating(controller, dir, 1);
   wait_for_step(controller, dir, steps_done(dir) + 2);

@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/checksum.h"
+#include "weight_sync/collective.h"
 #include "weight_sync/cuda_device.h"
 #include "weight_sync/layout.h"
 #include "weight_sync/nccl_id.h"
@@ -182,6 +183,31 @@ TEST_CASE("collective: a sender that stops publishing is a timeout, and the grou
   CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 8);
   CHECK_THROWS_WITH_AS(receiver->receive(expectation(tensors), ignore), doctest::Contains("unusable after an earlier failure"),
                        Error);
+  fs::remove_all(o.address);
+}
+
+TEST_CASE("collective: a rank waiting for a dead one gives up at once when the rendezvous is abandoned") {
+  WeightSyncOptions o;
+  o.method = "collective";
+  o.address = unique_address("collective", 0);
+  o.rank = 1;
+  o.timeout_s = 60;  // far longer than the test allows: only the abandonment can end the wait
+  auto receiver = make_weight_receiver(o);  // its sender (rank 0) never comes
+  const std::vector<TestTensor> tensors = random_tensors(3);
+  std::string error;
+  const auto start = Clock::now();
+  std::thread receive([&] {
+    try {
+      receiver->receive(expectation(tensors), [](const ExpectedTensor&, const void*) {});
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  abandon_collective_rendezvous(o.address);
+  receive.join();
+  CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 10);
+  CHECK(error.find("was abandoned (a rank died) while waiting for rank 0") != std::string::npos);
   fs::remove_all(o.address);
 }
 

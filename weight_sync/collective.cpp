@@ -155,4 +155,6 @@ std::unique_ptr<WeightReceiver> make_collective_receiver(const WeightSyncOptions
   return make_broadcast_receiver(gloo_connector(options), options, collective_where(options));
 }
 
+void abandon_collective_rendezvous(const std::string& address) { DirectoryStore::abandon(address); }
+
 }  // namespace tandem

@@ -7,10 +7,16 @@
 #include "weight_sync/transport.h"
 
 #include <memory>
+#include <string>
 
 namespace tandem {
 
 std::unique_ptr<WeightSender> make_collective_sender(const WeightSyncOptions& options);
 std::unique_ptr<WeightReceiver> make_collective_receiver(const WeightSyncOptions& options);
+
+// Marks the rendezvous directory `address` abandoned: ranks still waiting there for a rank
+// that died fail at once instead of at their timeout. The controller calls it when it
+// gives a group up.
+void abandon_collective_rendezvous(const std::string& address);
 
 }  // namespace tandem

@@ -76,12 +76,22 @@ void DirectoryStore::wait(const std::vector<std::string>& keys, const std::chron
       if (!fs::exists(path_of(key))) absent.push_back(key);
     }
     if (absent.empty()) return;
+    if (fs::exists(directory_ + "/abandoned")) {
+      throw Error(fmt::format("{}: the group in {} was abandoned (a rank died) while waiting for {}", where_, directory_,
+                              describe_keys(absent)));
+    }
     if (std::chrono::steady_clock::now() >= deadline) {
       throw Error(fmt::format("{}: {} did not join the rendezvous in {} within {} s", where_, describe_keys(absent),
                               directory_, static_cast<double>(timeout_.count()) / 1000.0));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+}
+
+void DirectoryStore::abandon(const std::string& directory) {
+  std::error_code ec;
+  fs::create_directories(directory, ec);
+  std::ofstream(directory + "/abandoned");  // best effort: without it, waiting ranks fail at their timeout
 }
 
 void DirectoryStore::remove_own_keys() {

@@ -27,6 +27,11 @@ class DirectoryStore : public gloo::rendezvous::Store {
   // directory clean for the next group.
   void remove_own_keys();
 
+  // Marks `directory` abandoned (a file named "abandoned"; keys are "key-*"): ranks
+  // waiting in it fail at once instead of at the timeout. For a group one of whose ranks
+  // died before it connected.
+  static void abandon(const std::string& directory);
+
  private:
   std::string path_of(const std::string& key) const;
 
