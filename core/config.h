@@ -139,7 +139,7 @@ struct WeightSyncConfig {
   int64_t bucket_mb = 256;
   int64_t probe_every = 0;        // check rollout log-probs against the learner's every N syncs; 0: off
   double probe_tolerance = 1e-3;  // largest log-prob difference the probe accepts
-  double timeout_s = 120;         // longest wait for a peer of a sync (keep above launcher.heartbeat_timeout_s)
+  double timeout_s = 120;         // longest wait for a peer of a sync; a hung peer fails the sync at this limit
 };
 
 struct LauncherConfig {

@@ -143,8 +143,8 @@ template <class V> void describe(V& v, WeightSyncConfig& c) {
           "every N syncs compare the rollout engine's log-probs of a probe batch with the learner's; 0: off");
   v.field("probe_tolerance", c.probe_tolerance, positive(), "largest log-prob difference the probe accepts");
   v.field("timeout_s", c.timeout_s, positive(),
-          "longest wait for a peer during a sync, s; keep it above launcher.heartbeat_timeout_s so a dead "
-          "worker is seen (and restarted) before its peers give up");
+          "longest wait for a peer during a sync, s: a peer that died is noticed at once and restarted; "
+          "one that hangs fails the sync (and the run) at this limit");
 }
 
 template <class V> void describe(V& v, LauncherConfig& c) {
