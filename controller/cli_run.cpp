@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/signals.h"
 #include "kernels/device_probe.h"
+#include "weight_sync/nccl_info.h"
 
 #include <algorithm>
 #include <chrono>
@@ -28,12 +29,18 @@ void check_weight_sync_runnable(const LoadedConfig& loaded) {
   const Config& c = loaded.config;
   const std::string& method = c.weight_sync.method;
   if (method != "cuda_ipc" && method != "nccl") return;
+  const int64_t receivers = c.rollout.workers - (c.placement == "colocated" ? 1 : 0);  // slot 0 takes them in memory
+  if (receivers == 0) return;  // no transport is used
+  if (method == "nccl" && nccl_version().rfind("built without", 0) == 0) {
+    throw UsageError(fmt::format("{}: weight_sync.method: nccl, but tandem was built without NCCL; use collective",
+                                 loaded.origin_of("weight_sync.method")));
+  }
   const CudaProbe probe = probe_cuda();
   if (!probe.usable) {
     throw UsageError(fmt::format("{}: weight_sync.method: {} needs a usable GPU: {}", loaded.origin_of("weight_sync.method"),
                                  method, probe.detail));
   }
-  const int64_t ranks = c.rollout.workers + (c.placement == "colocated" ? 0 : 1);  // sender + receivers
+  const int64_t ranks = receivers + 1;  // learner rank 0 sends
   if (method == "nccl" && probe.device_count < ranks) {
     throw UsageError(fmt::format(
         "{}: weight_sync.method: nccl puts each of its {} ranks (learner rank 0 and the rollout workers it sends to) "

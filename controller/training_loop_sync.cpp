@@ -145,7 +145,10 @@ void TrainingLoop::drain_attempt(const std::vector<uint64_t>& ids, const std::ve
       try {
         pool_.wait({id});
       } catch (const WorkerFailure& failure) {
-        if (failure.command_error()) break;  // how a command of the failed group usually ends
+        if (failure.command_error()) {  // how a command of the failed group usually ends
+          pool_.forget(id);
+          break;
+        }
         recover_group_member(failure, group_members);  // another death meanwhile
       }
     }

@@ -111,6 +111,12 @@ void WorkerPool::restart(const WorkerId& id) {
   wait_registered({id});
 }
 
+void WorkerPool::forget(uint64_t id) {
+  pending_.erase(id);
+  replies_.erase(id);
+  errors_.erase(id);
+}
+
 void WorkerPool::wait_registered(const std::vector<WorkerId>& ids) {
   auto started = Clock::now();
   while (true) {

@@ -101,6 +101,9 @@ class WorkerPool {
   // Whether request `id` can still be waited for: false once wait() returned its reply or
   // its worker was restarted (which forgets the worker's requests).
   bool has_request(uint64_t id) const { return pending_.count(id) != 0; }
+  // Drops request `id` (and any reply or error already in) without waiting for it: for a
+  // request whose outcome no longer matters, e.g. one that wait() reported failed.
+  void forget(uint64_t id);
   // Waits for the replies to these requests. Throws WorkerFailure on any worker failure.
   std::map<uint64_t, CommandReply> wait(const std::vector<uint64_t>& request_ids);
   // One command to every worker; replies in the order of status().

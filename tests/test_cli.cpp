@@ -131,6 +131,10 @@ TEST_CASE("device: cuda without a usable GPU is a clear error, not a fallback") 
     CHECK(read_text(out).find("weight_sync.method: " + method + " needs a usable GPU") != std::string::npos);
     CHECK_FALSE(fs::exists(dir.path() + "/run"));
   }
+  // Colocated with one rollout worker, no transport is used: nothing to refuse.
+  CHECK(run_tandem({"run", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--set", "weight_sync.method=nccl", "--set",
+                    "rollout.workers=1", "--set", "experiment.steps=2", "--set", "sft.steps=2", "--run-dir",
+                    dir.path() + "/run"}, out).exit_code == 0);
 }
 
 TEST_CASE("a short run completes and leaves the run directory contract") {

@@ -121,6 +121,12 @@ TEST_CASE("a command that fails on a worker is reported with the worker and the 
     CHECK(what.find("failed command \"no_such_command\"") != std::string::npos);
     CHECK(what.find("unknown command") != std::string::npos);
   }
+  // A failed request stays known (waiting again repeats the error) until it is forgotten.
+  CHECK(pool.has_request(id));
+  CHECK_THROWS_AS(pool.wait({id}), WorkerFailure);
+  pool.forget(id);
+  CHECK_FALSE(pool.has_request(id));
+  CHECK_THROWS_WITH_AS(pool.wait({id}), doctest::Contains("is unknown"), Error);
   CHECK(pool.call_all("ping", "still alive")[0].reply.body == "still alive");
   pool.shutdown("test done");
 }
