@@ -127,7 +127,8 @@ class TrainingLoop {
   // restore the version may go back (rollout workers may be ahead).
   void sync_weights(int64_t version, bool rewind = false);
   // shm, cuda_ipc: the learners publish, then the rollout workers read.
-  void sync_through_mailbox(int64_t version, bool rewind);
+  // `through_transport`: some rollout worker reads the mailbox (not only the colocated slot 0).
+  void sync_through_mailbox(int64_t version, bool rewind, bool through_transport);
   // collective, nccl: the learners' publish and the loads of `receivers` (rollout ranks)
   // run together in one group; a member that dies is restarted and the sync redone.
   void sync_through_group(int64_t version, bool rewind, const std::vector<int64_t>& receivers, bool local);

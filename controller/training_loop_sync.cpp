@@ -15,9 +15,26 @@ namespace tandem::training {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The body of rollout_load_weights: `source` ({"transport": ...} or {"local": true}), and
+// whether the version may go back.
+std::string load_body(nlohmann::json source, bool rewind) {
+  if (rewind) source["rewind"] = true;
+  return source.dump();
+}
+
+// A rollout_load_weights reply must say the version that was sent.
+void check_loaded(const WorkerId& worker, const CommandReply& reply, int64_t expected) {
+  const int64_t loaded = nlohmann::json::parse(reply.reply.body).at("version").get<int64_t>();
+  TANDEM_CHECK(loaded == expected, "{} loaded weight version {}, expected {}", worker.name(), loaded, expected);
+}
+
+}  // namespace
+
 bool TrainingLoop::mailbox_transport() const {
-  const WeightSyncOptions o = transport_options();
-  return o.method == "shm" || o.method == "cuda_ipc";
+  const std::string method = transport_options().method;
+  return method == "shm" || method == "cuda_ipc";
 }
 
 WeightSyncOptions TrainingLoop::transport_options() const {
@@ -34,7 +51,7 @@ void TrainingLoop::sync_weights(int64_t version, bool rewind) {
   std::vector<int64_t> receivers;  // rollout ranks that take the weights through the transport
   for (int64_t r = local ? 1 : 0; r < c_.rollout.workers; ++r) receivers.push_back(r);
   if (mailbox_transport() || receivers.empty()) {
-    sync_through_mailbox(version, rewind);
+    sync_through_mailbox(version, rewind, !receivers.empty());
   } else {
     sync_through_group(version, rewind, receivers, local);
   }
@@ -42,29 +59,23 @@ void TrainingLoop::sync_weights(int64_t version, bool rewind) {
   trained_since_sync_ = false;
 }
 
-void TrainingLoop::sync_through_mailbox(int64_t version, bool rewind) {
+void TrainingLoop::sync_through_mailbox(int64_t version, bool rewind, bool through_transport) {
   const bool local = colocated(c_);
-  const bool shm = !local || c_.rollout.workers > 1;
   const nlohmann::json transport = weight_sync_options_to_json(transport_options());
   nlohmann::json publish = {{"version", version}};
   if (local) publish["local"] = true;
-  if (shm) publish["transport"] = transport;
+  if (through_transport) publish["transport"] = transport;
   publishing_ = true;  // a rollout worker restarted meanwhile gets this version in the load below
   call_learners("learner_publish", publish.dump());
   publishing_ = false;
   weight_version_ = version;
-  shm_published_ = shm;
+  shm_published_ = through_transport;
   std::vector<Request> requests;
   for (int64_t r = 0; r < c_.rollout.workers; ++r) {
-    nlohmann::json load = local && r == 0 ? nlohmann::json{{"local", true}} : nlohmann::json{{"transport", transport}};
-    if (rewind) load["rewind"] = true;
-    requests.push_back(request(rollout_worker(c_, r), "rollout_load_weights", load.dump()));
+    const nlohmann::json source = local && r == 0 ? nlohmann::json{{"local", true}} : nlohmann::json{{"transport", transport}};
+    requests.push_back(request(rollout_worker(c_, r), "rollout_load_weights", load_body(source, rewind)));
   }
-  for (const CommandReply& reply : collect(std::move(requests))) {
-    const int64_t loaded = nlohmann::json::parse(reply.reply.body).at("version").get<int64_t>();
-    TANDEM_CHECK(loaded == version, "{} loaded weight version {}, expected {}", reply.reply.worker.name(), loaded,
-                 version);
-  }
+  for (const CommandReply& reply : collect(std::move(requests))) check_loaded(reply.reply.worker, reply, version);
 }
 
 void TrainingLoop::sync_through_group(int64_t version, bool rewind, const std::vector<int64_t>& receivers,
@@ -121,22 +132,17 @@ void TrainingLoop::send_group_sync(int64_t version, bool rewind, bool local, std
     // rank r on GPU r + 1 (colocated: on its slot's GPU r).
     const int64_t rollout_rank = group_->receivers[i];
     if (options.method == "nccl") options.cuda_device = static_cast<int>(rollout_rank + (colocated(c_) ? 0 : 1));
-    nlohmann::json load = {{"transport", weight_sync_options_to_json(options)}};
-    if (rewind) load["rewind"] = true;
     const WorkerId worker = rollout_worker(c_, rollout_rank);
-    loads.emplace_back(worker, pool_.send(worker, "rollout_load_weights", load.dump()));
+    const std::string body = load_body({{"transport", weight_sync_options_to_json(options)}}, rewind);
+    loads.emplace_back(worker, pool_.send(worker, "rollout_load_weights", body));
   }
   if (local) {
-    const nlohmann::json load = rewind ? nlohmann::json{{"local", true}, {"rewind", true}} : nlohmann::json{{"local", true}};
     const WorkerId worker = rollout_worker(c_, 0);
-    loads.emplace_back(worker, pool_.send(worker, "rollout_load_weights", load.dump()));
+    loads.emplace_back(worker, pool_.send(worker, "rollout_load_weights", load_body({{"local", true}}, rewind)));
   }
   for (const auto& [worker, id] : loads) ids.push_back(id);
   auto replies = pool_.wait(ids);
-  for (const auto& [worker, id] : loads) {
-    const int64_t loaded = nlohmann::json::parse(replies.at(id).reply.body).at("version").get<int64_t>();
-    TANDEM_CHECK(loaded == version, "{} loaded weight version {}, expected {}", worker.name(), loaded, version);
-  }
+  for (const auto& [worker, id] : loads) check_loaded(worker, replies.at(id), version);
 }
 
 void TrainingLoop::drain_attempt(const std::vector<uint64_t>& ids, const std::vector<int64_t>& group_members) {
@@ -168,8 +174,8 @@ void TrainingLoop::recover_group_member(const WorkerFailure& failure, const std:
   if (hosts_learner(dead->worker())) throw LearnerLost(*dead);
   // A member gets its weights from the sync, redone; a rollout worker outside the group
   // (it died meanwhile) gets them now.
-  const auto& members = group_members;
-  const bool member = std::find(members.begin(), members.end(), static_cast<int64_t>(dead->worker().rank)) != members.end();
+  const bool member = std::find(group_members.begin(), group_members.end(),
+                                static_cast<int64_t>(dead->worker().rank)) != group_members.end();
   restart_rollout(*dead, /*load_weights=*/!member);
 }
 
@@ -178,11 +184,9 @@ void TrainingLoop::load_current_weights(const WorkerId& worker) {
   if (mailbox_transport()) {
     if (!shm_published_) return;  // the model directory's weights, which rollout_init loaded
     if (publishing_) return;       // the segment is being rewritten: the sync in progress delivers
-    const nlohmann::json load = {{"transport", weight_sync_options_to_json(transport_options())}, {"rewind", true}};
-    const auto replies = pool_.wait({pool_.send(worker, "rollout_load_weights", load.dump())});
-    const int64_t loaded = nlohmann::json::parse(replies.begin()->second.reply.body).at("version").get<int64_t>();
-    TANDEM_CHECK(loaded == weight_version_, "{} loaded weight version {}, expected {}", worker.name(), loaded,
-                 weight_version_);
+    const std::string body = load_body({{"transport", weight_sync_options_to_json(transport_options())}}, true);
+    const auto replies = pool_.wait({pool_.send(worker, "rollout_load_weights", body)});
+    check_loaded(worker, replies.begin()->second, weight_version_);
     return;
   }
   if (!synced_) return;  // rollout_init loaded the model directory, as the others did

@@ -30,20 +30,7 @@ struct LearnerState {
   std::unique_ptr<Collectives> collectives;
   std::unique_ptr<Trainer> trainer;
 
-  // Kept between versions: a shm sender rewrites its segment in place, a collective one
-  // keeps its group (weight_sync/transport.h). Other options replace it.
-  std::unique_ptr<WeightSender> sender;
-  std::string sender_key;
-
-  WeightSender& sender_for(const WeightSyncOptions& options) {
-    const std::string key = weight_sync_options_key(options);
-    if (!sender || sender_key != key) {
-      sender.reset();  // leave the old group before joining the new one
-      sender = make_weight_sender(options);
-      sender_key = key;
-    }
-    return *sender;
-  }
+  KeptEndpoint<WeightSender> sender{make_weight_sender};
 
   Trainer& require_trainer(const std::string& command) {
     if (!trainer) throw Error(fmt::format("{}: send learner_init first", command));
@@ -147,8 +134,8 @@ CommandHandler learner_command_handler(std::function<void(const Config&)> prepar
       if (!body.contains("transport")) return {"{}", {}};
       std::vector<OutgoingTensor> tensors;
       for (const WeightTensor& w : weights.tensors()) tensors.push_back({w.name, w.shape, w.data.data()});
-      WeightSender& sender = state->sender_for(weight_sync_options_from_json(body.at("transport"), command.name));
-      const PublishStats stats = sender.publish(version, tensors);
+      const WeightSyncOptions options = weight_sync_options_from_json(body.at("transport"), command.name);
+      const PublishStats stats = state->sender.for_options(options).publish(version, tensors);
       return {fmt::format("{{\"bytes\":{},\"buckets\":{}}}", stats.bytes, stats.buckets), {}};
     }
     if (command.name == "learner_nccl_id") {

@@ -22,20 +22,7 @@ namespace {
 
 struct RolloutState {
   std::unique_ptr<RolloutEngine> engine;
-  // Kept between versions: a shm receiver keeps its mapping, a collective one its group
-  // (weight_sync/transport.h). Other options replace it.
-  std::unique_ptr<WeightReceiver> receiver;
-  std::string receiver_key;
-
-  WeightReceiver& receiver_for(const WeightSyncOptions& options) {
-    const std::string key = weight_sync_options_key(options);
-    if (!receiver || receiver_key != key) {
-      receiver.reset();  // leave the old group before joining the new one
-      receiver = make_weight_receiver(options);
-      receiver_key = key;
-    }
-    return *receiver;
-  }
+  KeptEndpoint<WeightReceiver> receiver{make_weight_receiver};
   RolloutConfig rollout;
 
   RolloutEngine& require_engine(const std::string& command) {
@@ -111,8 +98,8 @@ struct RolloutState {
       }
       version = local.version;
     } else {
-      WeightReceiver& receiver = receiver_for(weight_sync_options_from_json(body.at("transport"), command.name));
-      version = receiver.receive(expected, [&](const ExpectedTensor& t, const void* data) {
+      const WeightSyncOptions options = weight_sync_options_from_json(body.at("transport"), command.name);
+      version = receiver.for_options(options).receive(expected, [&](const ExpectedTensor& t, const void* data) {
         int64_t n = 1;
         for (int64_t d : t.shape) n *= d;
         const float* values = static_cast<const float*>(data);  // expected dtypes are float32

@@ -131,6 +131,23 @@ int worker_pid(int controller, const std::string& role, int rank) {
   return pid;
 }
 
+// Waits (60 s at most) for the controller to end with `exit_code`; returns what it printed.
+std::string output_at_exit(ChildProcess& controller, const TempDir& dir, int exit_code) {
+  const auto status = controller.wait_for(60);
+  const std::string out = read_text(dir.path() + "/out.txt");
+  REQUIRE_MESSAGE(status.has_value(), out);
+  REQUIRE_MESSAGE(status->exit_code == exit_code, out);
+  return out;
+}
+
+// Every step of the run counted all its responses (none lost or doubled), and the run
+// restarted `restarts` workers.
+void check_every_response_once(const std::string& run, double restarts) {
+  const auto rows = metric_rows(run);
+  CHECK(rows.back().at("perf/worker_restarts").get<double>() == restarts);
+  for (const auto& row : rows) CHECK(row.at("response/count").get<double>() == 8 * 4);
+}
+
 }  // namespace
 
 TEST_CASE("an interrupted run resumes exactly; a damaged newest checkpoint is set aside for the one before") {
@@ -188,16 +205,11 @@ TEST_CASE("a rollout worker killed with SIGKILL mid-run is restarted and its req
   TempDir dir;
   ChildProcess controller = start_run_until_step(dir, 4);
   REQUIRE(::kill(worker_pid(controller.pid(), "rollout", 1), SIGKILL) == 0);
-  const auto status = controller.wait_for(60);
-  REQUIRE(status.has_value());
-  const std::string out = read_text(dir.path() + "/out.txt");
+  const std::string out = output_at_exit(controller, dir, 0);
   INFO(out);
-  REQUIRE(status->exit_code == 0);
   CHECK(out.find("restarted worker rollout-1") != std::string::npos);
   check_same_metrics(expected, dir.path() + "/run");
-  const auto rows = metric_rows(dir.path() + "/run");
-  CHECK(rows.back().at("perf/worker_restarts").get<double>() == 1.0);
-  for (const auto& row : rows) CHECK(row.at("response/count").get<double>() == 8 * 4);  // none lost or doubled
+  check_every_response_once(dir.path() + "/run", 1);
 }
 
 TEST_CASE("a learner killed with SIGKILL mid-run restarts from the last checkpoint; with no restarts left, exit 1") {
@@ -206,11 +218,8 @@ TEST_CASE("a learner killed with SIGKILL mid-run restarts from the last checkpoi
     TempDir dir;
     ChildProcess controller = start_run_until_step(dir, 5);
     REQUIRE(::kill(worker_pid(controller.pid(), "learner", 0), SIGKILL) == 0);
-    const auto status = controller.wait_for(60);
-    REQUIRE(status.has_value());
-    const std::string out = read_text(dir.path() + "/out.txt");
+    const std::string out = output_at_exit(controller, dir, 0);
     INFO(out);
-    REQUIRE(status->exit_code == 0);
     CHECK(out.find("restarting the learners from the last checkpoint") != std::string::npos);
     check_same_metrics(expected, dir.path() + "/run");
   }
@@ -230,11 +239,8 @@ TEST_CASE("a learner killed with SIGKILL mid-run restarts from the last checkpoi
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     CHECK(killed.size() == 3);
-    const auto status = controller.wait_for(60);
-    REQUIRE(status.has_value());
-    const std::string out = read_text(dir.path() + "/out.txt");
+    const std::string out = output_at_exit(controller, dir, 1);
     INFO(out);
-    CHECK(status->exit_code == 1);
     CHECK(out.find("used all 2 restarts (launcher.max_restarts)") != std::string::npos);
   }
 }
@@ -307,15 +313,10 @@ TEST_CASE("with collective weight sync, killed rollout workers and a killed lear
   REQUIRE(::kill(worker_pid(controller.pid(), "rollout", 0), SIGKILL) == 0);
   wait_for_step(controller, dir, steps_done(dir) + 2);
   REQUIRE(::kill(worker_pid(controller.pid(), "learner", 0), SIGKILL) == 0);
-  const auto status = controller.wait_for(60);
-  REQUIRE(status.has_value());
-  const std::string out = read_text(dir.path() + "/out.txt");
+  const std::string out = output_at_exit(controller, dir, 0);
   INFO(out);
-  REQUIRE(status->exit_code == 0);
   check_same_metrics(expected, dir.path() + "/run");
-  const auto rows = metric_rows(dir.path() + "/run");
-  CHECK(rows.back().at("perf/worker_restarts").get<double>() == 3.0);
-  for (const auto& row : rows) CHECK(row.at("response/count").get<double>() == 8 * 4);  // none lost or doubled
+  check_every_response_once(dir.path() + "/run", 3);
   const std::string log = read_text(dir.path() + "/run/logs/controller-0.log");
   size_t groups = 0;
   for (size_t at = log.find("new collective group"); at != std::string::npos; at = log.find("new collective group", at + 1)) {

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <string>
 
 namespace tandem {
@@ -17,5 +18,29 @@ WeightSyncOptions weight_sync_options_from_json(const nlohmann::json& json, cons
 
 // Equal keys: the same segment or group, so a kept sender or receiver can serve it.
 std::string weight_sync_options_key(const WeightSyncOptions& options);
+
+// A worker's one sender (or receiver), kept between syncs and replaced when the options
+// change: a kept shm one keeps its mapping, a kept collective one its group.
+template <typename Endpoint>
+class KeptEndpoint {
+ public:
+  using Make = std::unique_ptr<Endpoint> (*)(const WeightSyncOptions&);
+  explicit KeptEndpoint(Make make) : make_(make) {}
+
+  Endpoint& for_options(const WeightSyncOptions& options) {
+    const std::string key = weight_sync_options_key(options);
+    if (!endpoint_ || key_ != key) {
+      endpoint_.reset();  // leave the old group before joining the new one
+      endpoint_ = make_(options);
+      key_ = key;
+    }
+    return *endpoint_;
+  }
+
+ private:
+  Make make_;
+  std::unique_ptr<Endpoint> endpoint_;
+  std::string key_;
+};
 
 }  // namespace tandem
