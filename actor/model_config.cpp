@@ -222,4 +222,14 @@ std::vector<double> rope_inverse_frequencies(const ModelConfig& c) {
   return inv;
 }
 
+void limit_to_tokenizer(ModelConfig& config, int64_t tokenizer_ids, const std::string& where) {
+  if (tokenizer_ids > config.vocab_size) {
+    throw Error(fmt::format("{}: the tokenizer has {} ids but config.json's vocab_size is {}: the model cannot "
+                            "read or emit ids {}..{}",
+                            where, tokenizer_ids, config.vocab_size, config.vocab_size, tokenizer_ids - 1));
+  }
+  TANDEM_CHECK(tokenizer_ids > 0, "{}: the tokenizer has no ids", where);
+  config.sampled_vocab_size = tokenizer_ids < config.vocab_size ? tokenizer_ids : 0;
+}
+
 }  // namespace tandem

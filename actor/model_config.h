@@ -40,6 +40,14 @@ struct ModelConfig {
   std::string torch_dtype = "float32";
   std::vector<int64_t> eos_token_ids;
   int64_t bos_token_id = -1;
+  // Ids the policy may emit: the tokenizer's size when it is below vocab_size. Checkpoints
+  // pad the embedding rows to a round number (Qwen: 151936 rows, 151669 tokens); a padded
+  // id decodes to nothing, so the rollout engine never samples one and the learner's
+  // log-probs normalise over the same ids. Not part of config.json: the controller sets it
+  // from the tokenizer (limit_to_tokenizer). 0: every id up to vocab_size.
+  int64_t sampled_vocab_size = 0;
+
+  int64_t sampled_vocab() const { return sampled_vocab_size > 0 ? sampled_vocab_size : vocab_size; }
 
   int64_t q_size() const { return num_attention_heads * head_dim; }
   // Llama and Qwen3 put a bias on o_proj too when attention_bias is set; Qwen2 never does.
@@ -52,6 +60,10 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
 ModelConfig read_model_config(const std::string& config_json_path);
 // The config.json a Hugging Face loader accepts for this architecture.
 std::string model_config_to_json(const ModelConfig& config);
+
+// Sets config.sampled_vocab_size to the tokenizer's `tokenizer_ids` when fewer than
+// vocab_size. More ids than vocab_size is an Error naming `where` and both numbers.
+void limit_to_tokenizer(ModelConfig& config, int64_t tokenizer_ids, const std::string& where);
 
 // RoPE inverse frequencies, head_dim / 2 of them, with the configured scaling applied.
 std::vector<double> rope_inverse_frequencies(const ModelConfig& config);

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <map>
 #include <random>
 #include <set>
 
@@ -98,26 +99,52 @@ int64_t ModelWeights::parameter_count() const {
   return n;
 }
 
-void check_weights(const ModelConfig& config, const ModelWeights& weights, const std::string& source) {
+namespace {
+
+// Names and shapes (name -> shape) against expected_weights(config).
+void check_weight_shapes(const ModelConfig& config, const std::map<std::string, std::vector<int64_t>>& shapes,
+                         const std::string& source) {
   std::set<std::string> expected_names;
   for (const WeightSpec& spec : expected_weights(config)) {
     expected_names.insert(spec.name);
-    if (!weights.contains(spec.name)) {
+    auto found = shapes.find(spec.name);
+    if (found == shapes.end()) {
       throw Error(fmt::format("{}: tensor {} is missing ({} expects shape {})", source, spec.name,
                               config.model_type, shape_string(spec.shape)));
     }
-    const WeightTensor& t = weights.get(spec.name);
-    if (t.shape != spec.shape) {
+    if (found->second != spec.shape) {
       throw Error(fmt::format("{}: tensor {} has shape {}, config.json implies {}", source, spec.name,
-                              shape_string(t.shape), shape_string(spec.shape)));
+                              shape_string(found->second), shape_string(spec.shape)));
     }
   }
-  for (const WeightTensor& t : weights.tensors()) {
-    if (!expected_names.count(t.name)) {
+  for (const auto& [name, shape] : shapes) {
+    if (!expected_names.count(name)) {
       throw Error(fmt::format("{}: unexpected tensor {} (not part of a {} model with this config.json)", source,
-                              t.name, config.model_type));
+                              name, config.model_type));
     }
   }
+}
+
+}  // namespace
+
+void check_weights(const ModelConfig& config, const ModelWeights& weights, const std::string& source) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const WeightTensor& t : weights.tensors()) shapes[t.name] = t.shape;
+  check_weight_shapes(config, shapes, source);
+}
+
+void check_model_weights_file(const std::string& model_dir, const ModelConfig& config) {
+  SafetensorsModel model = SafetensorsModel::open_directory(model_dir);  // headers; the data stays mapped
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const std::string& name : model.names()) {
+    if (config.tie_word_embeddings && name == "lm_head.weight") continue;
+    const TensorView& view = model.get(name);
+    TANDEM_CHECK(view.dtype == DType::f32 || view.dtype == DType::bf16 || view.dtype == DType::f16 ||
+                     view.dtype == DType::f64,
+                 "{}: tensor {} is {}, not a floating dtype", model_dir, name, dtype_name(view.dtype));
+    shapes[name] = view.shape;
+  }
+  check_weight_shapes(config, shapes, model_dir);
 }
 
 ModelWeights load_model_weights(const std::string& model_dir, const ModelConfig& config) {

@@ -55,6 +55,10 @@ class ModelWeights {
 // misshapen tensor is an Error naming it and `source`.
 void check_weights(const ModelConfig& config, const ModelWeights& weights, const std::string& source);
 
+// The check above on DIR's safetensors headers, without reading the tensors: what
+// `tandem validate` and `run` do before anything starts.
+void check_model_weights_file(const std::string& model_dir, const ModelConfig& config);
+
 // Reads DIR's safetensors (single file or sharded) as float32, checked. A tied
 // checkpoint that also stores lm_head.weight is accepted (Hugging Face sometimes saves it).
 ModelWeights load_model_weights(const std::string& model_dir, const ModelConfig& config);

@@ -206,7 +206,10 @@ at::Tensor PolicyModel::final_norm(const at::Tensor& x) const {
 at::Tensor PolicyModel::lm_head(const at::Tensor& normed) const {
   const at::Tensor& weight =
       config_.tie_word_embeddings ? param("model.embed_tokens.weight") : param("lm_head.weight");
-  return at::linear(normed, weight).to(at::kFloat);
+  // Padded ids (model_config.h, sampled_vocab) get no logit: softmax runs over the ids the
+  // rollout engine can draw, so both compute the same distribution.
+  if (config_.sampled_vocab() == config_.vocab_size) return at::linear(normed, weight).to(at::kFloat);
+  return at::linear(normed, weight.narrow(0, 0, config_.sampled_vocab())).to(at::kFloat);
 }
 
 TokenLogProbs token_logprobs(const at::Tensor& logits, const TokenLayout& layout, double temperature) {

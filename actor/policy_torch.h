@@ -52,7 +52,8 @@ class PolicyModel {
   at::Tensor layer(int64_t layer, const at::Tensor& x, const LayerContext& context) const;  // [B, L, hidden]
   at::Tensor head(const at::Tensor& x) const;  // lm_head(final_norm(x)): logits [B, L, vocab] float32
   at::Tensor final_norm(const at::Tensor& x) const;  // the last hidden state a head reads [B, L, hidden]
-  at::Tensor lm_head(const at::Tensor& normed) const;  // logits [B, L, vocab] float32
+  // Logits [B, L, config.sampled_vocab()] float32: padded ids (model_config.h) are left out.
+  at::Tensor lm_head(const at::Tensor& normed) const;
   // The last layer's output, before the final norm: embed and every layer.
   at::Tensor trunk(const TokenLayout& layout) const;
 

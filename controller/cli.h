@@ -3,6 +3,7 @@
 // 128+N interrupted by signal N.
 #pragma once
 
+#include "controller/run_inputs.h"
 #include "core/config.h"
 
 #include <cstdint>
@@ -19,6 +20,7 @@ struct RunArgs {
 
 struct ResumeArgs {
   std::string run_dir;
+  std::vector<std::string> overrides;  // --set: e.g. experiment.steps=N extends a run
 };
 
 struct PlotArgs {
@@ -81,9 +83,13 @@ int cli_tokenize(const TokenizeArgs& args);
 int cli_init_model(const InitModelArgs& args);
 int cli_generate(const GenerateArgs& args);
 int cli_validate(const ValidateArgs& args);
-// Loads the config's plugins (plugins/plugin_loader.h); a failure is a UsageError (exit 2).
-void load_plugins_or_usage_error(const LoadedConfig& loaded);
+// Everything `run` and `resume` check before they create or touch a run directory, and
+// `validate` checks too: GPU transports and devices, then the model, dataset and rewards
+// (run_inputs.h). Any problem is a UsageError (exit 2).
+RunInputs check_runnable(const LoadedConfig& loaded);
 int cli_worker(const WorkerArgs& args);
+// Prints the compiler flags that build a plugin library against this tandem.
+int cli_plugin_flags();
 int cli_version();
 
 }  // namespace tandem

@@ -18,12 +18,9 @@ namespace tandem {
 
 int cli_generate(const GenerateArgs& args) {
   const std::string dir = resolve_model_path(args.model);
-  const ModelConfig config = read_model_config(dir + "/config.json");
+  ModelConfig config = read_model_config(dir + "/config.json");
   std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(dir);
-  if (tokenizer->vocab_size() > config.vocab_size) {
-    throw Error(fmt::format("{}: the tokenizer has {} ids but config.json's vocab_size is {}", dir,
-                            tokenizer->vocab_size(), config.vocab_size));
-  }
+  limit_to_tokenizer(config, tokenizer->vocab_size(), dir);  // padded ids are never drawn
   const Tokenizer& tok = *tokenizer;
   RolloutConfig rollout;
   rollout.kv_cache_mb = args.kv_cache_mb;

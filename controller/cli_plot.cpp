@@ -38,7 +38,12 @@ std::string index_html(const std::string& run_dir, const std::vector<MetricsChar
       "<style>body {{ font-family: sans-serif; margin: 1.5em; }} img {{ margin: 0.5em; border: 1px solid #ddd; }}</style>\n"
       "</head>\n<body>\n<h1>{0}</h1>\n",
       html_escape(run_dir));
+  std::string section;
   for (const MetricsChart& c : charts) {
+    if (c.section != section) {
+      section = c.section;
+      if (!section.empty()) out += fmt::format("<h2>{}</h2>\n", html_escape(section));
+    }
     out += fmt::format("<img src=\"{}\" alt=\"{}\">\n", html_escape(c.file), html_escape(c.chart.title));
   }
   if (!skipped.empty()) {

@@ -1,6 +1,7 @@
 // `tandem run`: validates everything that can be validated before anything starts
 // (exit 2, no run directory), then creates the run directory, starts the workers and
 // drives the training loop (controller/training_loop.h).
+#include "controller/checkpoints.h"
 #include "controller/cli.h"
 #include "controller/metrics_writer.h"
 #include "controller/progress.h"
@@ -49,23 +50,19 @@ void check_weight_sync_runnable(const LoadedConfig& loaded) {
   }
 }
 
-// Everything wrong with a config that can be found before anything starts (exit 2).
-void check_runnable(const LoadedConfig& loaded) {
-  const Config& c = loaded.config;
-  if (c.launcher.kind != "local") {
-    throw UsageError(fmt::format("{}: launcher.kind: {} is not implemented yet (allowed today: local)",
-                                 loaded.origin_of("launcher.kind"), c.launcher.kind));
-  }
-  if (c.algorithm.kl.in == "reward" && c.algorithm.kl.coef > 0) {
-    throw UsageError(fmt::format("{}: algorithm.kl.in: reward is not implemented yet in the training loop (loss is)",
-                                 loaded.origin_of("algorithm.kl.in")));
-  }
+}  // namespace
+
+RunInputs check_runnable(const LoadedConfig& loaded) {
   check_weight_sync_runnable(loaded);
-  load_plugins_or_usage_error(loaded);
+  resolve_device(loaded.config.rollout.device, "rollout.device");
+  resolve_device(loaded.config.learner.device, "learner.device");
+  return load_run_inputs(loaded);
 }
 
+namespace {
+
 // Starts the workers and drives the loop in an existing run directory.
-int run_in(const Config& c, const std::string& run_dir, bool resume) {
+int run_in(const Config& c, RunInputs inputs, const std::string& run_dir, bool resume) {
   std::string rollout_device = resolve_device(c.rollout.device, "rollout.device");
   std::string learner_device = resolve_device(c.learner.device, "learner.device");
   log::Options log_options;
@@ -84,17 +81,16 @@ int run_in(const Config& c, const std::string& run_dir, bool resume) {
                   make_local_launcher(current_executable()));
   try {
     pool.start(training_workers(c));
-    run_training(pool, c, run_dir, resume);
+    run_training(pool, c, std::move(inputs), run_dir, resume);
     pool.shutdown("run complete");
   } catch (const Interrupted& e) {
-    log::error("{}: stopping the workers", e.what());
+    log::info("{}: stopping the workers", e.what());  // the file only: the console line follows
     std::fprintf(stderr, "\ntandem: %s; stopping the workers (continue with: tandem resume %s)\n", e.what(),
                  run_dir.c_str());
     pool.shutdown(e.what());
     return 128 + e.signal();
   } catch (const std::exception& e) {
-    log::error("run failed: {}", e.what());
-    std::fprintf(stderr, "\nerror: %s\n", e.what());
+    log::error("{}", e.what());  // "error: ..." on the console, once, and in the controller's log
     pool.shutdown("run failed");
     return 1;
   }
@@ -109,16 +105,14 @@ int run_in(const Config& c, const std::string& run_dir, bool resume) {
 int cli_run(const RunArgs& args) {
   // Everything that can be wrong with the request is found before anything is created.
   LoadedConfig loaded = load_config_file(args.config_path, args.overrides);
-  check_runnable(loaded);
+  RunInputs inputs = check_runnable(loaded);
   const Config& c = loaded.config;
-  resolve_device(c.rollout.device, "rollout.device");
-  resolve_device(c.learner.device, "learner.device");
   std::string run_dir = args.run_dir.empty() ? default_run_dir(c.experiment.name) : args.run_dir;
   check_run_dir_free(run_dir);
 
   create_run_dir(run_dir);
   write_file_atomic(run_dir + "/config.yaml", config_to_yaml(c));
-  return run_in(c, run_dir, false);
+  return run_in(c, std::move(inputs), run_dir, false);
 }
 
 int cli_resume(const ResumeArgs& args) {
@@ -126,11 +120,29 @@ int cli_resume(const ResumeArgs& args) {
   if (!std::filesystem::is_regular_file(config_path)) {
     throw UsageError(fmt::format("tandem resume: {} is not a run directory (no config.yaml in it)", args.run_dir));
   }
-  LoadedConfig loaded = load_config_file(config_path);
-  check_runnable(loaded);
-  resolve_device(loaded.config.rollout.device, "rollout.device");
-  resolve_device(loaded.config.learner.device, "learner.device");
-  return run_in(loaded.config, args.run_dir, true);
+  LoadedConfig loaded = load_config_file(config_path, args.overrides);
+  const int64_t steps = loaded.config.experiment.steps;
+  if (const std::optional<int64_t> finished = finished_steps(args.run_dir)) {
+    if (*finished >= steps) {
+      std::fprintf(stderr,
+                   "tandem: %s is finished (%lld steps; the policy is in %s/policy); to train longer: tandem resume "
+                   "%s --set experiment.steps=N with N > %lld\n",
+                   args.run_dir.c_str(), static_cast<long long>(*finished), args.run_dir.c_str(), args.run_dir.c_str(),
+                   static_cast<long long>(*finished));
+      return 0;
+    }
+    const std::optional<CheckpointRef> newest = newest_whole_checkpoint(args.run_dir);
+    if (!newest || newest->step < *finished) {
+      throw UsageError(fmt::format(
+          "tandem resume: {} finished at step {} and has no checkpoint of that step to continue from (it ran with "
+          "experiment.checkpoint_every: 0, or the checkpoint was removed)",
+          args.run_dir, *finished));
+    }
+  }
+  RunInputs inputs = check_runnable(loaded);
+  // The changed config is the run's from now on (a later plain resume continues it).
+  if (!args.overrides.empty()) write_file_atomic(config_path, config_to_yaml(loaded.config));
+  return run_in(loaded.config, std::move(inputs), args.run_dir, true);
 }
 
 }  // namespace tandem

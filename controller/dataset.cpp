@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <random>
 #include <sstream>
 
@@ -36,7 +38,7 @@ std::vector<DataRow> builtin_rows(const std::string& name) {
 
 std::vector<DataRow> jsonl_rows(const std::string& path, std::vector<int64_t>& line_numbers) {
   std::optional<std::string> text = read_file(path);
-  if (!text) throw Error(fmt::format("data.train: cannot read {}", path));
+  if (!text) throw Error(fmt::format("data.train: cannot read {}: {}", path, std::strerror(errno)));
   std::vector<DataRow> rows;
   std::istringstream lines(*text);
   std::string line;

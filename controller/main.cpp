@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   using namespace tandem;
   CLI::App app{"tandem: reinforcement learning for language-model policies"};
   app.require_subcommand(1);
+  app.option_defaults()->always_capture_default();  // --help shows each option's default
 
   RunArgs run;
   auto* run_cmd = app.add_subcommand("run", "run an experiment from a YAML config");
@@ -18,8 +19,11 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--run-dir", run.run_dir, "run directory (default: runs/<experiment.name>-<time>)");
 
   ResumeArgs resume;
-  auto* resume_cmd = app.add_subcommand("resume", "continue an interrupted run from its last good checkpoint");
+  auto* resume_cmd = app.add_subcommand(
+      "resume", "continue an interrupted run from its last good checkpoint, or extend a finished one");
   resume_cmd->add_option("run_dir", resume.run_dir, "the run directory")->required();
+  resume_cmd->add_option("--set", resume.overrides,
+                         "change a key of the run's config.yaml, e.g. experiment.steps=400 (repeatable)");
 
   PlotArgs plot;
   auto* plot_cmd = app.add_subcommand("plot", "draw a run's metrics (reward, KL, entropy, length, timings) as SVG");
@@ -77,6 +81,8 @@ int main(int argc, char** argv) {
   generate_cmd->add_flag("--json", generate.json, "one JSON line per completion: text, ids, log-probs, finish reason");
 
   app.add_subcommand("version", "print the build: versions, CUDA, NCCL, devices");
+  auto* plugin_flags_cmd = app.add_subcommand(
+      "plugin-flags", "print the compiler flags of a plugin: g++ my_reward.cpp $(tandem plugin-flags) -o libmy_reward.so");
 
   try {
     app.parse(argc, argv);
@@ -98,6 +104,7 @@ int main(int argc, char** argv) {
     if (tokenize_cmd->parsed()) return cli_tokenize(tokenize);
     if (init_model_cmd->parsed()) return cli_init_model(init_model);
     if (generate_cmd->parsed()) return cli_generate(generate);
+    if (plugin_flags_cmd->parsed()) return cli_plugin_flags();
     return cli_version();
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -35,9 +35,11 @@ MetricsWriter::~MetricsWriter() {
   if (file_) std::fclose(file_);
 }
 
-void MetricsWriter::write(const MetricRow& row) {
+void MetricsWriter::write(const MetricRow& row) { write_line(metric_row_json(row)); }
+
+void MetricsWriter::write_line(const std::string& json_object) {
   if (!file_) return;
-  std::string line = metric_row_json(row) + "\n";
+  const std::string line = json_object + "\n";
   if (std::fputs(line.c_str(), file_) < 0 || std::fflush(file_) != 0) {
     throw Error(fmt::format("cannot append to {}: {}", path_, std::strerror(errno)));
   }

@@ -18,6 +18,8 @@ class MetricsWriter {
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
   void write(const MetricRow& row);
+  // One JSON object already formatted (samples.jsonl rows), written and flushed whole.
+  void write_line(const std::string& json_object);
 
  private:
   std::string path_;

@@ -26,17 +26,29 @@ MetricsTable read_metrics_jsonl(const std::string& path, std::vector<std::string
 // One chart `tandem plot` draws: which metrics it needs and the file it goes to.
 struct MetricsChart {
   std::string file;     // "reward.svg"
+  std::string section;  // a heading in index.html above this chart and the ones after it ("" none)
   PlotChart chart;
 };
 
-// The charts the table has data for, and for every other one a line saying why it was
-// skipped ("kl.svg: no finite actor/kl values").
+// The charts the table has data for, in this order, and for every other one a line saying
+// why it was skipped ("kl.svg: no finite actor/kl values"). "A band from min to max" is
+// shaded where both exist; without the mean, min and max are drawn as lines.
 //   reward.svg           reward/mean with a ±reward/std band
+//   rewards.svg          every reward/<name>: each reward's weighted mean. <name> has no '/'
+//                        and is none of mean, std, fallbacks (those are about the total)
 //   kl.svg               actor/kl
 //   entropy.svg          actor/entropy
-//   response_length.svg  response/length_mean
+//   ratio.svg            actor/ratio_mean, a band from actor/ratio_min to actor/ratio_max
+//   advantages.svg       critic/advantages/mean, a band from critic/advantages/min to max
+//   response_length.svg  response/length_mean, a band from response/length_min to length_max
+//   clip_ratio.svg       response/clip_ratio: the share of responses cut at max_new_tokens
+//   prompt_length.svg    prompt/length_mean
 //   timings.svg          every time/* metric
 //   throughput.svg       every perf/* metric
+//   reward_<name>_<part>.svg  one per reward/<name>/<part> (a named sub-score of a reward),
+//                        under the index heading "Reward parts". The file name keeps
+//                        [A-Za-z0-9_-] and writes '_' for any other character; a name
+//                        another chart has taken gets "-2", "-3", ... before ".svg".
 std::vector<MetricsChart> metrics_charts(const MetricsTable& table, std::vector<std::string>& skipped);
 
 }  // namespace tandem

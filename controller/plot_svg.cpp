@@ -12,12 +12,25 @@ namespace tandem {
 
 namespace {
 
-// The canvas, in SVG user units (pixels). The legend sits in the right margin so that
-// it never covers data.
-constexpr double kWidth = 760, kHeight = 420;
-constexpr double kLeft = 84, kTop = 52, kRight = kWidth - 196, kBottom = kHeight - 62;
+// The canvas, in SVG user units (pixels): at least kMinWidth x kMinHeight, more when the
+// legend or the title needs it. The plot area is fixed; the legend sits right of it so
+// that it never covers data.
+constexpr double kMinWidth = 760, kMinHeight = 420;
+constexpr double kLeft = 84, kTop = 52, kRight = 564, kBottom = 358;
 // The frame's distance outside the data area.
 constexpr double kFramePad = 6;
+// Space kept between any text and the canvas edge.
+constexpr double kEdgeMargin = 12;
+constexpr double kFontSize = 12, kTitleFontSize = 16;
+// How far below its baseline a line of 12-px text reaches (DejaVu Sans descends 0.24 em).
+constexpr double kDescent = 4;
+
+// Legend: a 24-px swatch, then the text; rows 20 px apart, the lines of a wrapped entry
+// 15 px apart. An entry wider than kLegendTextMax wraps: a 40-character name fits on one
+// line, and a longer one does not stretch the chart past about 1100 px.
+constexpr double kLegendSwatchX = kRight + 22, kLegendTextX = kRight + 52;
+constexpr double kLegendTextMax = 300;
+constexpr double kLegendRowStep = 20, kLegendLineStep = 15;
 
 const char* const kPalette[] = {"#2563eb", "#dc2626", "#16a34a", "#9333ea", "#b45309", "#0891b2", "#4b5563"};
 
@@ -105,7 +118,109 @@ std::string band_path(const Scale& s, const std::vector<double>& x, const PlotSe
   return d;
 }
 
+// Per mille of an em: for each printable ASCII character (from ' '), the larger of its
+// advance in DejaVu Sans and in Arial.
+constexpr int kSansAdvance[95] = {
+    318, 401, 460, 838, 636, 950, 780, 275, 390, 390, 500, 838, 318, 361, 318, 337,  //  !"#$%&'()*+,-./
+    636, 636, 636, 636, 636, 636, 636, 636, 636, 636, 337, 337, 838, 838, 838, 556,  // 0-9 :;<=>?
+    1015, 684, 686, 722, 770, 667, 611, 778, 752, 295, 500, 667, 557, 863, 748, 787, // @A-O
+    667, 787, 722, 667, 611, 732, 684, 989, 685, 667, 685, 390, 337, 390, 838, 556,  // P-Z [\]^_
+    500, 613, 635, 550, 635, 615, 352, 635, 634, 278, 278, 579, 278, 974, 634, 612,  // `a-o
+    635, 635, 411, 521, 392, 634, 592, 818, 592, 592, 525, 636, 337, 636, 838,       // p-z {|}~
+};
+
+// The text split into its UTF-8 characters (a stray continuation byte stays with the one before).
+std::vector<std::string> utf8_characters(const std::string& text) {
+  std::vector<std::string> out;
+  for (char c : text) {
+    const bool continuation = (static_cast<unsigned char>(c) & 0xC0) == 0x80;
+    if (continuation && !out.empty()) {
+      out.back() += c;
+    } else {
+      out.emplace_back(1, c);
+    }
+  }
+  return out;
+}
+
+// `text` as lines no wider than `max_width`: broken after a '/', '_', '-' or space where a
+// piece fits, inside a piece (between characters) where none does. Never drops a character.
+std::vector<std::string> wrap_text(const std::string& text, double font_size, double max_width) {
+  std::vector<std::string> pieces(1);
+  for (char c : text) {
+    pieces.back() += c;
+    if (c == '/' || c == '_' || c == '-' || c == ' ') pieces.emplace_back();
+  }
+  std::vector<std::string> lines;
+  std::string line;
+  auto fits = [&](const std::string& candidate) { return plot_text_width(candidate, font_size) <= max_width; };
+  for (const std::string& piece : pieces) {
+    if (fits(line + piece)) {
+      line += piece;
+      continue;
+    }
+    if (!line.empty()) lines.push_back(std::move(line));
+    line.clear();
+    for (const std::string& character : utf8_characters(piece)) {
+      if (!line.empty() && !fits(line + character)) lines.push_back(std::move(line)), line.clear();
+      line += character;
+    }
+  }
+  if (!line.empty() || lines.empty()) lines.push_back(std::move(line));
+  return lines;
+}
+
+// One legend entry: a series' line or its band, and its text as drawn.
+struct LegendEntry {
+  size_t series;
+  bool band;
+  std::vector<std::string> lines;
+  double y = 0;  // the swatch's centre; the first line's baseline is 4 px below it
+};
+
+struct Legend {
+  std::vector<LegendEntry> entries;
+  double text_width = 0;  // the widest line, by plot_text_width
+  double bottom = 0;      // the lowest pixel of the last line
+};
+
+Legend layout_legend(const PlotChart& chart) {
+  Legend legend;
+  double row_y = kTop + 8;
+  for (size_t k = 0; k < chart.series.size(); ++k) {
+    const PlotSeries& series = chart.series[k];
+    for (bool band : {false, true}) {
+      if (band && series.band_low.empty()) continue;
+      const std::string text = !band                      ? series.name
+                               : !series.band_name.empty() ? series.band_name
+                                                           : series.name + " band";
+      LegendEntry entry{k, band, wrap_text(text, kFontSize, kLegendTextMax), row_y};
+      for (const std::string& line : entry.lines) {
+        legend.text_width = std::max(legend.text_width, plot_text_width(line, kFontSize));
+      }
+      const double last_line_y = row_y + kLegendLineStep * static_cast<double>(entry.lines.size() - 1);
+      legend.bottom = last_line_y + 4 + kDescent;
+      row_y = last_line_y + kLegendRowStep;
+      legend.entries.push_back(std::move(entry));
+    }
+  }
+  return legend;
+}
+
 }  // namespace
+
+double plot_text_width(const std::string& text, double font_size) {
+  double per_mille = 0;
+  for (char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 32 && byte < 127) {
+      per_mille += kSansAdvance[byte - 32];
+    } else if ((byte & 0xC0) != 0x80) {  // a control character or the first byte of a non-ASCII one
+      per_mille += 1000;
+    }
+  }
+  return per_mille / 1000 * font_size;
+}
 
 std::vector<double> plot_ticks(double lo, double hi, int target, double min_spacing) {
   if (!std::isfinite(lo) || !std::isfinite(hi) || !(hi > lo) || target < 1) return {};
@@ -154,15 +269,29 @@ std::string plot_chart_svg(const PlotChart& chart) {
   s.x.widen_if_flat(1.0);
   s.y.widen_if_flat(s.y.lo <= s.y.hi && s.y.lo != 0 ? std::abs(s.y.lo) * 0.1 : 1.0);
 
+  // The legend's rows, then the canvas that holds them and the title.
+  const Legend legend = layout_legend(chart);
+  const double title_width = plot_text_width(chart.title, kTitleFontSize);
+  // Centred over the plot area where it fits there, else from the left margin.
+  const bool title_centred = title_width / 2 <= (kLeft + kRight) / 2 - kEdgeMargin;
+  const double width = std::max({kMinWidth, kLegendTextX + legend.text_width + kEdgeMargin,
+                                 title_centred ? 0.0 : kEdgeMargin + title_width + kEdgeMargin});
+  const double height = std::max(kMinHeight, legend.bottom + kEdgeMargin);
+
   std::string out = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
-      "font-family=\"sans-serif\" font-size=\"12\">\n",
-      kWidth, kHeight);
+      "font-family=\"sans-serif\" font-size=\"{2}\">\n",
+      std::ceil(width), std::ceil(height), kFontSize);
   out += fmt::format("<title>{}</title>\n", xml_escape(chart.title));
-  out += fmt::format("<rect class=\"background\" x=\"0\" y=\"0\" width=\"{}\" height=\"{}\" fill=\"white\"/>\n", kWidth,
-                     kHeight);
-  out += fmt::format("<text class=\"title\" x=\"{:.1f}\" y=\"26\" text-anchor=\"middle\" font-size=\"16\">{}</text>\n",
-                     (kLeft + kRight) / 2, xml_escape(chart.title));
+  out += fmt::format("<rect class=\"background\" x=\"0\" y=\"0\" width=\"{}\" height=\"{}\" fill=\"white\"/>\n",
+                     std::ceil(width), std::ceil(height));
+  if (title_centred) {
+    out += fmt::format("<text class=\"title\" x=\"{:.1f}\" y=\"26\" text-anchor=\"middle\" font-size=\"{}\">{}</text>\n",
+                       (kLeft + kRight) / 2, kTitleFontSize, xml_escape(chart.title));
+  } else {
+    out += fmt::format("<text class=\"title\" x=\"{}\" y=\"26\" font-size=\"{}\">{}</text>\n", kEdgeMargin,
+                       kTitleFontSize, xml_escape(chart.title));
+  }
 
   // Grid and tick labels.
   const std::vector<double> x_ticks = plot_ticks(s.x.lo, s.x.hi, 8, chart.x_whole_numbers ? 1.0 : 0.0);
@@ -190,7 +319,7 @@ std::string plot_chart_svg(const PlotChart& chart) {
   }
   out += "</g>\n";
   out += fmt::format("<text class=\"x-label\" x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
-                     (kLeft + kRight) / 2, kHeight - 14, xml_escape(chart.x_label));
+                     (kLeft + kRight) / 2, kBottom + 48, xml_escape(chart.x_label));
   out += fmt::format("<text class=\"y-label\" x=\"16\" y=\"{0:.1f}\" text-anchor=\"middle\" "
                      "transform=\"rotate(-90 16 {0:.1f})\">{1}</text>\n",
                      (kTop + kBottom) / 2, xml_escape(chart.y_label));
@@ -225,22 +354,26 @@ std::string plot_chart_svg(const PlotChart& chart) {
                      "stroke=\"#6b7280\"/>\n",
                      kLeft - kFramePad, kTop - kFramePad, kRight - kLeft + 2 * kFramePad, kBottom - kTop + 2 * kFramePad);
 
-  // Legend: one row per series, and one per band.
+  // Legend: one row per series, and one per band; a wrapped entry's lines are <tspan>s.
   out += "<g class=\"legend\">\n";
-  double row_y = kTop + 8;
-  for (size_t k = 0; k < chart.series.size(); ++k) {
-    const PlotSeries& series = chart.series[k];
-    out += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>\n",
-                       kRight + 22, row_y, kRight + 46, color_of(k));
-    out += fmt::format("<text x=\"{}\" y=\"{:.1f}\">{}</text>\n", kRight + 52, row_y + 4, xml_escape(series.name));
-    row_y += 20;
-    if (!series.band_low.empty()) {
+  for (const LegendEntry& entry : legend.entries) {
+    if (entry.band) {
       out += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"24\" height=\"10\" fill=\"{}\" fill-opacity=\"0.18\"/>\n",
-                         kRight + 22, row_y - 5, color_of(k));
-      out += fmt::format("<text x=\"{}\" y=\"{:.1f}\">{}</text>\n", kRight + 52, row_y + 4,
-                         xml_escape(series.band_name.empty() ? series.name + " band" : series.band_name));
-      row_y += 20;
+                         kLegendSwatchX, entry.y - 5, color_of(entry.series));
+    } else {
+      out += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>\n",
+                         kLegendSwatchX, entry.y, kLegendSwatchX + 24, color_of(entry.series));
     }
+    if (entry.lines.size() == 1) {
+      out += fmt::format("<text x=\"{}\" y=\"{:.1f}\">{}</text>\n", kLegendTextX, entry.y + 4, xml_escape(entry.lines[0]));
+      continue;
+    }
+    out += fmt::format("<text x=\"{}\" y=\"{:.1f}\">", kLegendTextX, entry.y + 4);
+    for (size_t i = 0; i < entry.lines.size(); ++i) {
+      out += fmt::format("<tspan x=\"{}\" y=\"{:.1f}\">{}</tspan>", kLegendTextX,
+                         entry.y + 4 + kLegendLineStep * static_cast<double>(i), xml_escape(entry.lines[i]));
+    }
+    out += "</text>\n";
   }
   out += "</g>\n</svg>\n";
   return out;

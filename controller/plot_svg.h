@@ -11,6 +11,13 @@
 // map to pixels from that rectangle alone. The visible frame is drawn a few pixels outside
 // it, so that a line along an edge stays visible. A single x or a constant y is widened
 // around its value so the range is not empty.
+//
+// The legend sits right of the plot area, one row per series and one per band. Its column
+// is as wide as its widest entry by plot_text_width, and the canvas grows to hold it: wider
+// for long names, taller for many rows, so that no legend text runs past the canvas edge
+// (an SVG viewer clips there). An entry wider than a cap wraps onto further lines instead,
+// after a '/', '_', '-' or space where one fits, so that a long name does not make the
+// chart huge. The plot area keeps its size and place whatever the legend holds.
 #pragma once
 
 #include <string>
@@ -43,6 +50,12 @@ std::string plot_chart_svg(const PlotChart& chart);
 // `target` of them, all inside [lo, hi]. `min_spacing` > 0 keeps them at least that far apart
 // (steps are whole numbers: 1).
 std::vector<double> plot_ticks(double lo, double hi, int target, double min_spacing = 0);
+
+// An upper bound on the width in pixels of `text` (UTF-8) drawn at `font_size` in the fonts a
+// viewer picks for "sans-serif": every ASCII character counts the larger of its advance in
+// DejaVu Sans (the Linux default) and in Arial (whose widths Liberation Sans and Helvetica
+// share); any other character a full em. The renderer sizes the legend and title with it.
+double plot_text_width(const std::string& text, double font_size);
 
 // The text of a tick value, with as many decimals as the spacing needs ("0.25", "1200", "1e+06").
 std::string plot_tick_label(double value, double spacing);

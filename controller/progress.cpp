@@ -8,14 +8,15 @@
 
 namespace tandem {
 
-ProgressLine::ProgressLine(const std::string& mode, int64_t total_steps)
-    : mode_(mode), total_(total_steps), terminal_(::isatty(STDERR_FILENO) == 1),
+ProgressLine::ProgressLine(const std::string& mode, int64_t total_steps, int64_t first_step)
+    : mode_(mode), total_(total_steps), first_step_(first_step), terminal_(::isatty(STDERR_FILENO) == 1),
       started_(std::chrono::steady_clock::now()) {}
 
 void ProgressLine::update(int64_t step, const std::string& fields) {
   if (mode_ == "quiet") return;
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  double eta = step > 0 ? elapsed / static_cast<double>(step) * static_cast<double>(total_ - step) : 0.0;
+  const int64_t done_here = step - first_step_;
+  double eta = done_here > 0 ? elapsed / static_cast<double>(done_here) * static_cast<double>(total_ - step) : 0.0;
   std::string line = fmt::format("[step {}/{}] {} | {:.1f} s elapsed, ETA {:.1f} s", step, total_, fields, elapsed, eta);
   if (mode_ == "progress" && terminal_) {
     std::fprintf(stderr, "\r\033[K%s", line.c_str());

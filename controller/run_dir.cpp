@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 
+#include <nlohmann/json.hpp>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -37,6 +39,21 @@ void create_run_dir(const std::string& path) {
   std::error_code ec;
   fs::create_directories(fs::path(path) / "logs", ec);
   if (ec) throw Error(fmt::format("cannot create run directory {}: {}", path, ec.message()));
+}
+
+void mark_run_finished(const std::string& run_dir, int64_t steps) {
+  write_file_atomic(run_dir + "/finished.json", nlohmann::json{{"steps", steps}}.dump() + "\n");
+}
+
+std::optional<int64_t> finished_steps(const std::string& run_dir) {
+  const std::string path = run_dir + "/finished.json";
+  std::optional<std::string> text = read_file(path);
+  if (!text) return std::nullopt;
+  try {
+    return nlohmann::json::parse(*text).at("steps").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: not a finished-run record ({})", path, e.what()));
+  }
 }
 
 }  // namespace tandem

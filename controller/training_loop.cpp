@@ -1,6 +1,8 @@
 #include "controller/training_loop.h"
 #include "controller/training_loop_impl.h"
 
+#include "controller/run_dir.h"
+
 #include "actor/presets.h"
 #include "core/files.h"
 #include "core/log.h"
@@ -59,6 +61,7 @@ std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::
       std::memcpy(sample.tokens.data(), reply.attachments[0].data() + offset * 4, length * 4);
       std::memcpy(sample.logprobs.data(), reply.attachments[1].data() + offset * 4, length * 4);
       offset += length;
+      sample.finish_reason = s[3].get<std::string>();
       sample.version = s[4].get<int64_t>();
       TANDEM_CHECK(sample.version == weight_version_,
                    "{} sampled with weight version {}, the run is at {}: samples must be on-policy",
@@ -85,17 +88,21 @@ int64_t TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size
       for (int64_t e : model_.eos_token_ids) eos = eos || id == e;
       if (!eos) text_ids.push_back(id);
     }
-    const std::string response = tokenizer_->decode(text_ids);
+    s.text = tokenizer_->decode(text_ids);
+    const std::string& response = s.text;
     const DataRow& row = data_.rows[rows[s.prompt_slot]];
     const std::string& prompt = data_.prompt(rows[s.prompt_slot]);
     double total = 0;
+    s.reward_results.assign(rewards_.size(), RewardResult{});
     for (size_t r = 0; r < rewards_.size(); ++r) {
       const RewardConfig& rc = c_.reward[r];
       const std::string what = rc.name + (rc.plugin.empty() ? "" : " (plugin " + rc.plugin + ")");
       std::string problem;  // what went wrong, as "reward X <problem>"
       double score = 0;
+      RewardResult& result = s.reward_results[r];
       try {
-        score = rewards_[r]({prompt, response, s.tokens, row}).score;
+        result = rewards_[r]({prompt, response, s.tokens, row});
+        score = result.score;
         if (!std::isfinite(score)) {
           problem = fmt::format("returned {} for sample {} (prompt {}): scores must be finite", score, i, quoted(prompt));
         }
@@ -110,6 +117,7 @@ int64_t TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size
         }
         log::warn("reward {} {}: scored {} (fallback)", what, problem, rc.fallback_score);
         score = rc.fallback_score;
+        result = {score, {}};
         ++fallbacks;
       }
       total += rc.weight * score;
@@ -242,13 +250,7 @@ nlohmann::json TrainingLoop::train(std::vector<TrainingSample>& batch) {
 void TrainingLoop::warm_up() {
   if (c_.sft.steps == 0) return;
   TANDEM_CHECK(!model_.eos_token_ids.empty(), "sft: the model {} names no end-of-sequence token", model_dir_);
-  for (size_t i = 0; i < data_.rows.size(); ++i) {
-    if (!data_.rows[i].count(c_.sft.response_key)) {
-      throw Error(fmt::format("sft.response_key: {} row {}{} has no field \"{}\" (the gold response for the warm-up)",
-                              data_.source, i + 1, data_.lines.empty() ? "" : fmt::format(" (line {})", data_.lines[i]),
-                              c_.sft.response_key));
-    }
-  }
+  // Every row has sft.response_key: load_run_inputs checked it.
   const std::string path = run_dir_ + "/sft_metrics.jsonl";
   truncate_metrics(path, 0);
   MetricsWriter metrics(c_.logging.jsonl ? path : "");
@@ -261,7 +263,7 @@ void TrainingLoop::warm_up() {
     std::vector<TrainingSample> batch;
     for (size_t row : order.next(static_cast<size_t>(c_.sft.batch_size))) {
       TrainingSample s;
-      s.prompt = tokenizer_->encode(data_.prompt(row));
+      s.prompt = prompt_ids_[row];
       s.response = tokenizer_->encode(data_.rows[row].at(c_.sft.response_key));
       s.response.push_back(eos);
       s.old_logprobs.assign(s.response.size(), 0.0f);
@@ -291,11 +293,11 @@ void TrainingLoop::warm_up() {
   progress.finish();
 }
 
-void TrainingLoop::run_step(int64_t step, Clock::time_point since, int64_t steps_since) {
+void TrainingLoop::run_step(int64_t step) {
   const Clock::time_point step_start = Clock::now();
   const std::vector<size_t> rows = order_->next(static_cast<size_t>(c_.data.batch_size));
   std::vector<std::vector<int32_t>> prompts;
-  for (size_t row : rows) prompts.push_back(tokenizer_->encode(data_.prompt(row)));
+  for (size_t row : rows) prompts.push_back(prompt_ids_[row]);
   std::vector<Sample> samples = generate(step, prompts);
   const double rollout_s = seconds_since(step_start);
 
@@ -345,7 +347,9 @@ void TrainingLoop::run_step(int64_t step, Clock::time_point since, int64_t steps
                    {"reward/std", std},
                    {"reward/fallbacks", static_cast<double>(fallbacks)},
                    {"response/count", n},
-                   {"response/length_mean", static_cast<double>(response_tokens) / n}};
+                   {"data/skipped_long_prompts", static_cast<double>(skipped_long_prompts_)}};
+  const MetricRow about_samples = sample_metrics(c_, samples, batch);
+  row.insert(row.end(), about_samples.begin(), about_samples.end());
   for (const auto& [key, value] : update.items()) {
     if (key.rfind("actor/", 0) == 0 || key.rfind("critic/", 0) == 0) row.emplace_back(key, value.get<double>());
   }
@@ -359,21 +363,26 @@ void TrainingLoop::run_step(int64_t step, Clock::time_point since, int64_t steps
                          {"perf/worker_restarts", static_cast<double>(restarts_)}});
   if (!std::isnan(probe_diff)) row.emplace_back("sync/probe_logprob_max_diff", probe_diff);
   metrics_->write(row);
-  const double eta =
-      seconds_since(since) / static_cast<double>(steps_since) * static_cast<double>(c_.experiment.steps - step);
-  progress_->update(step, fmt::format("reward {:.3f}  kl {:.4f}  len {:.1f}  {:.0f} tok/s  eta {:.0f}s", mean,
+  if (c_.logging.jsonl && c_.logging.samples_per_step > 0) {
+    std::vector<std::string> prompt_texts;
+    for (size_t r : rows) prompt_texts.push_back(data_.prompt(r));
+    for (const std::string& line : sample_log_rows(c_, step, samples, prompt_texts)) samples_log_->write_line(line);
+  }
+  progress_->update(step, fmt::format("reward {:.3f}  kl {:.4f}  len {:.1f}  {:.0f} tok/s", mean,
                                       update.value("actor/kl", 0.0), static_cast<double>(response_tokens) / n,
-                                      static_cast<double>(response_tokens) / step_s, eta));
+                                      static_cast<double>(response_tokens) / step_s));
   log::info("step {}: reward {:.4f}, step {:.2f}s (rollout {:.2f}, train {:.2f}, sync {:.3f})", step, mean, step_s,
             rollout_s, train_s, sync_s);
 }
 
 void TrainingLoop::run(bool resume) {
-  model_dir_ = resolve_model_path(c_.model.path);
-  model_ = read_model_config(model_dir_ + "/config.json");
-  tokenizer_ = load_tokenizer(model_dir_);
-  data_ = load_dataset(c_.data.train, c_.data.prompt_key);
-  for (const RewardConfig& r : c_.reward) rewards_.push_back(make_reward(r));
+  if (skipped_long_prompts_ > 0) {
+    const std::string note = fmt::format("{} of the {} rows of {} are over the prompt limit and skipped "
+                                         "(data.on_long_prompt: skip)",
+                                         skipped_long_prompts_, skipped_long_prompts_ + static_cast<int64_t>(data_.rows.size()),
+                                         data_.source);
+    log::warn("{}", note);
+  }
   for (const std::string& stale : remove_stale_weights_shm()) log::info("removed stale weight segment {}", stale);
   shm_name_ = controller_weights_shm_name(::getpid());
   const std::string group_dirs = run_dir_ + "/weight_sync";  // rendezvous of broadcast groups
@@ -388,20 +397,24 @@ void TrainingLoop::run(bool resume) {
       step = recover_learners(lost);
     }
     if (resume) std::fprintf(stderr, "tandem: resuming after step %lld\n", static_cast<long long>(step));
-    progress_ = std::make_unique<ProgressLine>(c_.logging.console, c_.experiment.steps);
-    Clock::time_point since = Clock::now();  // ETA: the pace of the steps run since (re)starting
-    int64_t steps_since = 0;
+    // The ETA is the pace of the steps run since (re)starting.
+    progress_ = std::make_unique<ProgressLine>(c_.logging.console, c_.experiment.steps, step);
+    int64_t last_checkpoint = resume ? step : -1;
     while (step < c_.experiment.steps) {
       try {
-        run_step(++step, since, ++steps_since);
+        run_step(++step);
+        if (c_.experiment.checkpoint_every > 0 && step % c_.experiment.checkpoint_every == 0) last_checkpoint = step;
       } catch (const LearnerLost& lost) {
         step = recover_learners(lost);
-        since = Clock::now();
-        steps_since = 0;
+        progress_ = std::make_unique<ProgressLine>(c_.logging.console, c_.experiment.steps, step);
       }
     }
     progress_->finish();
+    // The last step is always checkpointed (unless checkpoints are off): a finished run can
+    // be extended from it (tandem resume RUN_DIR --set experiment.steps=N).
+    if (c_.experiment.checkpoint_every > 0 && last_checkpoint != step) checkpoint(step);
     export_policy();
+    mark_run_finished(run_dir_, step);
   } catch (...) {
     remove_weights_shm(shm_name_);
     std::filesystem::remove_all(group_dirs, cleanup_error);
@@ -426,8 +439,8 @@ std::vector<WorkerId> training_workers(const Config& c) {
   return ids;
 }
 
-void run_training(WorkerPool& pool, const Config& config, const std::string& run_dir, bool resume) {
-  training::TrainingLoop(pool, config, run_dir).run(resume);
+void run_training(WorkerPool& pool, const Config& config, RunInputs inputs, const std::string& run_dir, bool resume) {
+  training::TrainingLoop(pool, config, std::move(inputs), run_dir).run(resume);
 }
 
 }  // namespace tandem

@@ -10,6 +10,7 @@
 // other rollout ranks read shared memory.
 #pragma once
 
+#include "controller/run_inputs.h"
 #include "controller/worker_pool.h"
 #include "core/config.h"
 
@@ -27,6 +28,8 @@ std::vector<WorkerId> training_workers(const Config& config);
 // Recovery: a rollout worker that dies is restarted with the current weights and its
 // unfinished requests redone; a learner that dies restarts every learner from the newest
 // whole checkpoint; both count against launcher.max_restarts.
-void run_training(WorkerPool& pool, const Config& config, const std::string& run_dir, bool resume = false);
+// `inputs`: the model, tokenizer, dataset and rewards, loaded and checked (run_inputs.h).
+void run_training(WorkerPool& pool, const Config& config, RunInputs inputs, const std::string& run_dir,
+                  bool resume = false);
 
 }  // namespace tandem

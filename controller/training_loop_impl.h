@@ -12,6 +12,7 @@
 #include "controller/dataset.h"
 #include "controller/metrics_writer.h"
 #include "controller/progress.h"
+#include "controller/run_inputs.h"
 #include "controller/worker_pool.h"
 #include "core/config.h"
 #include "core/error.h"
@@ -52,8 +53,23 @@ struct Sample {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
   int64_t version = 0;  // the weights it was sampled with
-  double reward = 0;
+  std::string finish_reason;  // "stop" (end of sequence) or "length" (cut at max_new_tokens)
+  std::string text;           // the decoded response, end-of-sequence tokens left out
+  double reward = 0;          // the weighted sum over the config's rewards
+  std::vector<RewardResult> reward_results;  // [config.reward entry]: its unweighted score and parts
 };
+
+// training_loop_metrics.cpp: what a step reports about its samples.
+// reward/<name> (each reward's weighted mean), reward/<name>/<part> (each named part's
+// mean), response/length_{mean,max,min}, response/clip_ratio, prompt/length_mean,
+// critic/advantages/{mean,max,min} (over response tokens).
+MetricRow sample_metrics(const Config& c, const std::vector<Sample>& samples, const std::vector<TrainingSample>& batch);
+// The metric key of each config.reward entry: "reward/<name>", with "_<index>" added where
+// two entries share a name or a name is one of the overall keys (mean, std, fallbacks).
+std::vector<std::string> reward_metric_keys(const std::vector<RewardConfig>& rewards);
+// samples.jsonl rows: logging.samples_per_step samples spread over the step's prompts.
+std::vector<std::string> sample_log_rows(const Config& c, int64_t step, const std::vector<Sample>& samples,
+                                         const std::vector<std::string>& prompts);
 
 inline uint64_t mix(uint64_t a, uint64_t b) {
   uint64_t x = a * 0x9E3779B97F4A7C15ULL ^ (b + 0x632BE59BD9B4E019ULL + (a << 6) + (a >> 2));
@@ -81,8 +97,17 @@ struct Request {
 
 class TrainingLoop {
  public:
-  TrainingLoop(WorkerPool& pool, const Config& config, const std::string& run_dir)
-      : pool_(pool), c_(config), run_dir_(run_dir) {}
+  TrainingLoop(WorkerPool& pool, const Config& config, RunInputs inputs, const std::string& run_dir)
+      : pool_(pool),
+        c_(config),
+        run_dir_(run_dir),
+        model_dir_(std::move(inputs.model_dir)),
+        model_(std::move(inputs.model)),
+        tokenizer_(std::move(inputs.tokenizer)),
+        data_(std::move(inputs.data)),
+        prompt_ids_(std::move(inputs.prompt_ids)),
+        skipped_long_prompts_(inputs.skipped_long_prompts),
+        rewards_(std::move(inputs.rewards)) {}
 
   void run(bool resume);
 
@@ -112,8 +137,7 @@ class TrainingLoop {
   // the warm-up), then syncs weights. Returns the last step done.
   int64_t restore(const std::optional<CheckpointRef>& checkpoint);
   void warm_up();
-  // `steps_since` steps (this one included) have run since `since`: the pace for the ETA.
-  void run_step(int64_t step, Clock::time_point since, int64_t steps_since);
+  void run_step(int64_t step);
   // prompts[i]: the token ids of the step's prompt i (encoded once per step).
   std::vector<Sample> generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts);
   // Returns how many scores were fallback scores (reward on_error: fallback).
@@ -155,12 +179,15 @@ class TrainingLoop {
   std::string run_dir_;
   std::string model_dir_;
   ModelConfig model_;
-  std::unique_ptr<Tokenizer> tokenizer_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
   Dataset data_;
-  std::optional<PromptOrder> order_;  // set once the dataset is loaded
-  std::string shm_name_;  // shm, cuda_ipc: the segment the learners publish to
+  std::vector<std::vector<int32_t>> prompt_ids_;  // [row]: the row's prompt encoded
+  int64_t skipped_long_prompts_ = 0;             // rows left out as too long (data.on_long_prompt: skip)
   std::vector<RewardFn> rewards_;
+  std::optional<PromptOrder> order_;  // set once the workers are up
+  std::string shm_name_;  // shm, cuda_ipc: the segment the learners publish to
   std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<MetricsWriter> samples_log_;  // samples.jsonl
   std::unique_ptr<ProgressLine> progress_;
   int64_t weight_version_ = 0;      // what the rollout workers hold
   bool shm_published_ = false;      // shm_name_ holds weight_version_

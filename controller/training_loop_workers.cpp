@@ -22,8 +22,9 @@ std::string TrainingLoop::config_for_workers() const {
 }
 
 void TrainingLoop::init_rollout(const WorkerId& worker) {
-  pool_.wait({pool_.send(worker, "rollout_init",
-                         nlohmann::json{{"model", model_dir_}, {"config", config_for_workers()}}.dump())});
+  const nlohmann::json body = {
+      {"model", model_dir_}, {"sampled_vocab_size", model_.sampled_vocab_size}, {"config", config_for_workers()}};
+  pool_.wait({pool_.send(worker, "rollout_init", body.dump())});
 }
 
 void TrainingLoop::init_learners(const std::vector<WorkerId>& workers) {
@@ -33,6 +34,7 @@ void TrainingLoop::init_learners(const std::vector<WorkerId>& workers) {
   std::vector<uint64_t> pending;
   for (int64_t r = 0; r < c_.learner.workers; ++r) {
     nlohmann::json body = {{"model", model_dir_},
+                           {"sampled_vocab_size", model_.sampled_vocab_size},
                            {"config", config_text},
                            {"rank", r},
                            {"world_size", c_.learner.workers},
@@ -144,7 +146,7 @@ std::vector<CommandReply> TrainingLoop::call_learners(const std::string& command
 void TrainingLoop::checkpoint(int64_t step) {
   const std::string dir = fmt::format("{}/checkpoints/step_{}", run_dir_, step);
   fs::create_directories(run_dir_ + "/checkpoints");
-  call_learners("learner_save", nlohmann::json{{"dir", dir}}.dump());
+  call_learners("learner_save", nlohmann::json{{"dir", dir}, {"tokenizer_from", model_dir_}}.dump());
   const PromptOrder::Position position = order_->position();
   write_file_atomic(dir + "/controller_state.json",
                     nlohmann::json{{"step", step}, {"data_epoch", position.epoch}, {"data_index", position.index}}
@@ -171,6 +173,10 @@ int64_t TrainingLoop::restore(const std::optional<CheckpointRef>& checkpoint) {
   metrics_.reset();  // truncation replaces the file: reopen after it
   truncate_metrics(metrics_path, step);
   metrics_ = std::make_unique<MetricsWriter>(c_.logging.jsonl ? metrics_path : "");
+  const std::string samples_path = run_dir_ + "/samples.jsonl";  // its rows carry their step too
+  samples_log_.reset();
+  truncate_metrics(samples_path, step);
+  samples_log_ = std::make_unique<MetricsWriter>(c_.logging.jsonl ? samples_path : "");
   sync_weights(step, /*rewind=*/true);
   return step;
 }
@@ -215,8 +221,10 @@ int64_t TrainingLoop::recover_learners(const LearnerLost& lost) {
 }
 
 void TrainingLoop::export_policy() {
-  call_learners("learner_export",
-                nlohmann::json{{"dir", run_dir_ + "/policy"}, {"tokenizer_from", model_dir_}}.dump());
+  call_learners("learner_export", nlohmann::json{{"dir", run_dir_ + "/policy"},
+                                                 {"tokenizer_from", model_dir_},
+                                                 {"dtype", c_.model.dtype}}
+                                      .dump());
 }
 
 }  // namespace tandem::training

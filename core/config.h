@@ -32,6 +32,8 @@ struct DataConfig {
   std::string prompt_key = "prompt";
   int64_t batch_size = 32;  // prompts per step
   bool shuffle = true;
+  int64_t max_prompt_length = 0;      // tokens; 0: what the model's positions leave after max_new_tokens
+  std::string on_long_prompt = "error";  // error | skip: a prompt over the limit stops the run, or is left out
 };
 
 // The supervised warm-up stage before RL: token-mean cross-entropy on gold responses
@@ -158,6 +160,7 @@ struct LoggingConfig {
   std::string console = "progress";
   bool jsonl = true;
   std::string level = "info";  // log file level
+  int64_t samples_per_step = 4;  // completions appended to samples.jsonl each step; 0: none
 };
 
 struct Config {

@@ -2,15 +2,18 @@
 // cross-field rules. Unknown and duplicate keys are errors; nothing is silently ignored.
 #include "core/config.h"
 #include "core/config_error.h"
+#include "core/config_paths.h"
 #include "core/config_rules.h"
 #include "core/config_schema.h"
 #include "core/files.h"
+#include "core/foreign_names.h"
 #include "core/text.h"
 
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 
 namespace tandem {
@@ -127,8 +130,9 @@ class Reader {
         value = s;
         return true;
       }
-      std::string guess = closest_match(s, check.allowed);
-      if (!guess.empty()) hint = fmt::format(" (did you mean {}?)", guess);
+      hint = foreign_name_hint(join_path(path_, key), s);
+      const std::string guess = closest_match(s, check.allowed);
+      if (hint.empty() && !guess.empty()) hint = fmt::format(" (did you mean {}?)", guess);
       return false;
     });
   }
@@ -274,7 +278,15 @@ void apply_override(YAML::Node& root, const std::string& text, LoadContext& cont
     context.problems.push_back(fmt::format("{}: expected key.path=value", origin));
     return;
   }
-  std::string key_path = text.substr(0, eq);
+  // `reward[0].weight` is accepted as `reward.0.weight`, the spelling messages use.
+  std::string key_path;
+  for (char ch : text.substr(0, eq)) {
+    if (ch == '[') {
+      key_path += '.';
+    } else if (ch != ']') {
+      key_path += ch;
+    }
+  }
   YAML::Node value;
   try {
     value = YAML::Load(text.substr(eq + 1));
@@ -389,7 +401,16 @@ LoadedConfig load_config_text(const std::string& yaml_text, const std::string& s
 LoadedConfig load_config_file(const std::string& path, const std::vector<std::string>& overrides) {
   std::optional<std::string> text = read_file(path);
   if (!text) throw ConfigError({fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno))});
-  return load_config_text(*text, path, overrides);
+  YAML::Node root = parse_yaml(*text, path);
+  if (root.IsNull()) {
+    // Most likely the wrong file, or one not saved yet: running the defaults would hide that.
+    throw ConfigError({fmt::format("{}: the config file is empty; start from configs/quickstart.yaml "
+                                   "(tandem validate --explain lists every key)",
+                                   path)});
+  }
+  LoadedConfig loaded = load_from_document(root, path, overrides);
+  resolve_config_paths(loaded, std::filesystem::path(path).parent_path().string());
+  return loaded;
 }
 
 }  // namespace tandem

@@ -1,5 +1,6 @@
 #include "core/config_rules.h"
 
+#include "core/foreign_names.h"
 #include "core/text.h"
 
 #include <fmt/format.h>
@@ -59,10 +60,11 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
       if (b == name) return;
     }
     const std::string guess = closest_match(name, built_in);
+    std::string hint = foreign_name_hint(key, name);
+    if (hint.empty() && !guess.empty()) hint = fmt::format(" (did you mean {}?)", guess);
     problem(key, fmt::format("unknown name \"{}\"{}; built-in: {} (another name needs algorithm.plugin, a library "
                              "that registers it)",
-                             name, guess.empty() ? "" : fmt::format(" (did you mean {}?)", guess),
-                             join_choices(built_in)));
+                             name, hint, join_choices(built_in)));
   };
   known_or_plugin("algorithm.advantage", c.algorithm.advantage, {"grpo", "dr_grpo", "rloo", "gae", "reinforce_pp"});
   known_or_plugin("algorithm.policy_loss", c.algorithm.policy_loss, {"ppo_clip", "gspo"});
@@ -83,6 +85,19 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
                         c.launcher.heartbeat_interval_s));
   }
   if (c.reward.empty()) problem("reward", "at least one reward function is needed");
+
+  // Declared values whose implementation has not landed: refused here, so that `tandem
+  // validate` never accepts what `tandem run` cannot do.
+  if (c.launcher.kind != "local") {
+    problem("launcher.kind", fmt::format("{} is not implemented yet (allowed today: local)", c.launcher.kind));
+  }
+  if (c.algorithm.kl.in == "reward" && c.algorithm.kl.coef > 0) {
+    problem_at({"algorithm.kl.in", "algorithm.kl.coef"},
+               "reward is not implemented yet in the training loop (allowed today: loss, or kl.coef: 0)");
+  }
+  if (c.learner.device == "cuda") {
+    problem("learner.device", "cuda training is not implemented yet (allowed today: cpu; rollout.device may be cuda)");
+  }
   if (c.experiment.keep_checkpoints < 1) problem("experiment.keep_checkpoints", "must keep at least one");
 }
 

@@ -24,15 +24,26 @@ template <class V> void describe(V& v, ExperimentConfig& c) {
 }
 
 template <class V> void describe(V& v, ModelSourceConfig& c) {
-  v.field("path", c.path, required_text(), "Hugging Face model directory, or builtin:tiny | builtin:small");
-  v.field("dtype", c.dtype, one_of({"float32", "bfloat16", "float16"}), "parameter dtype");
+  v.field("path", c.path, required_text(),
+          "Hugging Face model directory (relative to the config file's directory), or builtin:tiny | builtin:small");
+  v.field("dtype", c.dtype, one_of({"float32", "bfloat16", "float16"}),
+          "dtype of the exported policy (RUN_DIR/policy: config.json torch_dtype and model.safetensors); "
+          "training, checkpoints and the CPU rollout stay float32 (rollout.dtype sets the CUDA rollout's)");
 }
 
 template <class V> void describe(V& v, DataConfig& c) {
-  v.field("train", c.train, required_text(), "training prompts: a .jsonl file or builtin:<task>");
+  v.field("train", c.train, required_text(),
+          "training prompts: a .jsonl file (relative to the config file's directory) or builtin:addition | "
+          "builtin:addition1");
   v.field("prompt_key", c.prompt_key, required_text(), "JSONL field holding the prompt");
   v.field("batch_size", c.batch_size, at_least(1), "prompts per step");
   v.field("shuffle", c.shuffle, "shuffle the prompt order each epoch (seeded)");
+  v.field("max_prompt_length", c.max_prompt_length, at_least(0),
+          "longest prompt in tokens; 0: the model's max_position_embeddings minus rollout.max_new_tokens "
+          "(checked when the dataset is loaded, before the run starts)");
+  v.field("on_long_prompt", c.on_long_prompt, one_of({"error", "skip"}),
+          "a prompt over max_prompt_length: error stops before the run starts naming file:line; skip leaves "
+          "it out (counted and reported)");
 }
 
 template <class V> void describe(V& v, SftConfig& c) {
@@ -79,7 +90,8 @@ template <class V> void describe(V& v, AlgorithmConfig& c) {
   v.field("entropy_coef", c.entropy_coef, non_negative(), "entropy bonus coefficient");
   v.section("value", c.value, "the critic (advantage: gae): a value head on the policy's trunk");
   v.field("plugin", c.plugin, text(),
-          "shared library (include/tandem/plugin.h) registering more advantage estimators and policy losses");
+          "shared library (include/tandem/plugin.h, relative to the config file's directory) registering more "
+          "advantage estimators and policy losses");
 }
 
 template <class V> void describe(V& v, RolloutConfig& c) {
@@ -126,7 +138,8 @@ template <class V> void describe(V& v, LearnerConfig& c) {
 
 template <class V> void describe(V& v, RewardConfig& c) {
   v.field("name", c.name, required_text(), "reward function name (built-in, or registered by the plugin)");
-  v.field("plugin", c.plugin, text(), "shared library that registers the reward; empty: built-in");
+  v.field("plugin", c.plugin, text(),
+          "shared library that registers the reward (relative to the config file's directory); empty: built-in");
   v.field("weight", c.weight, any_number(), "weight in the summed reward");
   v.field("on_error", c.on_error, one_of({"fail", "fallback"}),
           "a throw or non-finite score: fail stops the run; fallback scores fallback_score (counted)");
@@ -166,6 +179,9 @@ template <class V> void describe(V& v, LoggingConfig& c) {
           "progress: a live line; plain: one line per step; quiet: errors only");
   v.field("jsonl", c.jsonl, "write metrics.jsonl");
   v.field("level", c.level, one_of({"debug", "info", "warn", "error"}), "log file level");
+  v.field("samples_per_step", c.samples_per_step, at_least(0),
+          "completions appended to RUN_DIR/samples.jsonl each step (prompt, response, reward and its parts, "
+          "weight version); 0: none");
 }
 
 template <class V> void describe(V& v, Config& c) {

@@ -13,6 +13,10 @@ namespace tandem {
 
 namespace {
 
+// The k3 bounds (kl.h): the log-ratio before exp(), and the estimate.
+constexpr double kK3MaxLogRatio = 20.0;
+constexpr double kK3Max = 10.0;
+
 const std::vector<std::pair<std::string, KlEstimator>>& estimators() {
   static const std::vector<std::pair<std::string, KlEstimator>> table = {
       {"k1", KlEstimator::k1}, {"k2", KlEstimator::k2}, {"k3", KlEstimator::k3}};
@@ -59,9 +63,12 @@ at::Tensor kl_per_token(const at::Tensor& logprobs, const at::Tensor& ref_logpro
       return x;
     case KlEstimator::k2:
       return 0.5 * x.pow(2);
-    case KlEstimator::k3:
-      // exp(-x) - 1 + x is 0 at x = 0, so masked positions stay 0.
-      return at::expm1(-x) + x;
+    case KlEstimator::k3: {
+      // exp(-x) - 1 + x is 0 at x = 0, so masked positions stay 0. at::clamp passes no
+      // gradient where it is active.
+      at::Tensor c = x.clamp(-kK3MaxLogRatio, kK3MaxLogRatio);
+      return (at::expm1(-c) + c).clamp_max(kK3Max);
+    }
   }
   throw Error("kl_per_token: not a KlEstimator value");
 }

@@ -42,7 +42,11 @@ struct LearnerState {
     const Config config = load_config_text(body.at("config").get<std::string>(), "learner_init config").config;
     if (prepare) prepare(config);
     const std::string model_dir = resolve_model_path(body.at("model").get<std::string>());
-    const ModelConfig model = read_model_config(model_dir + "/config.json");
+    ModelConfig model = read_model_config(model_dir + "/config.json");
+    // The tokenizer's size when the checkpoint pads its vocabulary (model_config.h).
+    if (const int64_t ids = body.value("sampled_vocab_size", int64_t{0}); ids > 0) {
+      limit_to_tokenizer(model, ids, model_dir);
+    }
     TrainerOptions options;
     options.learner = config.learner;
     options.algorithm = config.algorithm;
@@ -143,16 +147,19 @@ CommandHandler learner_command_handler(std::function<void(const Config&)> prepar
       return {nlohmann::json{{"nccl_unique_id", nccl_unique_id_to_hex(nccl_new_unique_id())}}.dump(), {}};
     }
     if (command.name == "learner_save" || command.name == "learner_load") {
-      const std::string dir = command_json(command).at("dir").get<std::string>();
+      const nlohmann::json body = command_json(command);
+      const std::string dir = body.at("dir").get<std::string>();
       Trainer& t = state->require_trainer(command.name);
-      if (command.name == "learner_save") t.save_checkpoint(dir);
+      if (command.name == "learner_save") t.save_checkpoint(dir, body.value("tokenizer_from", std::string()));
       else t.load_checkpoint(dir);
       return {fmt::format("{{\"optimizer_steps\":{}}}", t.optimizer_steps()), {}};
     }
     if (command.name == "learner_export") {
       const nlohmann::json body = command_json(command);
       Trainer& t = state->require_trainer(command.name);
-      t.export_policy(body.at("dir").get<std::string>(), body.at("tokenizer_from").get<std::string>());
+      const std::string dtype = body.value("dtype", std::string("float32"));  // model.dtype
+      t.export_policy(body.at("dir").get<std::string>(), body.at("tokenizer_from").get<std::string>(),
+                      dtype == "bfloat16" ? DType::bf16 : dtype == "float16" ? DType::f16 : DType::f32);
       return {"{}", {}};
     }
     throw Error(fmt::format("learner worker: unknown command \"{}\" (known: ping, describe, torch_info, learner_init, "

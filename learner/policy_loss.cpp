@@ -9,7 +9,9 @@ namespace tandem {
 
 namespace {
 
+// Log-ratio bounds before exp() (policy_loss.h).
 constexpr double kMaxLogRatio = 20.0;
+constexpr double kGspoMaxLogRatio = 10.0;
 
 at::Tensor check_inputs(const PolicyLossInputs& in, const PolicyLossParams& params, const char* loss_name) {
   TANDEM_CHECK(in.mask.defined(), "{}: the mask is missing", loss_name);
@@ -67,9 +69,12 @@ PolicyLossResult gspo_loss(const PolicyLossInputs& in, const PolicyLossParams& p
   at::Tensor logprobs = zero_invalid(in.logprobs, valid);  // [B, T]
   at::Tensor log_ratio = logprobs - zero_invalid(in.old_logprobs.to(logprobs.scalar_type()), valid);
   at::Tensor lengths = valid.sum(1, /*keepdim=*/true).clamp_min(1).to(logprobs.scalar_type());  // [B, 1]
-  at::Tensor sequence_log_ratio = (log_ratio.sum(1, /*keepdim=*/true) / lengths).clamp(-kMaxLogRatio, kMaxLogRatio);
-  // Value s_i at every token; gradient s_i * grad logprobs_t.
-  at::Tensor ratio = (sequence_log_ratio.detach() + logprobs - logprobs.detach()).exp();  // [B, T]
+  at::Tensor sequence_log_ratio = log_ratio.sum(1, /*keepdim=*/true).detach() / lengths;  // [B, 1]
+  // Value log s_i at every token (the bracket is exactly 0), gradient grad logprobs_t.
+  // Clamped as a whole, so that where the bound is active no gradient passes (clamping
+  // the detached part alone bounds the value and lets s_i * grad logprobs_t through).
+  at::Tensor token_log_ratio = sequence_log_ratio + (logprobs - logprobs.detach());  // [B, T]
+  at::Tensor ratio = token_log_ratio.clamp(-kMaxLogRatio, kGspoMaxLogRatio).exp();
   return clipped_surrogate(ratio, in.advantages, valid, params);
 }
 

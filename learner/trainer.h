@@ -89,11 +89,13 @@ class Trainer {
   // optimizer-<i>.safetensors files, each covering a global [offset, offset + n) range of
   // the flat parameters: it loads into any worker count and either strategy. Written
   // into DIR.tmp and renamed by rank 0 after all ranks finished: DIR is whole or absent.
-  void save_checkpoint(const std::string& dir);
+  // With `tokenizer_dir`, its tokenizer files are copied in too, so that the checkpoint is
+  // a model directory `tandem generate --model` loads.
+  void save_checkpoint(const std::string& dir, const std::string& tokenizer_dir = "");
   void load_checkpoint(const std::string& dir);
   // The policy as a Hugging Face directory (config.json, model.safetensors in `dtype`,
   // and the tokenizer files copied from `tokenizer_dir`), written by rank 0, staged and
-  // renamed like a checkpoint. All ranks call it (fsdp gathers).
+  // renamed like a checkpoint; an existing DIR is replaced. All ranks call it (fsdp gathers).
   void export_policy(const std::string& dir, const std::string& tokenizer_dir, DType dtype = DType::f32);
 
  private:

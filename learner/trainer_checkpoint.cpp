@@ -48,12 +48,26 @@ const float* f32_data(const SafetensorsFile& file, const std::string& name, int6
   return reinterpret_cast<const float*>(view.data);
 }
 
+// The files that make a directory of weights a model others load: the tokenizer and its
+// companions, copied from `tokenizer_dir` (tokenizer.json is required).
+void copy_tokenizer_files(const std::string& tokenizer_dir, const std::string& out_dir, const char* what) {
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                           "generation_config.json"}) {
+    std::optional<std::string> text = read_file(tokenizer_dir + "/" + name);
+    if (text) {
+      write_file_atomic(out_dir + "/" + name, *text);
+    } else if (std::string(name) == "tokenizer.json") {
+      throw Error(fmt::format("{}: {} has no tokenizer.json to copy", what, tokenizer_dir));
+    }
+  }
+}
+
 constexpr const char* kValueHeadFile = "value_head.safetensors";
 constexpr const char* kReferenceDir = "reference";  // the warmed-up reference policy, when there was a warm-up
 
 }  // namespace
 
-void Trainer::save_checkpoint(const std::string& dir) {
+void Trainer::save_checkpoint(const std::string& dir, const std::string& tokenizer_dir) {
   Impl& m = *impl_;
   const int rank = m.collectives.rank(), world = m.collectives.world_size();
   const std::string staging = dir + ".tmp";
@@ -90,6 +104,7 @@ void Trainer::save_checkpoint(const std::string& dir) {
       write_safetensors(staging + "/" + kValueHeadFile, tensors, {});
     }
     write_file_atomic(staging + "/config.json", model_config_to_json(m.model.config()));
+    if (!tokenizer_dir.empty()) copy_tokenizer_files(tokenizer_dir, staging, "checkpoint");  // a loadable model too
     nlohmann::json state = {{"optimizer_steps", m.steps},
                             {"adam_steps", m.adam->steps()},
                             {"world_size", world},
@@ -108,22 +123,23 @@ void Trainer::export_policy(const std::string& dir, const std::string& tokenizer
   Impl& m = *impl_;
   const ModelWeights weights = m.full_weights();  // collective under fsdp
   if (m.collectives.rank() == 0) {
-    if (fs::exists(dir)) throw Error(fmt::format("export: {} exists already", dir));
-    const std::string staging = dir + ".tmp";
+    const std::string staging = dir + ".tmp", previous = dir + ".old";
     fs::remove_all(staging);
     fs::create_directories(staging);
     ModelConfig config = m.model.config();
     config.torch_dtype = dtype == DType::bf16 ? "bfloat16" : dtype == DType::f16 ? "float16" : "float32";
     write_file_atomic(staging + "/config.json", model_config_to_json(config));
     save_model_weights(staging, weights, dtype);
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                             "generation_config.json"}) {
-      std::optional<std::string> text = read_file(tokenizer_dir + "/" + name);
-      if (text) write_file_atomic(staging + "/" + name, *text);
-      else if (std::string(name) == "tokenizer.json")
-        throw Error(fmt::format("export: {} has no tokenizer.json to copy", tokenizer_dir));
+    copy_tokenizer_files(tokenizer_dir, staging, "export");
+    // An older export (a run extended by `tandem resume --set experiment.steps=N`) is
+    // replaced: DIR holds the old policy or the new one at every moment but between the
+    // two renames, and a crash there leaves DIR.old whole (removed by the next export).
+    if (fs::exists(dir)) {
+      fs::remove_all(previous);
+      fs::rename(dir, previous);
     }
     fs::rename(staging, dir);
+    fs::remove_all(previous);
   }
   m.collectives.barrier();
 }

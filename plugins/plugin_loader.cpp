@@ -93,12 +93,12 @@ void load_plugin(const std::string& path) {
   loaded.insert(canonical);
 }
 
-void load_config_plugins(const Config& config, const std::string& where) {
+void load_config_plugins(const Config& config, const std::function<std::string(const std::string& key)>& where) {
   auto named = [&](const std::string& key, const std::function<void()>& f) {
     try {
       f();
     } catch (const Error& e) {
-      throw Error(fmt::format("{}: {}: {}", where, key, e.what()));
+      throw Error(fmt::format("{}: {}: {}", where(key), key, e.what()));
     }
   };
   if (!config.algorithm.plugin.empty()) {
@@ -106,19 +106,23 @@ void load_config_plugins(const Config& config, const std::string& where) {
   }
   for (size_t i = 0; i < config.reward.size(); ++i) {
     if (!config.reward[i].plugin.empty()) {
-      named(fmt::format("reward[{}].plugin", i), [&] { load_plugin(config.reward[i].plugin); });
+      named(fmt::format("reward.{}.plugin", i), [&] { load_plugin(config.reward[i].plugin); });
     }
   }
   named("algorithm.advantage", [&] { find_advantage_estimator(config.algorithm.advantage); });
   named("algorithm.policy_loss", [&] { find_policy_loss(config.algorithm.policy_loss); });
   for (size_t i = 0; i < config.reward.size(); ++i) {
-    named(fmt::format("reward[{}].name", i), [&] { find_reward(config.reward[i].name); });
+    named(fmt::format("reward.{}.name", i), [&] { find_reward(config.reward[i].name); });
     try {
       check_reward_config(config.reward[i], i);  // its messages name the key path
     } catch (const Error& e) {
-      throw Error(fmt::format("{}: {}", where, e.what()));
+      throw Error(fmt::format("{}: {}", where(fmt::format("reward.{}", i)), e.what()));
     }
   }
+}
+
+void load_config_plugins(const Config& config, const std::string& where) {
+  load_config_plugins(config, [&](const std::string&) { return where; });
 }
 
 }  // namespace tandem

@@ -7,6 +7,7 @@
 
 #include "core/config.h"
 
+#include <functional>
 #include <string>
 
 namespace tandem {
@@ -16,9 +17,11 @@ namespace tandem {
 // another API version or libtorch, a name already taken, an exception while registering.
 void load_plugin(const std::string& path);
 
-// Loads algorithm.plugin and every reward[].plugin, then checks that the configured
-// advantage estimator, policy loss and reward names are registered. `where` prefixes
-// messages (the config file).
+// Loads algorithm.plugin and every reward.N.plugin, then checks that the configured
+// advantage estimator, policy loss and reward names are registered and each reward's
+// settings. Messages read "<where(key)>: <key>: <what>"; `where` gives a key's origin
+// (LoadedConfig::origin_of: file:line:col), or one fixed prefix.
+void load_config_plugins(const Config& config, const std::function<std::string(const std::string& key)>& where);
 void load_config_plugins(const Config& config, const std::string& where);
 
 }  // namespace tandem

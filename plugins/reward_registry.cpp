@@ -15,7 +15,7 @@ using RewardMaker = std::function<RewardFn(const RewardConfig&)>;
 
 NamedFunctions<RewardMaker>& rewards() {
   static NamedFunctions<RewardMaker> table(
-      "reward function (reward[].name)",
+      "reward function (reward.N.name)",
       {
           {"math_answer", [](const RewardConfig&) -> RewardFn { return math_answer_reward; }},
           {"format", [](const RewardConfig& c) { return make_format_reward(c.pattern); }},
@@ -34,7 +34,7 @@ const char* setting_of(const std::string& name) {
 }  // namespace
 
 void register_reward(const std::string& name, RewardFn fn) {
-  TANDEM_CHECK(static_cast<bool>(fn), "registering reward function (reward[].name) {}: the function is empty", name);
+  TANDEM_CHECK(static_cast<bool>(fn), "registering reward function (reward.N.name) {}: the function is empty", name);
   rewards().add(name, [fn = std::move(fn)](const RewardConfig&) { return fn; });
 }
 
@@ -43,18 +43,18 @@ RewardFn make_reward(const RewardConfig& config) { return rewards().find(config.
 void check_reward_config(const RewardConfig& config, size_t index) {
   const char* setting = setting_of(config.name);
   if (!config.pattern.empty() && config.name != "format") {
-    throw Error(fmt::format("reward[{}].pattern: only the format reward reads pattern (this entry is {})", index,
+    throw Error(fmt::format("reward.{}.pattern: only the format reward reads pattern (this entry is {})", index,
                             config.name));
   }
   if (config.max_length != 0 && config.name != "length_penalty") {
-    throw Error(fmt::format("reward[{}].max_length: only the length_penalty reward reads max_length (this entry is {})",
+    throw Error(fmt::format("reward.{}.max_length: only the length_penalty reward reads max_length (this entry is {})",
                             index, config.name));
   }
   if (!setting) return;
   try {
     rewards().find(config.name)(config);  // compiles the pattern, checks the length
   } catch (const Error& e) {
-    throw Error(fmt::format("reward[{}].{}: {}", index, setting, e.what()));
+    throw Error(fmt::format("reward.{}.{}: {}", index, setting, e.what()));
   }
 }
 

@@ -24,9 +24,9 @@ RewardFn make_reward(const RewardConfig& config);
 
 // Checks the settings of entry `index` of the config's reward list, without looking the
 // name up (a plugin's reward exists only once the plugin is loaded): an Error such as
-//   reward[1].pattern: invalid regex "(ab": missing closing parenthesis (at offset 3)
-//   reward[0].max_length: the length_penalty reward needs max_length >= 1 ..., got 0
-//   reward[2].pattern: only the format reward reads pattern (this entry is math_answer)
+//   reward.1.pattern: invalid regex "(ab": missing closing parenthesis (at offset 3)
+//   reward.0.max_length: the length_penalty reward needs max_length >= 1 ..., got 0
+//   reward.2.pattern: only the format reward reads pattern (this entry is math_answer)
 void check_reward_config(const RewardConfig& config, size_t index);
 
 // The function registered under `name` (plugins' rewards, math_answer). An unknown name

@@ -212,7 +212,8 @@ std::vector<GeneratedSample> RolloutEngine::step() {
     const SampleState* s = sampling[r];
     const int64_t position = static_cast<int64_t>(s->tokens.size());  // where the new token goes
     const double u = uniform_from_counter(s->seed, static_cast<uint64_t>(position));
-    m.drawn[r] = sampler.sample(&m.logits[r * c.vocab_size], c.vocab_size, s->request->request.sampling, u);
+    // Rows are vocab_size wide; only the ids a tokenizer has are drawn (model_config.h).
+    m.drawn[r] = sampler.sample(&m.logits[r * c.vocab_size], c.sampled_vocab(), s->request->request.sampling, u);
   };
   const int64_t rows = static_cast<int64_t>(sampling.size());
   if (rows > 1 && rows * c.vocab_size >= kParallelSamplingValues) {

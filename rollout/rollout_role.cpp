@@ -34,7 +34,11 @@ struct RolloutState {
     const nlohmann::json body = command_json(command);
     const Config config = load_config_text(body.at("config").get<std::string>(), "rollout_init config").config;
     const std::string model_dir = resolve_model_path(body.at("model").get<std::string>());
-    const ModelConfig model = read_model_config(model_dir + "/config.json");
+    ModelConfig model = read_model_config(model_dir + "/config.json");
+    // The tokenizer's size when the checkpoint pads its vocabulary (model_config.h).
+    if (const int64_t ids = body.value("sampled_vocab_size", int64_t{0}); ids > 0) {
+      limit_to_tokenizer(model, ids, model_dir);
+    }
     rollout = config.rollout;
     engine.reset();
     EngineOptions options = engine_options(rollout);

@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
-scripts/build.sh
+scripts/build.sh controller/tandem  # only what the run needs; scripts/test.sh builds the rest
 exec build/controller/tandem run configs/quickstart.yaml "$@"

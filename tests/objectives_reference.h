@@ -204,24 +204,33 @@ inline RefGae ref_gae(const Batch& x, bool with_token_rewards, double gamma, dou
 struct RefPolicy {
   Matrix loss, ratio, grad;          // grad: d loss[b][t] / d logprobs[b][t]
   std::vector<std::vector<bool>> clipped;
+  std::vector<std::vector<bool>> bounded;     // a log-ratio bound is active: rho is a constant
   std::vector<std::vector<bool>> near_bound;  // the clip decision is within rounding of a bound
 };
 
+// The log-ratio bounds before exp() (verl's): ppo_clip [-20, 20] on log rho_t; gspo
+// [-20, 10] on the per-token log-ratio, whose value is the sequence's mean log-ratio.
+constexpr double kRefMinLogRatio = -20, kRefPpoMaxLogRatio = 20, kRefGspoMaxLogRatio = 10;
+
 // Written from the objective side: J = min(rho A, clip(rho) A), dual: J = max(J, c A) for
-// A < 0; loss = -J. `gspo` uses the sequence ratio (gradient s_i * d logprobs).
+// A < 0; loss = -J. `gspo` uses the sequence ratio (gradient s_i * d logprobs). Where the
+// log-ratio is out of its bounds rho is the bound's exp, a constant: no gradient.
 inline RefPolicy ref_policy(const Batch& x, const PolicyLossParams& p, bool gspo) {
   const size_t T = x.valid[0].size();
+  auto flags = [&] { return std::vector<std::vector<bool>>(x.rows(), std::vector<bool>(T, false)); };
   RefPolicy out{Matrix(x.rows(), Row(T, 0.0)), Matrix(x.rows(), Row(T, 1.0)), Matrix(x.rows(), Row(T, 0.0)),
-                std::vector<std::vector<bool>>(x.rows(), std::vector<bool>(T, false)),
-                std::vector<std::vector<bool>>(x.rows(), std::vector<bool>(T, false))};
+                flags(), flags(), flags()};
+  const double max_log_ratio = gspo ? kRefGspoMaxLogRatio : kRefPpoMaxLogRatio;
   for (int64_t b = 0; b < x.rows(); ++b) {
     double sum = 0, count = 0;
     for (size_t t = 0; t < T; ++t)
       if (x.valid[b][t]) sum += x.logprobs[b][t] - x.old_logprobs[b][t], count += 1;
-    const double sequence_ratio = std::exp(count > 0 ? sum / count : 0.0);
+    const double sequence_log_ratio = count > 0 ? sum / count : 0.0;
     for (size_t t = 0; t < T; ++t) {
       if (!x.valid[b][t]) continue;
-      const double rho = gspo ? sequence_ratio : std::exp(x.logprobs[b][t] - x.old_logprobs[b][t]);
+      const double log_rho = gspo ? sequence_log_ratio : x.logprobs[b][t] - x.old_logprobs[b][t];
+      const bool bounded = log_rho < kRefMinLogRatio || log_rho > max_log_ratio;
+      const double rho = std::exp(std::min(std::max(log_rho, kRefMinLogRatio), max_log_ratio));
       const double a = x.advantages[b][t];
       const double low = 1 - p.clip_low, high = 1 + p.clip_high;
       const double clipped_rho = std::min(std::max(rho, low), high);
@@ -234,10 +243,12 @@ inline RefPolicy ref_policy(const Batch& x, const PolicyLossParams& p, bool gspo
       out.loss[b][t] = -objective;
       out.ratio[b][t] = rho;
       out.clipped[b][t] = constant;
-      out.grad[b][t] = constant ? 0.0 : -a * rho;
+      out.bounded[b][t] = bounded;
+      out.grad[b][t] = constant || bounded ? 0.0 : -a * rho;
       const double scale = 1e-4 * (1 + std::abs(rho));
       out.near_bound[b][t] = std::abs(rho - low) < scale || std::abs(rho - high) < scale ||
-                             (p.dual_c > 0 && std::abs(rho - p.dual_c) < scale);
+                             (p.dual_c > 0 && std::abs(rho - p.dual_c) < scale) ||
+                             std::abs(log_rho - kRefMinLogRatio) < 1e-4 || std::abs(log_rho - max_log_ratio) < 1e-4;
     }
   }
   return out;
@@ -262,14 +273,31 @@ inline double ref_aggregate(const Batch& x, const Matrix& loss, LossAggregation 
   return kNaN;
 }
 
+// One token's KL estimate from its log-ratio d = logprob - ref_logprob, and the estimate's
+// derivative in logprob. k3 carries verl's bounds (low_var_kl): with c = clamp(d, -20, 20),
+// min(exp(-c) - 1 + c, 10), a constant (no gradient) where either clamp is active. k1 and
+// k2 have none.
+struct RefKlToken {
+  double value, grad;
+  bool bounded;     // a bound is active: the value is 10 and the gradient 0
+  bool near_bound;  // within rounding of a bound, where float32 may decide otherwise
+};
+
+inline RefKlToken ref_kl_token(double d, KlEstimator estimator) {
+  if (estimator == KlEstimator::k1) return {d, 1.0, false, false};
+  if (estimator == KlEstimator::k2) return {d * d / 2, d, false, false};
+  const double c = std::min(std::max(d, -20.0), 20.0);
+  const double k3 = std::exp(-c) - 1 + c;
+  const bool bounded = c != d || k3 > 10;
+  const bool near_bound = std::abs(std::abs(d) - 20) < 1e-4 || std::abs(k3 - 10) < 1e-4;
+  return {std::min(k3, 10.0), bounded ? 0.0 : 1 - std::exp(-d), bounded, near_bound};
+}
+
 inline Matrix ref_kl(const Batch& x, KlEstimator estimator) {
   Matrix k(x.rows(), Row(x.valid[0].size(), 0.0));
   for (int64_t b = 0; b < x.rows(); ++b)
-    for (size_t t = 0; t < k[b].size(); ++t) {
-      if (!x.valid[b][t]) continue;
-      const double d = x.logprobs[b][t] - x.ref_logprobs[b][t];
-      k[b][t] = estimator == KlEstimator::k1 ? d : estimator == KlEstimator::k2 ? d * d / 2 : std::exp(-d) - 1 + d;
-    }
+    for (size_t t = 0; t < k[b].size(); ++t)
+      if (x.valid[b][t]) k[b][t] = ref_kl_token(x.logprobs[b][t] - x.ref_logprobs[b][t], estimator).value;
   return k;
 }
 

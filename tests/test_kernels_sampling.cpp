@@ -255,3 +255,28 @@ TEST_CASE("sampled frequencies match the distribution; tokens outside top-k/top-
 }
 
 #endif  // TANDEM_WITH_CUDA
+
+TEST_CASE("a padded vocabulary: ids past `vocab` in a wider row are never drawn, however large their logits") {
+  // Rows are the model's vocab_size wide (Qwen: 151936); the tokenizer has fewer ids, and
+  // the caller passes that count as `vocab`. The padding holds the largest logits here.
+  std::mt19937_64 rng(std::random_device{}());
+  std::normal_distribution<float> normal;
+  SamplingRows s;
+  s.vocab = 1000;
+  s.stride = 1024;
+  const int64_t rows = 256;
+  s.logits.resize(static_cast<size_t>(rows * s.stride));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < s.stride; ++i) s.logits[r * s.stride + i] = i < s.vocab ? normal(rng) : 40.0f + normal(rng);
+    const int64_t kind = r % 4;  // plain, greedy, top-k, top-p
+    s.add(kind == 1 ? 0.0f : 1.5f, kind == 2 ? 20 : 0, kind == 3 ? 0.9f : 1.0f, rng(), r);
+  }
+  s.run();
+  for (int64_t r = 0; r < rows; ++r) {
+    INFO("row " << r);
+    REQUIRE(s.tokens[r] >= 0);
+    CHECK(s.tokens[r] < s.vocab);
+    if (r % 4 == 1) CHECK(s.tokens[r] == s.reference(r).token);  // greedy: the argmax among the real ids
+    CHECK(std::isfinite(s.logprobs[r]));
+  }
+}

@@ -246,7 +246,7 @@ TEST_CASE("ppo_clip and gspo: loss, ratio, clip flags and gradients match the re
             CHECK(loss[b][t] <= params.dual_c * -x.advantages[b][t] * (1 + 1e-6) + 1e-7);
           if (want.near_bound[b][t]) continue;  // float32 and float64 may decide differently
           CHECK((clipped[b][t] != 0) == want.clipped[b][t]);
-          if (want.clipped[b][t]) CHECK(grad[b][t] == 0.0);  // clipped tokens have no gradient
+          if (want.clipped[b][t] || want.bounded[b][t]) CHECK(grad[b][t] == 0.0);  // constant: no gradient
           check_scalar(grad[b][t], want.grad[b][t], kFloat, "d loss / d logprobs");
         }
     }
@@ -270,6 +270,78 @@ TEST_CASE("ratio 1: the clipped loss equals the unclipped loss and nothing is cl
     check_matrix(got.loss, unclipped, kExact, name);
     CHECK(got.clipped.sum().item<int64_t>() == 0);
   }
+}
+
+TEST_CASE("runaway tokens: gspo bounds its per-token log-ratio at 10 and ppo_clip at 20, no gradient there") {
+  // One runaway token per row: up (old policy gave it ~0), down, or up but not enough to
+  // move the sequence's mean past 10; rows beside them are ordinary. The old gspo clamped
+  // only the detached mean, at 20, and let e^20 |A| of gradient through where A < 0.
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Random rng(seed);
+  enum Role { runaway_up, runaway_down, runaway_token_only, ordinary };
+  int64_t gspo_bounded_negative = 0, ppo_bounded = 0, ppo_between = 0;  // coverage, summed over trials
+  for (int trial = 0; trial < 16; ++trial) {
+    Batch x = random_batch(rng, rng.integer(2, 3), 4, rng.integer(3, 12));
+    for (int64_t b = 0; b < x.rows(); ++b) {
+      std::vector<size_t> tokens;
+      for (size_t t = 0; t < x.valid[b].size(); ++t)
+        if (x.valid[b][t]) tokens.push_back(t);
+      if (tokens.empty()) continue;
+      const size_t t0 = tokens[rng.integer(0, static_cast<int64_t>(tokens.size()) - 1)];
+      const double n = static_cast<double>(tokens.size());
+      switch (static_cast<Role>(b % 4)) {
+        case runaway_up:  // sequence mean > 10; A < 0 takes the unclipped branch
+          x.old_logprobs[b][t0] = as_float(x.logprobs[b][t0] - n * rng.uniform(11, 40));
+          x.advantages[b][t0] = -std::abs(x.advantages[b][t0]);
+          break;
+        case runaway_down:  // sequence mean < -20: the policy now gives the token ~0
+          x.logprobs[b][t0] = as_float(x.old_logprobs[b][t0] - n * rng.uniform(21, 40));
+          break;
+        case runaway_token_only:  // the token's log-ratio is past 10, the mean is not once n >= 2
+          x.old_logprobs[b][t0] = as_float(x.logprobs[b][t0] - rng.uniform(12, 18));
+          break;
+        case ordinary:
+          break;
+      }
+    }
+    PolicyLossParams params;
+    params.clip_low = rng.uniform(0.05, 0.3);
+    params.clip_high = rng.uniform(0.05, 0.4);
+    params.dual_c = trial % 2 == 0 ? 0.0 : rng.uniform(1.05, 3.0);
+    for (const bool gspo : {false, true}) {
+      INFO((gspo ? "gspo" : "ppo_clip") << " dual_c " << params.dual_c);
+      at::Tensor logprobs;
+      PolicyLossResult got = find_policy_loss(gspo ? "gspo" : "ppo_clip")(policy_inputs(x, logprobs), params);
+      const RefPolicy want = ref_policy(x, params, gspo);
+      check_matrix(got.loss, want.loss, kFloat, "loss");
+      check_matrix(got.ratio, want.ratio, kFloat, "ratio");
+      got.loss.sum().backward();
+      const Matrix grad = to_matrix(logprobs.grad());
+      const Matrix ratio = to_matrix(got.ratio);
+      const double max_ratio = std::exp(gspo ? 10.0 : 20.0) * (1 + 1e-6);
+      for (int64_t b = 0; b < x.rows(); ++b)
+        for (size_t t = 0; t < x.valid[b].size(); ++t) {
+          if (!x.valid[b][t]) {
+            CHECK(grad[b][t] == 0.0);
+            continue;
+          }
+          CHECK(ratio[b][t] <= max_ratio);
+          if (want.near_bound[b][t]) continue;
+          if (want.bounded[b][t]) {
+            CHECK(grad[b][t] == 0.0);  // exactly: a bound is active
+            if (gspo && x.advantages[b][t] < 0 && params.dual_c == 0) ++gspo_bounded_negative;
+            if (!gspo) ++ppo_bounded;
+          } else {
+            check_scalar(grad[b][t], want.grad[b][t], kFloat, "d loss / d logprobs");
+            if (!gspo && std::log(want.ratio[b][t]) > 10) ++ppo_between;  // ppo_clip is not bounded at 10
+          }
+        }
+    }
+  }
+  CHECK(gspo_bounded_negative > 0);
+  CHECK(ppo_bounded > 0);
+  CHECK(ppo_between > 0);
 }
 
 TEST_CASE("loss aggregation: every mode matches the reference; micro-batches with the global scale add up") {
@@ -335,6 +407,72 @@ TEST_CASE("KL estimators k1, k2, k3 match the reference; k3 >= 0; the reward for
     }
   }
   CHECK_THROWS_WITH_AS(kl_estimator_from_name("k4"), doctest::Contains("did you mean k1?"), Error);
+}
+
+TEST_CASE("KL bounds at edge gaps: k3 at most 10 with no gradient where bounded, as verl; k1 and k2 unbounded") {
+  // Gaps ref_logprob - logprob of 0, +-3.5, +-25, +-100 (the unbounded k3 gives 28.6 at
+  // +3.5, 7e10 at +25 and inf in float32 at +100), beside random gaps in [-30, 30].
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Random rng(seed);
+  const Row edges = {0.0, 3.5, -3.5, 25.0, -25.0, 100.0, -100.0};
+  const int64_t T = static_cast<int64_t>(edges.size()) + 1;
+  Batch x;
+  x.valid.assign(3, std::vector<bool>(T, true));
+  x.logprobs = x.ref_logprobs = Matrix(3, Row(T));
+  for (int64_t b = 0; b < 3; ++b) {
+    Row gaps = edges;
+    if (b > 0)
+      for (double& g : gaps) g = rng.uniform(-30, 30);
+    std::shuffle(gaps.begin(), gaps.end(), std::mt19937_64(rng.integer(0, 1 << 30)));
+    gaps.insert(gaps.begin() + rng.integer(0, T - 1), kNaN);  // one masked slot per row
+    for (int64_t t = 0; t < T; ++t) {
+      const double g = gaps[t], u = rng.uniform(0.05, 3.0);
+      x.valid[b][t] = !std::isnan(g);
+      // Both log-probs <= 0: the less likely side is -u - |gap|.
+      x.logprobs[b][t] = x.valid[b][t] ? as_float(g > 0 ? -u - g : -u) : kNaN;
+      x.ref_logprobs[b][t] = x.valid[b][t] ? as_float(g > 0 ? -u : -u + g) : kNaN;
+    }
+  }
+  int64_t bounded_tokens = 0;
+  for (const at::ScalarType dtype : {at::kFloat, at::kDouble}) {
+    // float64 inputs hold the same values; only ulp-level differences of exp() remain.
+    const Tolerance tol = dtype == at::kFloat ? kFloat : Tolerance{1e-12, 1e-12};
+    for (const std::string& name : kl_estimator_names()) {
+      INFO(name << (dtype == at::kFloat ? " float32" : " float64"));
+      const KlEstimator estimator = kl_estimator_from_name(name);
+      at::Tensor logprobs = tensor(x.logprobs, dtype).requires_grad_(true);
+      at::Tensor ref_logprobs = tensor(x.ref_logprobs, dtype);
+      at::Tensor kl = kl_per_token(logprobs, ref_logprobs, mask_tensor(x), estimator);
+      kl.sum().backward();
+      const Matrix got = to_matrix(kl), grad = to_matrix(logprobs.grad());
+      const double coef = rng.uniform(0.01, 0.5);
+      const Matrix penalty = to_matrix(kl_token_rewards(logprobs, ref_logprobs, mask_tensor(x), estimator, coef));
+      for (int64_t b = 0; b < 3; ++b)
+        for (int64_t t = 0; t < T; ++t) {
+          if (!x.valid[b][t]) {
+            CHECK(got[b][t] == 0.0);
+            CHECK(grad[b][t] == 0.0);
+            continue;
+          }
+          const double d = x.logprobs[b][t] - x.ref_logprobs[b][t];
+          INFO("log-ratio " << d);
+          const RefKlToken want = ref_kl_token(d, estimator);
+          check_scalar(got[b][t], want.value, tol, "kl");
+          check_scalar(penalty[b][t], -coef * want.value, tol, "kl_token_rewards");
+          if (estimator == KlEstimator::k3) CHECK(got[b][t] <= 10.0);
+          if (want.near_bound) continue;  // float32 and float64 may decide differently
+          if (want.bounded) {
+            CHECK(got[b][t] == 10.0);
+            CHECK(grad[b][t] == 0.0);  // exactly, not NaN: no gradient where a bound is active
+            ++bounded_tokens;
+          } else {
+            check_scalar(grad[b][t], want.grad, tol, "d kl / d logprobs");
+          }
+        }
+    }
+  }
+  CHECK(bounded_tokens >= 2 * 5);  // k3 at gaps +3.5, +-25, +-100, in each dtype
 }
 
 TEST_CASE("actor objective: pg loss + kl_coef * kl - entropy_coef * entropy, and its metrics") {

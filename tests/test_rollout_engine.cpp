@@ -80,6 +80,64 @@ TEST_CASE("rollout log-probs equal the learner module's for the same weights and
   }
 }
 
+TEST_CASE("a padded vocabulary: ids past the tokenizer are never drawn, and log-probs still match the learner") {
+  // Checkpoints pad embedding rows past the tokenizer (Qwen: 151936 rows, 151669 ids).
+  // The padded rows here get large logits, so a sampler over every row draws them often.
+  std::mt19937_64 rng(std::random_device{}());
+  for (const TestModel& m : test_models()) {
+    ModelConfig config = m.config;
+    limit_to_tokenizer(config, 61, "test");  // ids 61..96 are padding
+    REQUIRE(config.sampled_vocab() == 61);
+    config.eos_token_ids = {60};
+    ModelWeights weights = random_model_weights(config, rng(), 0.15, true);
+    const std::string head = config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    std::vector<float>& rows = weights.get_mutable(head).data;
+    const size_t hidden = static_cast<size_t>(config.hidden_size);
+    for (size_t i = 61 * hidden; i < rows.size(); ++i) rows[i] *= 20.0f;
+    PolicyModel learner(config, weights, at::kFloat);
+    RolloutEngine engine(config, weights, small_engine());
+    for (double temperature : {1.0, 2.0}) {
+      std::vector<GenerationRequest> requests;
+      for (uint64_t id = 0; id < 4; ++id) {
+        GenerationRequest r;
+        r.id = id;
+        r.prompt = prompt_tokens(rng, 2 + 3 * id, 60);
+        r.n = 3;
+        r.max_new_tokens = 16;
+        r.sampling.temperature = temperature;
+        r.sampling.top_k = id == 3 ? 5 : 0;
+        r.seed = rng();
+        requests.push_back(r);
+      }
+      double worst = 0;
+      int64_t drawn = 0;
+      for (const GeneratedSample& s : engine.generate(requests)) {
+        for (int32_t t : s.tokens) REQUIRE(t < 61);
+        drawn += static_cast<int64_t>(s.tokens.size());
+        std::vector<int32_t> sequence = requests[s.request_id].prompt;
+        const int64_t prompt_length = static_cast<int64_t>(sequence.size());
+        sequence.insert(sequence.end(), s.tokens.begin(), s.tokens.end());
+        TokenLayout layout = padded_layout({sequence});
+        const at::Tensor logits = learner.forward(layout);
+        REQUIRE(logits.size(2) == 61);
+        TokenLogProbs lp = token_logprobs(logits, layout, temperature);
+        for (size_t t = 0; t < s.tokens.size(); ++t) {
+          const double d = std::abs(lp.logprobs[0][prompt_length + t].item<float>() - s.logprobs[t]);
+          worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+        }
+      }
+      INFO(m.name << " temperature " << temperature);
+      CHECK(drawn > 40);
+      CHECK(worst <= 1e-5);
+    }
+  }
+  ModelConfig config = test_models()[0].config;
+  CHECK_THROWS_WITH_AS(limit_to_tokenizer(config, 98, "dir"),
+                       doctest::Contains("the tokenizer has 98 ids but config.json's vocab_size is 97"), Error);
+  limit_to_tokenizer(config, 97, "dir");
+  CHECK(config.sampled_vocab_size == 0);
+}
+
 TEST_CASE("continuous batching, chunked prefill and preemption give each request's solo tokens") {
   std::mt19937_64 rng(std::random_device{}());
   const TestModel m = test_models()[3];

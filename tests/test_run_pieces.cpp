@@ -139,20 +139,20 @@ TEST_CASE("reward settings are checked: bad regexes and lengths name the entry a
   CHECK_NOTHROW(check_reward_config(reward_entry("math_answer"), 0));
   CHECK_NOTHROW(check_reward_config(reward_entry("my_plugin_reward"), 0));  // names are the registry's business
   CHECK_THROWS_WITH_AS(check_reward_config(reward_entry("format", "<answer>(\\d+</answer>"), 3),
-                       doctest::Contains("reward[3].pattern: invalid regex \"<answer>(\\d+</answer>\": missing closing "
+                       doctest::Contains("reward.3.pattern: invalid regex \"<answer>(\\d+</answer>\": missing closing "
                                          "parenthesis (at offset 21)"),
                        Error);
   CHECK_THROWS_WITH_AS(check_reward_config(reward_entry("format", "a{2,1}"), 0),
-                       doctest::Contains("reward[0].pattern: invalid regex \"a{2,1}\": numbers out of order"), Error);
+                       doctest::Contains("reward.0.pattern: invalid regex \"a{2,1}\": numbers out of order"), Error);
   CHECK_THROWS_WITH_AS(check_reward_config(reward_entry("format"), 2),
-                       doctest::Contains("reward[2].pattern: the format reward needs a non-empty pattern"), Error);
+                       doctest::Contains("reward.2.pattern: the format reward needs a non-empty pattern"), Error);
   CHECK_THROWS_WITH_AS(check_reward_config(reward_entry("length_penalty"), 1),
-                       doctest::Contains("reward[1].max_length: the length_penalty reward needs max_length >= 1"), Error);
+                       doctest::Contains("reward.1.max_length: the length_penalty reward needs max_length >= 1"), Error);
   CHECK_THROWS_WITH_AS(check_reward_config(reward_entry("math_answer", "x+"), 0),
-                       doctest::Contains("reward[0].pattern: only the format reward reads pattern (this entry is math_answer)"),
+                       doctest::Contains("reward.0.pattern: only the format reward reads pattern (this entry is math_answer)"),
                        Error);
   CHECK_THROWS_WITH_AS(check_reward_config(reward_entry("format", "x", 8), 4),
-                       doctest::Contains("reward[4].max_length: only the length_penalty reward reads max_length"), Error);
+                       doctest::Contains("reward.4.max_length: only the length_penalty reward reads max_length"), Error);
   // make_reward checks the same settings, and names the unknown.
   CHECK_THROWS_WITH_AS(make_reward(reward_entry("format", "(")), doctest::Contains("invalid regex"), Error);
   CHECK_THROWS_WITH_AS(make_reward(reward_entry("formt", "x")), doctest::Contains("did you mean format?"), Error);

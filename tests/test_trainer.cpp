@@ -154,8 +154,12 @@ TEST_CASE("micro-batch size does not change the update") {
   const ModelWeights one = train_single(trainer_scenario(5, "ddp", 1));
   const ModelWeights four = train_single(trainer_scenario(5, "ddp", 4));
   const ModelWeights all = train_single(trainer_scenario(5, "ddp", 7));
-  CHECK(max_weight_diff(one, four) <= 1e-5);
-  CHECK(max_weight_diff(one, all) <= 1e-5);
+  // 2e-5, not 1e-5: micro-batches sum gradients in another order, and AdamW's m / sqrt(v)
+  // turns a float32 rounding difference on a near-zero gradient entry into up to ~100 ulp
+  // of a weight near 1 after three steps. Measured 1.2e-5 to 1.6e-5 on one 2-core Xeon
+  // with 1 to 4 OpenMP threads (and below 1e-5 on another CPU); a real bug is >= lr = 3e-3.
+  CHECK(max_weight_diff(one, four) <= 2e-5);
+  CHECK(max_weight_diff(one, all) <= 2e-5);
 }
 
 TEST_CASE("a policy-gradient step raises the log-probs of positively rewarded tokens") {

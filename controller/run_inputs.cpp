@@ -1,0 +1,166 @@
+#include "controller/run_inputs.h"
+
+#include "actor/model_weights.h"
+#include "actor/presets.h"
+#include "core/error.h"
+#include "core/text.h"
+#include "plugins/plugin_loader.h"
+#include "plugins/reward_registry.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace tandem {
+
+namespace {
+
+// Runs `load`; an Error from it becomes a UsageError starting with the key's origin.
+template <class Load>
+auto at_key(const LoadedConfig& loaded, const std::string& key, Load load) {
+  try {
+    return load();
+  } catch (const Error& e) {
+    throw UsageError(fmt::format("{}: {}: {}", loaded.origin_of(key), key, e.what()));
+  }
+}
+
+// Where a dataset row is, for messages: "file:line", or "builtin:task row N".
+std::string row_origin(const Dataset& data, size_t row) {
+  return data.lines.empty() ? fmt::format("{} row {}", data.source, row + 1)
+                            : fmt::format("{}:{}", data.source, data.lines[row]);
+}
+
+void load_model(const LoadedConfig& loaded, RunInputs& in) {
+  const Config& c = loaded.config;
+  in.model_dir = at_key(loaded, "model.path", [&] { return resolve_model_path(c.model.path); });
+  at_key(loaded, "model.path", [&] {
+    in.model = read_model_config(in.model_dir + "/config.json");
+    in.tokenizer = load_tokenizer(in.model_dir);
+    limit_to_tokenizer(in.model, in.tokenizer->vocab_size(), in.model_dir);
+    check_model_weights_file(in.model_dir, in.model);
+    return 0;
+  });
+  const int64_t positions = in.model.max_position_embeddings;
+  if (c.rollout.max_new_tokens >= positions) {
+    throw UsageError(fmt::format("{}: rollout.max_new_tokens: {} leaves no room for a prompt in the model's {} "
+                                 "positions (max_position_embeddings in {}/config.json)",
+                                 loaded.origin_of("rollout.max_new_tokens"), c.rollout.max_new_tokens, positions,
+                                 in.model_dir));
+  }
+  in.prompt_limit = positions - c.rollout.max_new_tokens;
+  if (c.data.max_prompt_length > 0) {
+    if (c.data.max_prompt_length > in.prompt_limit) {
+      throw UsageError(fmt::format(
+          "{}: data.max_prompt_length: {} prompt tokens + rollout.max_new_tokens {} exceed the model's {} positions "
+          "(max_position_embeddings in {}/config.json); at most {} fits",
+          loaded.origin_of("data.max_prompt_length"), c.data.max_prompt_length, c.rollout.max_new_tokens, positions,
+          in.model_dir, in.prompt_limit));
+    }
+    in.prompt_limit = c.data.max_prompt_length;
+  }
+}
+
+// The fields every row must have: the prompt, the gold response of the warm-up, the
+// answer math_answer compares. (key, what reads it).
+std::vector<std::pair<std::string, std::string>> required_fields(const Config& c) {
+  std::vector<std::pair<std::string, std::string>> fields;
+  if (c.sft.steps > 0) fields.emplace_back(c.sft.response_key, "sft.response_key, the warm-up's gold response");
+  for (size_t i = 0; i < c.reward.size(); ++i) {
+    if (c.reward[i].name == "math_answer" && c.reward[i].plugin.empty()) {
+      fields.emplace_back("answer", fmt::format("the answer reward.{} (math_answer) compares", i));
+      break;
+    }
+  }
+  return fields;
+}
+
+void load_data(const LoadedConfig& loaded, RunInputs& in) {
+  const Config& c = loaded.config;
+  Dataset all;
+  try {
+    all = load_dataset(c.data.train, c.data.prompt_key);
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    // Messages about the whole file say data.train; those about a row start with file:line.
+    throw UsageError(what.rfind("data.train:", 0) == 0 ? fmt::format("{}: {}", loaded.origin_of("data.train"), what)
+                                                        : what);
+  }
+  const auto fields = required_fields(c);
+  Dataset kept = all;
+  kept.rows.clear();
+  kept.lines.clear();
+  for (size_t row = 0; row < all.rows.size(); ++row) {
+    for (const auto& [key, reader] : fields) {
+      if (!all.rows[row].count(key)) {
+        throw UsageError(fmt::format("{}: no \"{}\" field ({})", row_origin(all, row), key, reader));
+      }
+    }
+    std::vector<int32_t> ids = in.tokenizer->encode(all.prompt(row));
+    if (ids.empty()) {
+      throw UsageError(fmt::format("{}: the prompt (field \"{}\") is empty", row_origin(all, row), c.data.prompt_key));
+    }
+    const int64_t length = static_cast<int64_t>(ids.size());
+    if (length > in.prompt_limit) {
+      if (c.data.on_long_prompt == "skip") {
+        ++in.skipped_long_prompts;
+        continue;
+      }
+      throw UsageError(fmt::format(
+          "{}: the prompt is {} tokens, over the limit of {} ({}); set data.on_long_prompt: skip to leave such rows "
+          "out",
+          row_origin(all, row), length, in.prompt_limit,
+          c.data.max_prompt_length > 0
+              ? "data.max_prompt_length"
+              : fmt::format("the model's {} positions minus rollout.max_new_tokens {}",
+                            in.model.max_position_embeddings, c.rollout.max_new_tokens)));
+    }
+    in.longest_prompt = std::max(in.longest_prompt, length);
+    kept.rows.push_back(all.rows[row]);
+    if (!all.lines.empty()) kept.lines.push_back(all.lines[row]);
+    in.prompt_ids.push_back(std::move(ids));
+  }
+  if (kept.rows.empty()) {
+    throw UsageError(fmt::format("{}: data.train: every one of the {} rows of {} is over the prompt limit of {} tokens "
+                                 "(data.on_long_prompt: skip left none)",
+                                 loaded.origin_of("data.train"), all.rows.size(), all.source, in.prompt_limit));
+  }
+  in.data = std::move(kept);
+}
+
+void load_rewards(const LoadedConfig& loaded, RunInputs& in) {
+  const Config& c = loaded.config;
+  try {
+    load_config_plugins(c, [&](const std::string& key) { return loaded.origin_of(key); });
+  } catch (const Error& e) {
+    throw UsageError(e.what());  // a plugin that cannot load is a config problem: nothing starts
+  }
+  for (size_t i = 0; i < c.reward.size(); ++i) {
+    in.rewards.push_back(at_key(loaded, fmt::format("reward.{}", i), [&] { return make_reward(c.reward[i]); }));
+  }
+}
+
+}  // namespace
+
+RunInputs load_run_inputs(const LoadedConfig& loaded) {
+  RunInputs in;
+  load_rewards(loaded, in);  // first: no model or data is read for a config whose plugin is missing
+  load_model(loaded, in);
+  load_data(loaded, in);
+  return in;
+}
+
+std::string describe_run_inputs(const RunInputs& in) {
+  std::string text = fmt::format("model {} ({}, vocabulary {}{}), {} rows from {}, prompts up to {} tokens (limit {})",
+                                 in.model_dir, in.model.model_type, in.model.vocab_size,
+                                 in.model.sampled_vocab_size > 0
+                                     ? fmt::format(", {} sampled", in.model.sampled_vocab_size)
+                                     : std::string(),
+                                 in.data.rows.size(), in.data.source, in.longest_prompt, in.prompt_limit);
+  if (in.skipped_long_prompts > 0) {
+    text += fmt::format(", {} rows skipped as too long (data.on_long_prompt: skip)", in.skipped_long_prompts);
+  }
+  return text;
+}
+
+}  // namespace tandem

@@ -1,0 +1,39 @@
+#include "core/config_paths.h"
+
+#include <filesystem>
+
+namespace tandem {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string* path_value(Config& c, const std::string& key) {
+  if (key == "model.path") return &c.model.path;
+  if (key == "data.train") return &c.data.train;
+  if (key == "algorithm.plugin") return &c.algorithm.plugin;
+  const std::string prefix = "reward.";
+  if (key.rfind(prefix, 0) == 0) return &c.reward.at(std::stoul(key.substr(prefix.size()))).plugin;
+  return nullptr;
+}
+
+}  // namespace
+
+std::vector<std::string> config_path_keys(const Config& config) {
+  std::vector<std::string> keys = {"model.path", "data.train", "algorithm.plugin"};
+  for (size_t i = 0; i < config.reward.size(); ++i) keys.push_back("reward." + std::to_string(i) + ".plugin");
+  return keys;
+}
+
+void resolve_config_paths(LoadedConfig& loaded, const std::string& config_dir) {
+  const fs::path base = fs::absolute(config_dir.empty() ? fs::path(".") : fs::path(config_dir));
+  for (const std::string& key : config_path_keys(loaded.config)) {
+    std::string* value = path_value(loaded.config, key);
+    if (value->empty() || value->rfind("builtin:", 0) == 0 || fs::path(*value).is_absolute()) continue;
+    const bool from_command_line = loaded.origin_of(key).rfind("--set", 0) == 0;
+    const fs::path anchor = from_command_line ? fs::current_path() : base;
+    *value = (anchor / *value).lexically_normal().string();
+  }
+}
+
+}  // namespace tandem

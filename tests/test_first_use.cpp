@@ -1,0 +1,242 @@
+// What a new user meets first: every check that can run before training runs in
+// `tandem validate` and in `tandem run` before a run directory exists (exit 2, naming
+// file:line:col or the dataset's file:line); long prompts; paths relative to the config
+// file; finished runs that resume as finished, extend, and replace their policy;
+// checkpoints that are models; the metrics and samples a researcher reads.
+#include "core/files.h"
+#include "run_tandem.h"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+using namespace tandem;
+using namespace tandem::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+void write_text(const std::string& path, const std::string& text) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path) << text;
+}
+
+// A small run over a JSONL dataset, one section per line; a case changes one section.
+struct SmallConfig {
+  std::string experiment = "{name: first-use, seed: 2, steps: 3, checkpoint_every: 2, keep_checkpoints: 2}";
+  std::string model = "{path: \"builtin:tiny\"}";
+  std::string data = "{train: data/ok.jsonl, batch_size: 4}";
+  std::string algorithm = "{group_size: 2}";
+  std::string rollout = "{workers: 1, max_new_tokens: 3, kv_cache_mb: 8}";
+  std::string learner = "{workers: 1, micro_batch_size: 8}";
+  std::string extra;  // more lines
+  std::string text() const {
+    return fmt::format("experiment: {}\nmodel: {}\ndata: {}\nalgorithm: {}\nrollout: {}\nlearner: {}\n"
+                       "logging: {{console: plain}}\n{}",
+                       experiment, model, data, algorithm, rollout, learner, extra);
+  }
+};
+
+SmallConfig with(std::string SmallConfig::*section, const std::string& value) {
+  SmallConfig c;
+  c.*section = value;
+  return c;
+}
+
+const char* kRows = "{\"prompt\": \"1+2=\", \"answer\": \"3\"}\n{\"prompt\": \"4+4=\", \"answer\": \"8\"}\n";
+
+struct RefusedCase {
+  std::string name;
+  std::string config;     // the config file's text
+  std::string expected;   // the start of the message (after the directory prefix is substituted)
+};
+
+}  // namespace
+
+TEST_CASE("validate and run refuse, before anything starts, what run cannot do (exit 2, where it is wrong)") {
+  TempDir dir;
+  const std::string d = dir.path();
+  write_text(d + "/data/ok.jsonl", kRows);
+  write_text(d + "/data/malformed.jsonl", "{\"prompt\": \"1+2=\", \"answer\": \"3\"}\n{\"prompt\": \"1+\n");
+  write_text(d + "/data/no_answer.jsonl", "{\"prompt\": \"1+2=\", \"answer\": \"3\"}\n\n{\"prompt\": \"2+2=\"}\n");
+  write_text(d + "/data/long.jsonl", "{\"prompt\": \"1+2=\", \"answer\": \"3\"}\n{\"prompt\": \"12345+67890=\", \"answer\": \"1\"}\n");
+  write_text(d + "/data/empty_prompt.jsonl", "{\"prompt\": \"\", \"answer\": \"3\"}\n");
+  fs::create_directories(d + "/not_a_model");
+  const std::vector<RefusedCase> cases = {
+      {"kl in reward", with(&SmallConfig::algorithm, "{group_size: 2, kl: {coef: 0.1, in: reward}}").text(),
+       "c.yaml:4:44: algorithm.kl.in: reward is not implemented yet"},
+      {"slurm", with(&SmallConfig::extra, "launcher: {kind: slurm}\n").text(),
+       "c.yaml:8:12: launcher.kind: slurm is not implemented yet (allowed today: local)"},
+      {"cuda learner", with(&SmallConfig::learner, "{workers: 1, micro_batch_size: 8, device: cuda}").text(),
+       "c.yaml:6:44: learner.device: cuda training is not implemented yet"},
+      {"missing dataset", with(&SmallConfig::data, "{train: data/missing.jsonl}").text(),
+       "c.yaml:3:8: data.train: cannot read " + d + "/data/missing.jsonl: No such file or directory"},
+      {"malformed line", with(&SmallConfig::data, "{train: data/malformed.jsonl}").text(),
+       d + "/data/malformed.jsonl:2: not valid JSON"},
+      {"no answer for math_answer", with(&SmallConfig::data, "{train: data/no_answer.jsonl}").text(),
+       d + "/data/no_answer.jsonl:3: no \"answer\" field (the answer reward.0 (math_answer) compares)"},
+      {"no sft response", with(&SmallConfig::extra, "sft: {steps: 2, response_key: solution}\n").text(),
+       d + "/data/ok.jsonl:1: no \"solution\" field (sft.response_key, the warm-up's gold response)"},
+      {"model that does not load", with(&SmallConfig::model, "{path: not_a_model}").text(),
+       "c.yaml:2:9: model.path: model directory \"" + d + "/not_a_model\" has no config.json"},
+      {"unknown preset", with(&SmallConfig::model, "{path: \"builtin:huge\"}").text(),
+       "c.yaml:2:9: model.path: unknown model preset \"huge\""},
+      {"unknown task", with(&SmallConfig::data, "{train: \"builtin:addition7\"}").text(),
+       "c.yaml:3:8: data.train: unknown built-in task \"builtin:addition7\" (did you mean builtin:addition?)"},
+      {"max_new_tokens past the positions", with(&SmallConfig::rollout, "{workers: 1, max_new_tokens: 4096}").text(),
+       "c.yaml:5:23: rollout.max_new_tokens: 4096 leaves no room for a prompt in the model's 2048 positions"},
+      {"long prompt", with(&SmallConfig::data, "{train: data/long.jsonl, max_prompt_length: 6}").text(),
+       d + "/data/long.jsonl:2: the prompt is 12 tokens, over the limit of 6 (data.max_prompt_length)"},
+      {"empty prompt", with(&SmallConfig::data, "{train: data/empty_prompt.jsonl}").text(),
+       d + "/data/empty_prompt.jsonl:1: the prompt (field \"prompt\") is empty"},
+      {"unknown reward", with(&SmallConfig::extra, "reward: [{name: math}]\n").text(),
+       "c.yaml:8:11: reward.0.name: unknown reward function"},
+      {"empty config", "# nothing yet\n", d + "/c.yaml: the config file is empty"},
+  };
+  for (const RefusedCase& refused : cases) {
+    INFO(refused.name);
+    write_text(d + "/c.yaml", refused.config);
+    const std::string out = d + "/out.txt";
+    fs::remove(out);
+    CHECK(run_tandem({"validate", d + "/c.yaml"}, out).exit_code == 2);
+    const std::string validate_text = read_text(out);
+    CHECK_MESSAGE(validate_text.find(refused.expected) != std::string::npos, validate_text);
+    fs::remove(out);
+    CHECK(run_tandem({"run", d + "/c.yaml", "--run-dir", d + "/run"}, out).exit_code == 2);
+    CHECK_MESSAGE(read_text(out).find(refused.expected) != std::string::npos, read_text(out));
+    CHECK_FALSE(fs::exists(d + "/run"));
+    // One message, said once.
+    CHECK(read_text(out).find(refused.expected, read_text(out).find(refused.expected) + 1) == std::string::npos);
+  }
+  // A data.prompt_key the rows lack, given on the command line.
+  write_text(d + "/c.yaml", SmallConfig().text());
+  const std::string out = d + "/out.txt";
+  fs::remove(out);
+  CHECK(run_tandem({"validate", d + "/c.yaml", "--set", "data.prompt_key=question"}, out).exit_code == 2);
+  CHECK(read_text(out).find(d + "/data/ok.jsonl:1: no \"question\" field (data.prompt_key)") != std::string::npos);
+  // reward[0] and reward.0 are the same key on the command line; messages say reward.0.
+  fs::remove(out);
+  CHECK(run_tandem({"validate", d + "/c.yaml", "--set", "reward[0].name=nope"}, out).exit_code == 2);
+  CHECK(read_text(out).find("--set reward[0].name=nope: reward.0.name: unknown reward function") != std::string::npos);
+  fs::remove(out);
+  CHECK(run_tandem({"validate", d + "/c.yaml", "--set", "reward[0].weight=2"}, out).exit_code == 0);
+  CHECK(read_text(out).find("weight: 2") != std::string::npos);
+  // Names from verl's configs are translated, not only spell-checked.
+  const std::vector<std::pair<std::string, std::string>> verl_names = {
+      {"algorithm.advantage=reinforce_plus_plus", "verl's reinforce_plus_plus is reinforce_pp here"},
+      {"algorithm.advantage=ppo", "PPO is advantage: gae with policy_loss: ppo_clip here"},
+      {"algorithm.advantage=grpo_passk", "pass@k advantages are not built in"},
+      {"algorithm.policy_loss=vanilla", "verl's vanilla loss is ppo_clip here"},
+      {"algorithm.kl.estimator=low_var_kl", "verl's low_var_kl is k3 here"},
+  };
+  for (const auto& [set, hint] : verl_names) {
+    INFO(set);
+    fs::remove(out);
+    CHECK(run_tandem({"validate", d + "/c.yaml", "--set", set}, out).exit_code == 2);
+    CHECK(read_text(out).find(hint) != std::string::npos);
+  }
+  // --help shows the defaults.
+  fs::remove(out);
+  CHECK(run_tandem({"generate", "--help"}, out).exit_code == 0);
+  CHECK(read_text(out).find("--max-new-tokens INT:POSITIVE [64]") != std::string::npos);
+}
+
+TEST_CASE("prompts over the limit are skipped and counted with data.on_long_prompt: skip") {
+  TempDir dir;
+  const std::string d = dir.path();
+  write_text(d + "/data/long.jsonl",
+             std::string(kRows) + "{\"prompt\": \"12345+67890=\", \"answer\": \"1\"}\n{\"prompt\": \"1+1=\", \"answer\": \"2\"}\n");
+  write_text(d + "/c.yaml",
+             with(&SmallConfig::data, "{train: data/long.jsonl, batch_size: 4, max_prompt_length: 6, on_long_prompt: skip}")
+                 .text());
+  const std::string out = d + "/out.txt";
+  CHECK(run_tandem({"validate", d + "/c.yaml"}, out).exit_code == 0);
+  CHECK(read_text(out).find("3 rows from " + d + "/data/long.jsonl, prompts up to 4 tokens (limit 6), 1 rows skipped") !=
+        std::string::npos);
+  REQUIRE(run_tandem({"run", d + "/c.yaml", "--run-dir", d + "/run"}, out, 180).exit_code == 0);
+  CHECK(read_text(out).find("1 of the 4 rows of " + d + "/data/long.jsonl are over the prompt limit and skipped") !=
+        std::string::npos);
+  for (const nlohmann::json& row : read_json_lines(d + "/run/metrics.jsonl")) {
+    CHECK(row.at("data/skipped_long_prompts").get<double>() == 1);
+    CHECK(row.at("prompt/length_mean").get<double>() == 4);  // the 12-token prompt never ran
+  }
+}
+
+TEST_CASE("paths are relative to the config file and stored absolute; a finished run resumes as finished, extends, "
+          "and replaces its policy; checkpoints are models") {
+  TempDir dir;
+  const std::string d = dir.path();
+  write_text(d + "/project/data/rows.jsonl", kRows);
+  SmallConfig config;
+  config.model = "{path: \"builtin:tiny\", dtype: bfloat16}";
+  config.data = "{train: ../data/rows.jsonl, batch_size: 4}";
+  write_text(d + "/project/configs/c.yaml", config.text());
+  const std::string out = d + "/out.txt";
+  const std::string run = d + "/run";
+  // The test's working directory is not the config's: the dataset is found all the same.
+  REQUIRE(run_tandem({"run", d + "/project/configs/c.yaml", "--run-dir", run}, out, 180).exit_code == 0);
+  CHECK(read_text(run + "/config.yaml").find("train: \"" + d + "/project/data/rows.jsonl\"") != std::string::npos);
+  CHECK(read_json_lines(run + "/finished.json").at(0).at("steps") == 3);
+  // The last step is checkpointed (every 2 would miss it), and a checkpoint is a model.
+  REQUIRE(fs::exists(run + "/checkpoints/step_3/tokenizer.json"));
+  CHECK(run_tandem({"generate", "--model", run + "/checkpoints/step_3", "--prompt", "1+2=", "--max-new-tokens", "2"},
+                   out).exit_code == 0);
+  // model.dtype: bfloat16 is the exported policy's dtype.
+  CHECK(read_text(run + "/policy/config.json").find("\"torch_dtype\": \"bfloat16\"") != std::string::npos);
+  CHECK(read_text(run + "/policy/model.safetensors").find("\"dtype\":\"BF16\"") != std::string::npos);
+  struct stat first_policy {};
+  REQUIRE(::stat((run + "/policy/model.safetensors").c_str(), &first_policy) == 0);
+
+  // Moving the project does not matter any more: config.yaml holds absolute paths.
+  fs::remove(out);
+  CHECK(run_tandem({"resume", run}, out).exit_code == 0);
+  CHECK(read_text(out).find(run + " is finished (3 steps;") != std::string::npos);
+  CHECK(read_json_lines(run + "/metrics.jsonl").size() == 3);
+
+  fs::remove(out);
+  REQUIRE(run_tandem({"resume", run, "--set", "experiment.steps=5"}, out, 180).exit_code == 0);
+  const std::vector<nlohmann::json> metrics = read_json_lines(run + "/metrics.jsonl");
+  REQUIRE(metrics.size() == 5);
+  CHECK(metrics.back().at("step") == 5);
+  CHECK(read_json_lines(run + "/finished.json").at(0).at("steps") == 5);
+  CHECK(read_text(run + "/config.yaml").find("steps: 5") != std::string::npos);
+  struct stat second_policy {};  // a new export replaced the old one (the weights may not move: rewards are 0 here)
+  REQUIRE(::stat((run + "/policy/model.safetensors").c_str(), &second_policy) == 0);
+  CHECK(second_policy.st_ino != first_policy.st_ino);
+  CHECK(fs::exists(run + "/checkpoints/step_5/model.safetensors"));
+  CHECK_FALSE(fs::exists(run + "/policy.tmp"));
+  CHECK_FALSE(fs::exists(run + "/policy.old"));
+  // The progress line's ETA is about the steps run since resuming: one ETA, no disagreeing second.
+  CHECK(read_text(out).find("eta") == std::string::npos);
+  fs::remove(out);
+  CHECK(run_tandem({"resume", run}, out).exit_code == 0);
+  CHECK(read_text(out).find("is finished (5 steps;") != std::string::npos);
+
+  // What a researcher reads: reward parts, lengths, clipping, advantages; sample completions.
+  for (const nlohmann::json& row : metrics) {
+    for (const char* key : {"reward/math_answer", "reward/math_answer/found", "response/clip_ratio",
+                            "response/length_max", "response/length_min", "prompt/length_mean",
+                            "critic/advantages/mean", "critic/advantages/max", "critic/advantages/min",
+                            "actor/ratio_max", "actor/ratio_min"}) {
+      INFO(key);
+      REQUIRE(row.contains(key));
+      CHECK(std::isfinite(row.at(key).get<double>()));
+    }
+    CHECK(row.at("reward/math_answer").get<double>() == doctest::Approx(row.at("reward/mean").get<double>()));
+    CHECK(row.at("response/length_min").get<double>() <= row.at("response/length_mean").get<double>());
+    CHECK(row.at("response/length_mean").get<double>() <= row.at("response/length_max").get<double>());
+  }
+  const std::vector<nlohmann::json> samples = read_json_lines(run + "/samples.jsonl");
+  REQUIRE(samples.size() == 5 * 4);  // logging.samples_per_step: 4
+  for (const nlohmann::json& s : samples) {
+    CHECK((s.at("prompt") == "1+2=" || s.at("prompt") == "4+4="));
+    CHECK(s.at("response").is_string());
+    CHECK(s.at("reward_parts").contains("math_answer/found"));
+    CHECK(s.at("weight_version").get<int64_t>() == s.at("step").get<int64_t>() - 1);
+  }
+}
