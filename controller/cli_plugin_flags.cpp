@@ -12,7 +12,12 @@ namespace tandem {
 int cli_plugin_flags() {
   std::string flags = "-std=c++17 -O2 -shared -fPIC -D_GLIBCXX_USE_CXX11_ABI=1";
   flags += fmt::format(" -I{}", TANDEM_PLUGIN_INCLUDE_DIR);
-  for (const char* dir : {TANDEM_TORCH_INCLUDE_DIRS}) flags += fmt::format(" -isystem {}", dir);
+  for (const std::string dir : {TANDEM_TORCH_INCLUDE_DIRS}) {
+    // The compiler's own directories stay out: `-isystem /usr/include` reorders them and
+    // breaks libstdc++'s #include_next <stdlib.h>.
+    if (dir == "/usr/include" || dir == "/usr/local/include") continue;
+    flags += fmt::format(" -isystem {}", dir);
+  }
   fmt::print("{}\n", flags);
   return 0;
 }

@@ -54,8 +54,13 @@ void check_weight_sync_runnable(const LoadedConfig& loaded) {
 
 RunInputs check_runnable(const LoadedConfig& loaded) {
   check_weight_sync_runnable(loaded);
-  resolve_device(loaded.config.rollout.device, "rollout.device");
-  resolve_device(loaded.config.learner.device, "learner.device");
+  try {
+    resolve_device(loaded.config.rollout.device, "rollout.device");
+  } catch (const UsageError& e) {
+    throw UsageError(fmt::format("{}: {}", loaded.origin_of("rollout.device"), e.what()));
+  }
+  // learner.device: cpu, or auto, which is cpu until GPU training lands (cuda is refused
+  // by the config rules).
   return load_run_inputs(loaded);
 }
 
@@ -64,7 +69,8 @@ namespace {
 // Starts the workers and drives the loop in an existing run directory.
 int run_in(const Config& c, RunInputs inputs, const std::string& run_dir, bool resume) {
   std::string rollout_device = resolve_device(c.rollout.device, "rollout.device");
-  std::string learner_device = resolve_device(c.learner.device, "learner.device");
+  const std::string learner_device = c.learner.device == "auto" ? "cpu (auto: GPU training is not implemented yet)"
+                                                                 : c.learner.device;
   log::Options log_options;
   log_options.tag = "controller-0";
   log_options.file_path = run_dir + "/logs/controller-0.log";

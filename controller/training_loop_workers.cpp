@@ -18,6 +18,7 @@ namespace fs = std::filesystem;
 std::string TrainingLoop::config_for_workers() const {
   Config c = c_;
   if (c.rollout.threads == 0) c.rollout.threads = std::max<int64_t>(1, host_cores() / c.rollout.workers);
+  if (c.learner.device == "auto") c.learner.device = "cpu";  // GPU training is not implemented yet
   return config_to_yaml(c);
 }
 

@@ -95,6 +95,11 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
     problem_at({"algorithm.kl.in", "algorithm.kl.coef"},
                "reward is not implemented yet in the training loop (allowed today: loss, or kl.coef: 0)");
   }
+  if (c.algorithm.kl.adaptive) {
+    problem("algorithm.kl.adaptive",
+            "the adaptive KL coefficient is not implemented yet in the training loop (allowed today: false; "
+            "kl.coef stays fixed)");
+  }
   if (c.learner.device == "cuda") {
     problem("learner.device", "cuda training is not implemented yet (allowed today: cpu; rollout.device may be cuda)");
   }

@@ -105,7 +105,9 @@ template <class V> void describe(V& v, RolloutConfig& c) {
   v.field("kv_block_size", c.kv_block_size, at_least(1), "token slots per KV-cache block");
   v.field("max_batch_tokens", c.max_batch_tokens, at_least(1), "tokens per engine step (prefill chunks + decodes)");
   v.field("max_running", c.max_running, at_least(1), "samples decoding at once per worker");
-  v.field("threads", c.threads, at_least(0), "CPU backend threads per worker; 0: all cores");
+  v.field("threads", c.threads, at_least(0),
+          "CPU backend threads per worker; 0: this host's cores / rollout.workers in a run (all cores in "
+          "tandem generate)");
   v.field("dtype", c.dtype, one_of({"bf16", "fp32"}),
           "CUDA backend storage of weights, activations and KV cache (fp32: for conformance checks)");
   v.field("gpu_memory_fraction", c.gpu_memory_fraction, strictly_between(0.0, 1.0),

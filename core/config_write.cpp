@@ -2,6 +2,7 @@
 #include "core/config.h"
 #include "core/config_schema.h"
 
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 namespace tandem {
@@ -11,16 +12,20 @@ class Writer {
  public:
   Writer(YAML::Emitter& out, bool explain) : out_(out), explain_(explain) {}
 
-  void field(const std::string& key, double& value, const config_check::Number&, const char* help) {
+  void field(const std::string& key, double& value, const config_check::Number& check, const char* help) {
     // Shortest text that reads back as the same double.
-    emit(key, fmt::format("{}", value), help);
+    emit(key, fmt::format("{}", value), fmt::format("{} ({})", help, check.description));
   }
-  void field(const std::string& key, int64_t& value, const config_check::Integer&, const char* help) {
-    emit(key, fmt::format("{}", value), help);
+  void field(const std::string& key, int64_t& value, const config_check::Integer& check, const char* help) {
+    emit(key, fmt::format("{}", value), fmt::format("{} ({})", help, check.description));
   }
-  void field(const std::string& key, bool& value, const char* help) { emit(key, value ? "true" : "false", help); }
-  void field(const std::string& key, std::string& value, const config_check::Choice&, const char* help) {
-    emit(key, value, help);
+  void field(const std::string& key, bool& value, const char* help) {
+    emit(key, value ? "true" : "false", fmt::format("{} (true | false)", help));
+  }
+  void field(const std::string& key, std::string& value, const config_check::Choice& check, const char* help) {
+    std::string allowed;
+    for (const std::string& a : check.allowed) allowed += (allowed.empty() ? "" : " | ") + a;
+    emit(key, value, fmt::format("{} (one of: {})", help, allowed));
   }
   void field(const std::string& key, std::string& value, const config_check::Text&, const char* help) {
     out_ << YAML::Key << key << YAML::Value << YAML::DoubleQuoted << value;
@@ -48,11 +53,11 @@ class Writer {
   }
 
  private:
-  void emit(const std::string& key, const std::string& value, const char* help) {
+  void emit(const std::string& key, const std::string& value, const std::string& help) {
     out_ << YAML::Key << key << YAML::Value << value;
     comment(help);
   }
-  void comment(const char* help) {
+  void comment(const std::string& help) {
     if (explain_) out_ << YAML::Comment(help);
   }
 

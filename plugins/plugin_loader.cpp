@@ -116,7 +116,13 @@ void load_config_plugins(const Config& config, const std::function<std::string(c
     try {
       check_reward_config(config.reward[i], i);  // its messages name the key path
     } catch (const Error& e) {
-      throw Error(fmt::format("{}: {}", where(fmt::format("reward.{}", i)), e.what()));
+      // Where the setting the message is about was given (a --set of it, or its file line).
+      const std::string message = e.what();
+      std::string key = fmt::format("reward.{}", i);
+      for (const char* setting : {"pattern", "max_length"}) {
+        if (message.rfind(fmt::format("reward.{}.{}:", i, setting), 0) == 0) key = fmt::format("reward.{}.{}", i, setting);
+      }
+      throw Error(fmt::format("{}: {}", where(key), message));
     }
   }
 }

@@ -52,7 +52,7 @@ experiment: {name: run1, seed: -7, steps: 12}
 learner:
   optimizer: {lr: 3.0e-6, name: sgd}
   sharding: fsdp
-algorithm: {kl: {estimator: k1, adaptive: true}}
+algorithm: {kl: {estimator: k1, in: reward, coef: 0}}
 reward:
   - {name: a, weight: 0.5}
   - {name: b, plugin: plugins/libb.so, weight: -2}
@@ -64,7 +64,7 @@ reward:
   CHECK(c.learner.optimizer.name == "sgd");
   CHECK(c.learner.sharding == "fsdp");
   CHECK(c.algorithm.kl.estimator == "k1");
-  CHECK(c.algorithm.kl.adaptive);
+  CHECK(c.algorithm.kl.in == "reward");
   REQUIRE(c.reward.size() == 2);
   CHECK(c.reward[1].plugin == "plugins/libb.so");
   CHECK(c.reward[1].weight == -2.0);

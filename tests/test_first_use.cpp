@@ -143,7 +143,7 @@ TEST_CASE("validate and run refuse, before anything starts, what run cannot do (
   // --help shows the defaults.
   fs::remove(out);
   CHECK(run_tandem({"generate", "--help"}, out).exit_code == 0);
-  CHECK(read_text(out).find("--max-new-tokens INT:POSITIVE [64]") != std::string::npos);
+  CHECK(read_text(out).find("--max-new-tokens INT:POSITIVE=64") != std::string::npos);
 }
 
 TEST_CASE("prompts over the limit are skipped and counted with data.on_long_prompt: skip") {

@@ -34,7 +34,7 @@ std::string block_after(const std::string& text, const std::string& marker) {
 
 // Runs a shell command line in `dir` with `tandem` on PATH; output appended to `out`.
 ExitStatus shell(const std::string& dir, const std::string& command, const std::string& out, double timeout_s = 240) {
-  const std::string line = fmt::format("cd '{}' && PATH='{}/bin':\"$PATH\" {}", dir, dir, command);
+  const std::string line = fmt::format("cd '{}' && export PATH='{}/bin':\"$PATH\" && {}", dir, dir, command);
   ChildProcess child = ChildProcess::spawn({"/bin/sh", "-c", line}, {out, false});
   auto status = child.wait_for(timeout_s);
   REQUIRE_MESSAGE(status.has_value(), command << " did not finish in " << timeout_s << " s");
