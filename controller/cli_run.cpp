@@ -15,6 +15,8 @@
 #include "kernels/device_probe.h"
 #include "weight_sync/nccl_info.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -65,6 +67,23 @@ RunInputs check_runnable(const LoadedConfig& loaded) {
 }
 
 namespace {
+
+// A checkpoint's data position indexes the rows the run kept; a --set (or an edited
+// dataset) that keeps other rows would continue at another prompt: refused before start.
+void check_same_rows(const std::string& run_dir, const RunInputs& inputs) {
+  const std::optional<CheckpointRef> newest = newest_whole_checkpoint(run_dir);
+  if (!newest) return;
+  const std::string path = newest->dir + "/controller_state.json";
+  const nlohmann::json state = nlohmann::json::parse(read_file(path).value_or("{}"), nullptr, false);
+  if (!state.is_object() || !state.contains("data_rows")) return;  // written before data_rows was kept
+  const size_t rows = state.at("data_rows").get<size_t>();
+  if (rows != inputs.data.rows.size()) {
+    throw UsageError(fmt::format("tandem resume: {} was saved over {} dataset rows, and the config now keeps {} of {}: "
+                                 "its data position would point at other prompts (was data.train, "
+                                 "data.max_prompt_length, rollout.max_new_tokens or the file changed?)",
+                                 newest->dir, rows, inputs.data.rows.size(), inputs.data.source));
+  }
+}
 
 // Starts the workers and drives the loop in an existing run directory.
 int run_in(const Config& c, RunInputs inputs, const std::string& run_dir, bool resume) {
@@ -146,6 +165,7 @@ int cli_resume(const ResumeArgs& args) {
     }
   }
   RunInputs inputs = check_runnable(loaded);
+  check_same_rows(args.run_dir, inputs);
   // The changed config is the run's from now on (a later plain resume continues it).
   if (!args.overrides.empty()) write_file_atomic(config_path, config_to_yaml(loaded.config));
   return run_in(loaded.config, std::move(inputs), args.run_dir, true);

@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -13,7 +15,8 @@ std::string metric_row_json(const MetricRow& row) {
   for (size_t i = 0; i < row.size(); ++i) {
     const auto& [key, value] = row[i];
     if (i > 0) out += ",";
-    out += fmt::format("\"{}\":", key);
+    // Keys carry reward and part names a plugin chose: escaped, so that any name keeps the line JSON.
+    out += nlohmann::json(key).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + ":";
     if (!std::isfinite(value)) {
       out += "null";
     } else if (value == std::floor(value) && std::fabs(value) < 1e15) {

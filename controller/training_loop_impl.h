@@ -65,8 +65,11 @@ struct Sample {
 // critic/advantages/{mean,max,min} (over response tokens).
 MetricRow sample_metrics(const Config& c, const std::vector<Sample>& samples, const std::vector<TrainingSample>& batch);
 // The metric key of each config.reward entry: "reward/<name>", with "_<index>" added where
-// two entries share a name or a name is one of the overall keys (mean, std, fallbacks).
+// two entries share a name or a name is one of the overall keys (mean, std, fallbacks);
+// keys are unique. A "/" or control character in a name or part becomes "_" (a key has
+// at most the two levels reward/<name>/<part>).
 std::vector<std::string> reward_metric_keys(const std::vector<RewardConfig>& rewards);
+std::string metric_name_part(const std::string& name);
 // samples.jsonl rows: logging.samples_per_step samples spread over the step's prompts.
 std::vector<std::string> sample_log_rows(const Config& c, int64_t step, const std::vector<Sample>& samples,
                                          const std::vector<std::string>& prompts);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 
 namespace tandem::training {
 
@@ -28,14 +29,24 @@ struct MeanByKey {
 
 }  // namespace
 
+std::string metric_name_part(const std::string& name) {
+  std::string out;
+  for (char ch : name) out += ch == '/' || static_cast<unsigned char>(ch) < 0x20 ? '_' : ch;
+  return out;
+}
+
 std::vector<std::string> reward_metric_keys(const std::vector<RewardConfig>& rewards) {
   std::map<std::string, int> uses;
-  for (const RewardConfig& r : rewards) ++uses[r.name];
+  for (const RewardConfig& r : rewards) ++uses[metric_name_part(r.name)];
+  std::set<std::string> taken = {"reward/mean", "reward/std", "reward/fallbacks"};
   std::vector<std::string> keys;
   for (size_t i = 0; i < rewards.size(); ++i) {
-    const std::string& name = rewards[i].name;
-    const bool taken = uses[name] > 1 || name == "mean" || name == "std" || name == "fallbacks";
-    keys.push_back("reward/" + name + (taken ? "_" + std::to_string(i) : ""));
+    const std::string name = metric_name_part(rewards[i].name);
+    std::string key = "reward/" + name;
+    if (uses[name] > 1 || taken.count(key)) key += "_" + std::to_string(i);
+    while (taken.count(key)) key += "_";  // a reward literally named like another's suffixed key
+    taken.insert(key);
+    keys.push_back(key);
   }
   return keys;
 }
@@ -50,7 +61,9 @@ MetricRow sample_metrics(const Config& c, const std::vector<Sample>& samples, co
     double sum = 0;
     for (const Sample& s : samples) {
       sum += c.reward[r].weight * s.reward_results.at(r).score;
-      for (const auto& [part, value] : s.reward_results[r].parts) parts.add(keys[r] + "/" + part, value);
+      for (const auto& [part, value] : s.reward_results[r].parts) {
+        parts.add(keys[r] + "/" + metric_name_part(part), value);
+      }
     }
     row.emplace_back(keys[r], sum / n);
   }
@@ -106,7 +119,7 @@ std::vector<std::string> sample_log_rows(const Config& c, int64_t step, const st
     for (size_t r = 0; r < c.reward.size(); ++r) {
       const std::string name = keys[r].substr(std::string("reward/").size());
       rewards[name] = s.reward_results.at(r).score;
-      for (const auto& [part, value] : s.reward_results[r].parts) parts[name + "/" + part] = value;
+      for (const auto& [part, value] : s.reward_results[r].parts) parts[name + "/" + metric_name_part(part)] = value;
     }
     const nlohmann::ordered_json row = {{"step", step},
                                 {"weight_version", s.version},

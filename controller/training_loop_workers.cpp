@@ -150,7 +150,10 @@ void TrainingLoop::checkpoint(int64_t step) {
   call_learners("learner_save", nlohmann::json{{"dir", dir}, {"tokenizer_from", model_dir_}}.dump());
   const PromptOrder::Position position = order_->position();
   write_file_atomic(dir + "/controller_state.json",
-                    nlohmann::json{{"step", step}, {"data_epoch", position.epoch}, {"data_index", position.index}}
+                    nlohmann::json{{"step", step},
+                                   {"data_epoch", position.epoch},
+                                   {"data_index", position.index},
+                                   {"data_rows", data_.rows.size()}}
                             .dump(2) +
                         "\n");
   write_checkpoint_manifest(dir);  // last: only now is the checkpoint usable

@@ -29,12 +29,16 @@ struct LoadContext {
   // Lists copied from the defaults so that an override can index into them: their
   // marks point into the defaults' text, so they and their contents are the override's.
   std::map<std::string, std::string> cloned_defaults;  // key path -> "--set k=v"
+  // The key paths a --set replaced whole (`reward=[...]`): everything under one is the --set's.
+  std::map<std::string, std::string> set_values;  // key path -> "--set k=v"
 
   std::string where(const std::string& path, const YAML::Mark& mark) const {
     auto it = override_origins.find(path);
     if (it != override_origins.end()) return it->second;
-    for (const auto& [prefix, origin] : cloned_defaults) {
-      if (path == prefix || path.rfind(prefix + ".", 0) == 0) return origin;
+    for (const auto* under : {&cloned_defaults, &set_values}) {
+      for (const auto& [prefix, origin] : *under) {
+        if (path == prefix || path.rfind(prefix + ".", 0) == 0) return origin;
+      }
     }
     if (mark.is_null()) return source;
     return fmt::format("{}:{}:{}", source, mark.line + 1, mark.column + 1);
@@ -307,6 +311,7 @@ void apply_override(YAML::Node& root, const std::string& text, LoadContext& cont
     path = join_path(path, part);
     context.override_origins[path] = origin;
     bool last = i + 1 == parts.size();
+    if (last) context.set_values[path] = origin;
     if (current.IsSequence()) {
       int64_t index = -1;
       if (!parse_int(part, index) || index < 0 || static_cast<size_t>(index) >= current.size()) {

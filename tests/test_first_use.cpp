@@ -140,6 +140,13 @@ TEST_CASE("validate and run refuse, before anything starts, what run cannot do (
     CHECK(run_tandem({"validate", d + "/c.yaml", "--set", set}, out).exit_code == 2);
     CHECK(read_text(out).find(hint) != std::string::npos);
   }
+  // A path inside a whole value given with --set is the command line's: relative to the
+  // current directory, and the error names the --set.
+  fs::remove(out);
+  CHECK(run_tandem({"validate", d + "/c.yaml", "--set", "reward=[{name: x, plugin: libnot_here.so}]"}, out).exit_code ==
+        2);
+  CHECK(read_text(out).find("--set reward=[{name: x, plugin: libnot_here.so}]: reward.0.plugin: ") != std::string::npos);
+  CHECK(read_text(out).find((fs::current_path() / "libnot_here.so").string()) != std::string::npos);
   // --help shows the defaults.
   fs::remove(out);
   CHECK(run_tandem({"generate", "--help"}, out).exit_code == 0);
@@ -216,6 +223,13 @@ TEST_CASE("paths are relative to the config file and stored absolute; a finished
   fs::remove(out);
   CHECK(run_tandem({"resume", run}, out).exit_code == 0);
   CHECK(read_text(out).find("is finished (5 steps;") != std::string::npos);
+  // Extending over other rows would continue at other prompts: refused before anything starts.
+  write_text(d + "/three.jsonl", std::string(kRows) + "{\"prompt\": \"2+2=\", \"answer\": \"4\"}\n");
+  fs::remove(out);
+  CHECK(run_tandem({"resume", run, "--set", "experiment.steps=7", "--set", "data.train=" + d + "/three.jsonl"}, out)
+            .exit_code == 2);
+  CHECK(read_text(out).find("was saved over 2 dataset rows, and the config now keeps 3") != std::string::npos);
+  CHECK(read_text(run + "/config.yaml").find("steps: 5") != std::string::npos);  // unchanged
 
   // What a researcher reads: reward parts, lengths, clipping, advantages; sample completions.
   for (const nlohmann::json& row : metrics) {

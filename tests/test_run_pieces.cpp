@@ -1,6 +1,7 @@
 // The training loop's pieces that need no worker: datasets and their order, the built-in
 // rewards (math_answer, format, length_penalty), the shared-memory weight transport.
 #include "controller/dataset.h"
+#include "controller/metrics_writer.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "plugins/reward_registry.h"
@@ -8,6 +9,7 @@
 #include "weight_sync/shm.h"
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <fcntl.h>
@@ -40,6 +42,14 @@ TEST_CASE("JSONL datasets keep every field; bad lines are named by file and line
   CHECK(add.rows.size() == 100);
   CHECK(add.rows[23].at("prompt") == "2+3=");
   CHECK(add.rows[23].at("answer") == "5");
+}
+
+TEST_CASE("metrics.jsonl rows stay JSON whatever a plugin names its reward or parts") {
+  const MetricRow row = {{"step", 3}, {"reward/say \"hi\"\\", 0.5}, {"reward/a\nb/part", 1e300 * 1e300}};
+  const nlohmann::json parsed = nlohmann::json::parse(metric_row_json(row));
+  CHECK(parsed.at("step") == 3);
+  CHECK(parsed.at("reward/say \"hi\"\\") == 0.5);
+  CHECK(parsed.at("reward/a\nb/part").is_null());  // inf: JSON has no such number
 }
 
 TEST_CASE("the prompt order is a seeded permutation per epoch and resumes from its position") {
