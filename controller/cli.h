@@ -59,6 +59,13 @@ struct InitModelArgs {
   std::string dtype = "float32";
 };
 
+struct ConvertArgs {
+  std::string in;   // a llama2.c .bin checkpoint
+  std::string out;  // the model directory to write
+  std::string to = "hf";
+  std::string dtype = "float32";
+};
+
 struct GenerateArgs {
   std::string model;  // a model directory or builtin:<preset>
   std::vector<std::string> prompts;
@@ -82,6 +89,7 @@ int cli_plot(const PlotArgs& args);
 int cli_tokenize(const TokenizeArgs& args);
 int cli_init_model(const InitModelArgs& args);
 int cli_generate(const GenerateArgs& args);
+int cli_convert(const ConvertArgs& args);
 int cli_validate(const ValidateArgs& args);
 // Everything `run` and `resume` check before they create or touch a run directory, and
 // `validate` checks too: GPU transports and devices, then the model, dataset and rewards

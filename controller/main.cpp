@@ -80,6 +80,14 @@ int main(int argc, char** argv) {
   generate_cmd->add_option("--dtype", generate.dtype, "cuda: bf16 | fp32")->check(CLI::IsMember({"bf16", "fp32"}));
   generate_cmd->add_flag("--json", generate.json, "one JSON line per completion: text, ids, log-probs, finish reason");
 
+  ConvertArgs convert;
+  auto* convert_cmd = app.add_subcommand("convert", "convert a llama2.c .bin checkpoint to a Hugging Face model directory");
+  convert_cmd->add_option("in", convert.in, "the checkpoint (llama2.c .bin)")->required();
+  convert_cmd->add_option("out", convert.out, "the model directory to write (must not exist or be empty)")->required();
+  convert_cmd->add_option("--to", convert.to, "hf (gguf: not implemented yet)");
+  convert_cmd->add_option("--dtype", convert.dtype, "float32 | bfloat16 | float16")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+
   app.add_subcommand("version", "print the build: versions, CUDA, NCCL, devices");
   auto* plugin_flags_cmd = app.add_subcommand(
       "plugin-flags", "print the compiler flags of a plugin: g++ my_reward.cpp $(tandem plugin-flags) -o libmy_reward.so");
@@ -105,6 +113,7 @@ int main(int argc, char** argv) {
     if (init_model_cmd->parsed()) return cli_init_model(init_model);
     if (generate_cmd->parsed()) return cli_generate(generate);
     if (plugin_flags_cmd->parsed()) return cli_plugin_flags();
+    if (convert_cmd->parsed()) return cli_convert(convert);
     return cli_version();
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s\n", e.what());
