@@ -59,6 +59,14 @@ struct InitModelArgs {
   std::string dtype = "float32";
 };
 
+struct LogprobsArgs {
+  std::string model;  // a model directory, builtin:<preset> or a llama2.c .bin
+  std::string text;   // --text (encoded with the model's tokenizer)
+  std::string ids;    // --ids 1,2,3 (instead of --text)
+  int64_t top_k = 5;
+  bool json = false;
+};
+
 struct ConvertArgs {
   std::string in;   // a llama2.c .bin checkpoint
   std::string out;  // the model directory to write
@@ -67,8 +75,9 @@ struct ConvertArgs {
 };
 
 struct GenerateArgs {
-  std::string model;  // a model directory or builtin:<preset>
+  std::string model;  // a model directory, builtin:<preset> or a llama2.c .bin
   std::vector<std::string> prompts;
+  std::vector<std::string> prompt_ids;  // --prompt-ids 1,2,3 (repeatable): prompts as token ids
   int n = 1;
   int max_new_tokens = 64;
   double temperature = 1.0;
@@ -90,6 +99,7 @@ int cli_tokenize(const TokenizeArgs& args);
 int cli_init_model(const InitModelArgs& args);
 int cli_generate(const GenerateArgs& args);
 int cli_convert(const ConvertArgs& args);
+int cli_logprobs(const LogprobsArgs& args);
 int cli_validate(const ValidateArgs& args);
 // Everything `run` and `resume` check before they create or touch a run directory, and
 // `validate` checks too: GPU transports and devices, then the model, dataset and rewards

@@ -5,6 +5,7 @@
 #include "actor/presets.h"
 #include "actor/tokenizer.h"
 #include "controller/cli.h"
+#include "controller/cli_model.h"
 #include "core/error.h"
 #include "kernels/device_probe.h"
 #include "rollout/engine.h"
@@ -17,25 +18,37 @@
 namespace tandem {
 
 int cli_generate(const GenerateArgs& args) {
-  const std::string dir = resolve_model_path(args.model);
-  ModelConfig config = read_model_config(dir + "/config.json");
-  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(dir);
-  limit_to_tokenizer(config, tokenizer->vocab_size(), dir);  // padded ids are never drawn
-  const Tokenizer& tok = *tokenizer;
+  CliModel model = load_cli_model(args.model);
+  if (args.prompts.empty() && args.prompt_ids.empty()) throw UsageError("generate: give --prompt or --prompt-ids");
+  if (!model.tokenizer && !args.prompts.empty()) {
+    throw UsageError(fmt::format("--prompt: {} has no tokenizer (a llama2.c checkpoint); give --prompt-ids", model.source));
+  }
+  const ModelConfig& config = model.config;
+  const Tokenizer* tok = model.tokenizer.get();
+  // Text where there is a tokenizer, else the ids ("[1, 2, 3]").
+  auto text_of = [tok](const std::vector<int32_t>& ids) { return tok ? tok->decode(ids) : nlohmann::json(ids).dump(); };
   RolloutConfig rollout;
   rollout.kv_cache_mb = args.kv_cache_mb;
   rollout.threads = args.threads;
   rollout.dtype = args.dtype;
   EngineOptions options = engine_options(rollout);
   options.device = resolve_device(args.device, "--device");  // cuda without a usable GPU: a usage error
-  RolloutEngine engine(config, load_model_weights(dir, config), options,
-                       [&tok](const std::vector<int32_t>& ids) { return tok.decode(ids); });
+  if (!tok && !args.stop.empty()) throw UsageError("--stop: stop strings need a tokenizer; this model has none");
+  RolloutEngine engine(config, std::move(model.weights), options, text_of);
 
   std::vector<GenerationRequest> requests;
-  for (size_t i = 0; i < args.prompts.size(); ++i) {
+  std::vector<std::string> prompt_texts;  // as printed
+  const size_t prompts = args.prompts.empty() ? args.prompt_ids.size() : args.prompts.size();
+  for (size_t i = 0; i < prompts; ++i) {
     GenerationRequest r;
     r.id = i;
-    r.prompt = tok.encode(args.prompts[i]);
+    if (args.prompts.empty()) {
+      r.prompt = parse_id_list(args.prompt_ids[i], config.vocab_size, "--prompt-ids");
+      prompt_texts.push_back(text_of(r.prompt));
+    } else {
+      r.prompt = tok->encode(args.prompts[i]);
+      prompt_texts.push_back(args.prompts[i]);
+    }
     if (r.prompt.empty()) throw UsageError(fmt::format("--prompt {} is empty", i + 1));
     r.n = args.n;
     r.max_new_tokens = args.max_new_tokens;
@@ -51,7 +64,7 @@ int cli_generate(const GenerateArgs& args) {
   int64_t generated = 0;
   for (const GeneratedSample& s : samples) {
     generated += static_cast<int64_t>(s.tokens.size());
-    const std::string text = tok.decode(s.tokens);
+    const std::string text = text_of(s.tokens);
     if (args.json) {
       nlohmann::json line = {{"prompt", s.request_id}, {"sample", s.sample_index}, {"text", text},
                              {"token_ids", s.tokens}, {"logprobs", s.logprobs},
@@ -61,7 +74,7 @@ int cli_generate(const GenerateArgs& args) {
     } else {
       std::printf("--- prompt %llu, sample %lld (%zu tokens, %s)\n%s%s\n", static_cast<unsigned long long>(s.request_id) + 1,
                   static_cast<long long>(s.sample_index) + 1, s.tokens.size(), finish_reason_name(s.finish_reason),
-                  args.prompts[s.request_id].c_str(), text.c_str());
+                  prompt_texts[s.request_id].c_str(), text.c_str());
     }
   }
   std::fprintf(stderr, "generated %lld tokens in %.2f s (%.0f tokens/s, %lld engine steps, %lld preemptions, %s)\n",

@@ -65,8 +65,11 @@ int main(int argc, char** argv) {
 
   GenerateArgs generate;
   auto* generate_cmd = app.add_subcommand("generate", "sample completions from a model on CPU or GPU");
-  generate_cmd->add_option("--model", generate.model, "model directory or builtin:<preset>")->required();
-  generate_cmd->add_option("--prompt", generate.prompts, "prompt text (repeatable)")->required();
+  generate_cmd->add_option("--model", generate.model, "model directory, builtin:<preset> or llama2.c .bin")->required();
+  auto* prompt_opt = generate_cmd->add_option("--prompt", generate.prompts, "prompt text (repeatable)");
+  auto* prompt_ids_opt =
+      generate_cmd->add_option("--prompt-ids", generate.prompt_ids, "prompt as token ids 1,2,3 (repeatable)");
+  prompt_opt->excludes(prompt_ids_opt);
   generate_cmd->add_option("--n", generate.n, "samples per prompt")->check(CLI::PositiveNumber);
   generate_cmd->add_option("--max-new-tokens", generate.max_new_tokens, "tokens per completion")->check(CLI::PositiveNumber);
   generate_cmd->add_option("--temperature", generate.temperature, "0: greedy")->check(CLI::NonNegativeNumber);
@@ -79,6 +82,15 @@ int main(int argc, char** argv) {
   generate_cmd->add_option("--device", generate.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   generate_cmd->add_option("--dtype", generate.dtype, "cuda: bf16 | fp32")->check(CLI::IsMember({"bf16", "fp32"}));
   generate_cmd->add_flag("--json", generate.json, "one JSON line per completion: text, ids, log-probs, finish reason");
+
+  LogprobsArgs logprobs;
+  auto* logprobs_cmd = app.add_subcommand("logprobs", "each next token's log-prob under a model, and its top-k alternatives");
+  logprobs_cmd->add_option("--model", logprobs.model, "model directory, builtin:<preset> or llama2.c .bin")->required();
+  auto* lp_text = logprobs_cmd->add_option("--text", logprobs.text, "the text (encoded with the model's tokenizer)");
+  auto* lp_ids = logprobs_cmd->add_option("--ids", logprobs.ids, "token ids: 1,2,3");
+  lp_text->excludes(lp_ids);
+  logprobs_cmd->add_option("--top-k", logprobs.top_k, "alternatives shown per position")->check(CLI::PositiveNumber);
+  logprobs_cmd->add_flag("--json", logprobs.json, "one JSON line per token: position, token, text, logprob, top");
 
   ConvertArgs convert;
   auto* convert_cmd = app.add_subcommand("convert", "convert a llama2.c .bin checkpoint to a Hugging Face model directory");
@@ -114,6 +126,10 @@ int main(int argc, char** argv) {
     if (generate_cmd->parsed()) return cli_generate(generate);
     if (plugin_flags_cmd->parsed()) return cli_plugin_flags();
     if (convert_cmd->parsed()) return cli_convert(convert);
+    if (logprobs_cmd->parsed()) {
+      if (logprobs.text.empty() && logprobs.ids.empty()) throw UsageError("logprobs: give --text or --ids");
+      return cli_logprobs(logprobs);
+    }
     return cli_version();
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -14,12 +14,14 @@
 
 #include <ATen/ATen.h>
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 using namespace tandem;
 using namespace tandem::testing;
@@ -245,4 +247,47 @@ TEST_CASE("tandem convert writes stories260K as a Hugging Face directory; bad fi
   fs::remove(out);
   CHECK(run_tandem({"convert", path, dir.path() + "/g", "--to", "gguf"}, out).exit_code == 2);
   CHECK(read_text(out).find("--to gguf is not implemented yet") != std::string::npos);
+}
+
+TEST_CASE("tandem logprobs and generate --prompt-ids --temperature 0 on stories260K.bin give llama2.c's numbers") {
+  const std::string path = checkpoint_or_skip();
+  const Llama2cReference reference(path);
+  std::vector<int32_t> ids = {1, 403, 407};
+  for (int t = 0; t < 6; ++t) ids.push_back(argmax(reference.logprobs(ids).back()));
+  const std::vector<std::vector<double>> expected = reference.logprobs(ids);
+  std::string id_list;
+  for (size_t i = 0; i < ids.size(); ++i) id_list += (i ? "," : "") + std::to_string(ids[i]);
+
+  TempDir dir;
+  const std::string out = dir.path() + "/out.txt";
+  REQUIRE(run_tandem({"logprobs", "--model", path, "--ids", id_list, "--top-k", "3", "--json"}, out).exit_code == 0);
+  std::vector<nlohmann::json> lines;
+  std::istringstream text(read_text(out));
+  for (std::string line; std::getline(text, line);) {
+    if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
+  }
+  REQUIRE(lines.size() == ids.size() - 1);
+  for (size_t t = 1; t < ids.size(); ++t) {
+    const nlohmann::json& line = lines[t - 1];
+    INFO("position " << t);
+    CHECK(line.at("token") == ids[t]);
+    CHECK(std::abs(line.at("logprob").get<double>() - expected[t - 1][ids[t]]) <= 1e-4);
+    CHECK(line.at("top").at(0).at("token") == argmax(expected[t - 1]));
+  }
+
+  fs::remove(out);
+  REQUIRE(run_tandem({"generate", "--model", path, "--prompt-ids", "1,403,407", "--temperature", "0",
+                      "--max-new-tokens", "6", "--json"},
+                     out)
+              .exit_code == 0);
+  const std::string generated = read_text(out);
+  const size_t json_start = generated.find("{\"");  // stdout's line; stderr's summary may come first
+  REQUIRE(json_start != std::string::npos);
+  const nlohmann::json sample =
+      nlohmann::json::parse(generated.substr(json_start, generated.find('\n', json_start) - json_start));
+  CHECK(sample.at("token_ids") == std::vector<int32_t>(ids.begin() + 3, ids.end()));
+  // Without a tokenizer, text prompts are refused with the reason.
+  fs::remove(out);
+  CHECK(run_tandem({"generate", "--model", path, "--prompt", "Once"}, out).exit_code == 2);
+  CHECK(read_text(out).find("has no tokenizer (a llama2.c checkpoint); give --prompt-ids") != std::string::npos);
 }
