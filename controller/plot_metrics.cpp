@@ -291,6 +291,11 @@ std::vector<MetricsChart> metrics_charts(const MetricsTable& table, std::vector<
     }
     return keys;
   };
+  std::vector<std::string> val_keys;  // scores of the evaluation on data.val (not its lengths)
+  for (const std::string& key : under("val/")) {
+    if (key.rfind("val/response/", 0) != 0) val_keys.push_back(key);
+  }
+  add_keys_chart(table, {"validation.svg", "Validation (data.val)", "score"}, val_keys, "val/*", charts, skipped);
   add_keys_chart(table, {"timings.svg", "Step timings", "seconds", true}, under("time/"), "time/*", charts, skipped);
   add_keys_chart(table, {"throughput.svg", "Throughput", "tokens / s", true}, under("perf/"), "perf/*", charts,
                  skipped);

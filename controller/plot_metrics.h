@@ -43,6 +43,8 @@ struct MetricsChart {
 //   response_length.svg  response/length_mean, a band from response/length_min to length_max
 //   clip_ratio.svg       response/clip_ratio: the share of responses cut at max_new_tokens
 //   prompt_length.svg    prompt/length_mean
+//   validation.svg       every val/* score (val/reward/mean, val/<reward>, val/accuracy,
+//                        val/pass@n): the evaluation on data.val, on the steps it ran
 //   timings.svg          every time/* metric
 //   throughput.svg       every perf/* metric
 //   reward_<name>_<part>.svg  one per reward/<name>/<part> (a named sub-score of a reward),

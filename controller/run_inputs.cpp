@@ -61,11 +61,13 @@ void load_model(const LoadedConfig& loaded, RunInputs& in) {
   }
 }
 
-// The fields every row must have: the prompt, the gold response of the warm-up, the
-// answer math_answer compares. (key, what reads it).
-std::vector<std::pair<std::string, std::string>> required_fields(const Config& c) {
+// The fields every row must have: the prompt, the gold response of the warm-up (training
+// rows only), the answer math_answer compares. (key, what reads it).
+std::vector<std::pair<std::string, std::string>> required_fields(const Config& c, bool training) {
   std::vector<std::pair<std::string, std::string>> fields;
-  if (c.sft.steps > 0) fields.emplace_back(c.sft.response_key, "sft.response_key, the warm-up's gold response");
+  if (training && c.sft.steps > 0) {
+    fields.emplace_back(c.sft.response_key, "sft.response_key, the warm-up's gold response");
+  }
   for (size_t i = 0; i < c.reward.size(); ++i) {
     if (c.reward[i].name == "math_answer" && c.reward[i].plugin.empty()) {
       fields.emplace_back("answer", fmt::format("the answer reward.{} (math_answer) compares", i));
@@ -75,25 +77,35 @@ std::vector<std::pair<std::string, std::string>> required_fields(const Config& c
   return fields;
 }
 
-void load_data(const LoadedConfig& loaded, RunInputs& in) {
+struct PromptSet {
+  Dataset data;
+  std::vector<std::vector<int32_t>> ids;
+  int64_t skipped = 0, longest = 0;
+};
+
+// The rows of `spec` (the value of config key `key`: data.train or data.val), checked and
+// encoded, the long ones skipped or refused (data.on_long_prompt).
+PromptSet load_prompts(const LoadedConfig& loaded, const std::string& key, const std::string& spec,
+                       const RunInputs& in, bool training) {
   const Config& c = loaded.config;
   Dataset all;
   try {
-    all = load_dataset(c.data.train, c.data.prompt_key);
+    all = load_dataset(spec, c.data.prompt_key);
   } catch (const Error& e) {
-    const std::string what = e.what();
+    std::string what = e.what();
     // Messages about the whole file say data.train; those about a row start with file:line.
-    throw UsageError(what.rfind("data.train:", 0) == 0 ? fmt::format("{}: {}", loaded.origin_of("data.train"), what)
-                                                        : what);
+    if (what.rfind("data.train:", 0) == 0) what = key + what.substr(std::string("data.train").size());
+    throw UsageError(what.rfind(key + ":", 0) == 0 ? fmt::format("{}: {}", loaded.origin_of(key), what) : what);
   }
-  const auto fields = required_fields(c);
-  Dataset kept = all;
-  kept.rows.clear();
-  kept.lines.clear();
+  const auto fields = required_fields(c, training);
+  PromptSet out;
+  out.data = all;
+  out.data.rows.clear();
+  out.data.lines.clear();
   for (size_t row = 0; row < all.rows.size(); ++row) {
-    for (const auto& [key, reader] : fields) {
-      if (!all.rows[row].count(key)) {
-        throw UsageError(fmt::format("{}: no \"{}\" field ({})", row_origin(all, row), key, reader));
+    for (const auto& [field, reader] : fields) {
+      if (!all.rows[row].count(field)) {
+        throw UsageError(fmt::format("{}: no \"{}\" field ({})", row_origin(all, row), field, reader));
       }
     }
     std::vector<int32_t> ids = in.tokenizer->encode(all.prompt(row));
@@ -103,7 +115,7 @@ void load_data(const LoadedConfig& loaded, RunInputs& in) {
     const int64_t length = static_cast<int64_t>(ids.size());
     if (length > in.prompt_limit) {
       if (c.data.on_long_prompt == "skip") {
-        ++in.skipped_long_prompts;
+        ++out.skipped;
         continue;
       }
       throw UsageError(fmt::format(
@@ -115,17 +127,32 @@ void load_data(const LoadedConfig& loaded, RunInputs& in) {
               : fmt::format("the model's {} positions minus rollout.max_new_tokens {}",
                             in.model.max_position_embeddings, c.rollout.max_new_tokens)));
     }
-    in.longest_prompt = std::max(in.longest_prompt, length);
-    kept.rows.push_back(all.rows[row]);
-    if (!all.lines.empty()) kept.lines.push_back(all.lines[row]);
-    in.prompt_ids.push_back(std::move(ids));
+    out.longest = std::max(out.longest, length);
+    out.data.rows.push_back(all.rows[row]);
+    if (!all.lines.empty()) out.data.lines.push_back(all.lines[row]);
+    out.ids.push_back(std::move(ids));
   }
-  if (kept.rows.empty()) {
-    throw UsageError(fmt::format("{}: data.train: every one of the {} rows of {} is over the prompt limit of {} tokens "
+  if (out.data.rows.empty()) {
+    throw UsageError(fmt::format("{}: {}: every one of the {} rows of {} is over the prompt limit of {} tokens "
                                  "(data.on_long_prompt: skip left none)",
-                                 loaded.origin_of("data.train"), all.rows.size(), all.source, in.prompt_limit));
+                                 loaded.origin_of(key), key, all.rows.size(), all.source, in.prompt_limit));
   }
-  in.data = std::move(kept);
+  return out;
+}
+
+void load_data(const LoadedConfig& loaded, RunInputs& in) {
+  PromptSet train = load_prompts(loaded, "data.train", loaded.config.data.train, in, true);
+  in.data = std::move(train.data);
+  in.prompt_ids = std::move(train.ids);
+  in.skipped_long_prompts = train.skipped;
+  in.longest_prompt = train.longest;
+  if (!loaded.config.data.val.empty()) {
+    PromptSet val = load_prompts(loaded, "data.val", loaded.config.data.val, in, false);
+    in.val_data = std::move(val.data);
+    in.val_prompt_ids = std::move(val.ids);
+    in.val_skipped_long_prompts = val.skipped;
+    in.longest_prompt = std::max(in.longest_prompt, val.longest);
+  }
 }
 
 void load_rewards(const LoadedConfig& loaded, RunInputs& in) {
@@ -157,6 +184,12 @@ std::string describe_run_inputs(const RunInputs& in) {
                                      ? fmt::format(", {} sampled", in.model.sampled_vocab_size)
                                      : std::string(),
                                  in.data.rows.size(), in.data.source, in.longest_prompt, in.prompt_limit);
+  if (!in.val_data.rows.empty()) {
+    text += fmt::format(", {} validation rows from {}{}", in.val_data.rows.size(), in.val_data.source,
+                        in.val_skipped_long_prompts > 0
+                            ? fmt::format(" ({} skipped as too long)", in.val_skipped_long_prompts)
+                            : std::string());
+  }
   if (in.skipped_long_prompts > 0) {
     text += fmt::format(", {} rows skipped as too long (data.on_long_prompt: skip)", in.skipped_long_prompts);
   }

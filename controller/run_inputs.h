@@ -8,7 +8,7 @@
 //              vocab_size (a padded vocabulary is fine: its extra ids are never sampled),
 //              the safetensors headers hold every tensor with the right shape;
 //              rollout.max_new_tokens leaves room in max_position_embeddings.
-//   data       data.train reads; every row is a JSON object with data.prompt_key, the
+//   data       data.train (and data.val) reads; every row is a JSON object with data.prompt_key, the
 //              sft.response_key when sft.steps > 0, and `answer` when a math_answer reward
 //              reads it; every prompt encodes to 1..limit tokens, where the limit is
 //              data.max_prompt_length (or the model's positions minus max_new_tokens):
@@ -36,8 +36,11 @@ struct RunInputs {
   std::shared_ptr<const Tokenizer> tokenizer;
   Dataset data;  // without the rows on_long_prompt: skip left out
   std::vector<std::vector<int32_t>> prompt_ids;  // [row]: data.prompt(row) encoded
+  Dataset val_data;                                  // data.val's rows (none without data.val), checked as data's
+  std::vector<std::vector<int32_t>> val_prompt_ids;  // [row]: val_data.prompt(row) encoded
   int64_t prompt_limit = 0;           // the longest prompt allowed, tokens
-  int64_t skipped_long_prompts = 0;   // rows left out (on_long_prompt: skip)
+  int64_t skipped_long_prompts = 0;   // training rows left out (on_long_prompt: skip)
+  int64_t val_skipped_long_prompts = 0;  // validation rows left out
   int64_t longest_prompt = 0;         // tokens, over the rows kept
   std::vector<RewardFn> rewards;      // one per config.reward entry
 };

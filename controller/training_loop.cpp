@@ -23,8 +23,12 @@ namespace tandem {
 
 namespace training {
 
-std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts) {
-  log::debug("step {}: generating", step);
+std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts,
+                                           const std::optional<EvalSampling>& eval) {
+  log::debug("step {}: generating{}", step, eval ? " (evaluation)" : "");
+  const int64_t n = eval ? eval->n : c_.algorithm.group_size;
+  // Evaluation draws from its own seeds: it never repeats the training samples' draws.
+  const uint64_t seed = eval ? mix(static_cast<uint64_t>(c_.experiment.seed), 0xe7a1) : static_cast<uint64_t>(c_.experiment.seed);
   const size_t workers = static_cast<size_t>(c_.rollout.workers);
   std::vector<Request> all;
   for (size_t w = 0; w < workers; ++w) {
@@ -34,10 +38,9 @@ std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::
     for (size_t i = begin; i < end; ++i) {
       const std::vector<int32_t>& prompt = prompts[i];
       tokens.append(reinterpret_cast<const char*>(prompt.data()), prompt.size() * 4);
-      requests.push_back({{"id", i},
-                          {"prompt_length", prompt.size()},
-                          {"n", c_.algorithm.group_size},
-                          {"seed", mix(static_cast<uint64_t>(c_.experiment.seed), mix(step, i))}});
+      nlohmann::json r = {{"id", i}, {"prompt_length", prompt.size()}, {"n", n}, {"seed", mix(seed, mix(step, i))}};
+      if (eval) r["temperature"] = eval->temperature;
+      requests.push_back(std::move(r));
     }
     const WorkerId worker = rollout_worker(c_, static_cast<int64_t>(w));
     const std::string body = nlohmann::json{{"requests", requests}}.dump();
@@ -69,16 +72,15 @@ std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::
       samples.push_back(std::move(sample));
     }
   }
-  TANDEM_CHECK(samples.size() == prompts.size() * static_cast<size_t>(c_.algorithm.group_size),
-               "the rollout workers returned {} samples for {} prompts x group_size {}", samples.size(), prompts.size(),
-               c_.algorithm.group_size);
+  TANDEM_CHECK(samples.size() == prompts.size() * static_cast<size_t>(n),
+               "the rollout workers returned {} samples for {} prompts x {}", samples.size(), prompts.size(), n);
   // Group order: the samples of prompt i are [i * group_size, (i + 1) * group_size).
   std::stable_sort(samples.begin(), samples.end(),
                    [](const Sample& a, const Sample& b) { return a.prompt_slot < b.prompt_slot; });
   return samples;
 }
 
-int64_t TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size_t>& rows) {
+int64_t TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size_t>& rows, const Dataset& data) {
   int64_t fallbacks = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
     Sample& s = samples[i];
@@ -90,8 +92,8 @@ int64_t TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size
     }
     s.text = tokenizer_->decode(text_ids);
     const std::string& response = s.text;
-    const DataRow& row = data_.rows[rows[s.prompt_slot]];
-    const std::string& prompt = data_.prompt(rows[s.prompt_slot]);
+    const DataRow& row = data.rows[rows[s.prompt_slot]];
+    const std::string& prompt = data.prompt(rows[s.prompt_slot]);
     double total = 0;
     s.reward_results.assign(rewards_.size(), RewardResult{});
     for (size_t r = 0; r < rewards_.size(); ++r) {
@@ -302,7 +304,7 @@ void TrainingLoop::run_step(int64_t step) {
   const double rollout_s = seconds_since(step_start);
 
   Clock::time_point t = Clock::now();
-  const int64_t fallbacks = score(samples, rows);
+  const int64_t fallbacks = score(samples, rows, data_);
   const double reward_s = seconds_since(t);
 
   t = Clock::now();
@@ -362,11 +364,18 @@ void TrainingLoop::run_step(int64_t step) {
                          {"perf/train_tokens_per_s", static_cast<double>(response_tokens) / train_s},
                          {"perf/worker_restarts", static_cast<double>(restarts_)}});
   if (!std::isnan(probe_diff)) row.emplace_back("sync/probe_logprob_max_diff", probe_diff);
+  if (c_.experiment.eval_every > 0 && step % c_.experiment.eval_every == 0) {
+    const MetricRow val = evaluate(step);  // the policy this step trained (the rollout workers hold it now)
+    row.insert(row.end(), val.begin(), val.end());
+  }
   metrics_->write(row);
   if (c_.logging.jsonl && c_.logging.samples_per_step > 0) {
     std::vector<std::string> prompt_texts;
     for (size_t r : rows) prompt_texts.push_back(data_.prompt(r));
-    for (const std::string& line : sample_log_rows(c_, step, samples, prompt_texts)) samples_log_->write_line(line);
+    const size_t count = static_cast<size_t>(c_.logging.samples_per_step);
+    for (const std::string& line : sample_log_rows(c_, step, samples, prompt_texts, count)) {
+      samples_log_->write_line(line);
+    }
   }
   progress_->update(step, fmt::format("reward {:.3f}  kl {:.4f}  len {:.1f}  {:.0f} tok/s", mean,
                                       update.value("actor/kl", 0.0), static_cast<double>(response_tokens) / n,
@@ -397,6 +406,12 @@ void TrainingLoop::run(bool resume) {
       step = recover_learners(lost);
     }
     if (resume) std::fprintf(stderr, "tandem: resuming after step %lld\n", static_cast<long long>(step));
+    if (step == 0 && !val_data_.rows.empty() && c_.experiment.eval_before_train) {
+      MetricRow row = {{"step", 0.0}, {"weight_version", 0.0}};
+      const MetricRow val = evaluate(0);
+      row.insert(row.end(), val.begin(), val.end());
+      metrics_->write(row);
+    }
     // The ETA is the pace of the steps run since (re)starting.
     progress_ = std::make_unique<ProgressLine>(c_.logging.console, c_.experiment.steps, step);
     int64_t last_checkpoint = resume ? step : -1;

@@ -70,9 +70,10 @@ MetricRow sample_metrics(const Config& c, const std::vector<Sample>& samples, co
 // at most the two levels reward/<name>/<part>).
 std::vector<std::string> reward_metric_keys(const std::vector<RewardConfig>& rewards);
 std::string metric_name_part(const std::string& name);
-// samples.jsonl rows: logging.samples_per_step samples spread over the step's prompts.
+// samples.jsonl rows: `count` samples (all when count >= samples.size()) spread over the
+// prompts; prompts[i] is the text of prompt slot i.
 std::vector<std::string> sample_log_rows(const Config& c, int64_t step, const std::vector<Sample>& samples,
-                                         const std::vector<std::string>& prompts);
+                                         const std::vector<std::string>& prompts, size_t count);
 
 inline uint64_t mix(uint64_t a, uint64_t b) {
   uint64_t x = a * 0x9E3779B97F4A7C15ULL ^ (b + 0x632BE59BD9B4E019ULL + (a << 6) + (a >> 2));
@@ -109,6 +110,8 @@ class TrainingLoop {
         tokenizer_(std::move(inputs.tokenizer)),
         data_(std::move(inputs.data)),
         prompt_ids_(std::move(inputs.prompt_ids)),
+        val_data_(std::move(inputs.val_data)),
+        val_prompt_ids_(std::move(inputs.val_prompt_ids)),
         skipped_long_prompts_(inputs.skipped_long_prompts),
         rewards_(std::move(inputs.rewards)) {}
 
@@ -141,10 +144,21 @@ class TrainingLoop {
   int64_t restore(const std::optional<CheckpointRef>& checkpoint);
   void warm_up();
   void run_step(int64_t step);
-  // prompts[i]: the token ids of the step's prompt i (encoded once per step).
-  std::vector<Sample> generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts);
-  // Returns how many scores were fallback scores (reward on_error: fallback).
-  int64_t score(std::vector<Sample>& samples, const std::vector<size_t>& rows);
+  // How evaluation samples (eval: n, temperature; no top-p/top-k).
+  struct EvalSampling {
+    int64_t n = 1;
+    double temperature = 0;
+  };
+  // prompts[i]: the token ids of the step's prompt i. group_size samples each, with the
+  // rollout's sampling settings; with `eval`, its n and temperature and seeds of its own.
+  std::vector<Sample> generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts,
+                               const std::optional<EvalSampling>& eval = std::nullopt);
+  // Scores samples of data.rows[rows[prompt_slot]]. Returns how many scores were fallback
+  // scores (reward on_error: fallback).
+  int64_t score(std::vector<Sample>& samples, const std::vector<size_t>& rows, const Dataset& data);
+  // training_loop_eval.cpp: every data.val prompt, eval.n responses each, scored; returns
+  // the val/* metrics and appends the samples to val_samples.jsonl.
+  MetricRow evaluate(int64_t step);
   std::vector<std::vector<float>> per_token_from_learners(const std::string& command,
                                                          const std::vector<TrainingSample>& samples);
   double probe_logprobs(const std::vector<TrainingSample>& batch, int64_t version);
@@ -185,12 +199,15 @@ class TrainingLoop {
   std::shared_ptr<const Tokenizer> tokenizer_;
   Dataset data_;
   std::vector<std::vector<int32_t>> prompt_ids_;  // [row]: the row's prompt encoded
+  Dataset val_data_;                                  // data.val (no rows: no evaluation)
+  std::vector<std::vector<int32_t>> val_prompt_ids_;
   int64_t skipped_long_prompts_ = 0;             // rows left out as too long (data.on_long_prompt: skip)
   std::vector<RewardFn> rewards_;
   std::optional<PromptOrder> order_;  // set once the workers are up
   std::string shm_name_;  // shm, cuda_ipc: the segment the learners publish to
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<MetricsWriter> samples_log_;  // samples.jsonl
+  std::unique_ptr<MetricsWriter> val_samples_log_;  // val_samples.jsonl
   std::unique_ptr<ProgressLine> progress_;
   int64_t weight_version_ = 0;      // what the rollout workers hold
   bool shm_published_ = false;      // shm_name_ holds weight_version_

@@ -108,9 +108,9 @@ MetricRow sample_metrics(const Config& c, const std::vector<Sample>& samples, co
 }
 
 std::vector<std::string> sample_log_rows(const Config& c, int64_t step, const std::vector<Sample>& samples,
-                                         const std::vector<std::string>& prompts) {
+                                         const std::vector<std::string>& prompts, size_t count) {
   std::vector<std::string> rows;
-  const size_t count = std::min(samples.size(), static_cast<size_t>(c.logging.samples_per_step));
+  count = std::min(samples.size(), count);
   const std::vector<std::string> keys = reward_metric_keys(c.reward);
   for (size_t k = 0; k < count; ++k) {
     // Spread over the batch: with group_size samples per prompt, different prompts first.

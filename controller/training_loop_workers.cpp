@@ -181,6 +181,10 @@ int64_t TrainingLoop::restore(const std::optional<CheckpointRef>& checkpoint) {
   samples_log_.reset();
   truncate_metrics(samples_path, step);
   samples_log_ = std::make_unique<MetricsWriter>(c_.logging.jsonl ? samples_path : "");
+  const std::string val_samples_path = run_dir_ + "/val_samples.jsonl";
+  val_samples_log_.reset();
+  truncate_metrics(val_samples_path, step);
+  val_samples_log_ = std::make_unique<MetricsWriter>(c_.logging.jsonl && !val_data_.rows.empty() ? val_samples_path : "");
   sync_weights(step, /*rewind=*/true);
   return step;
 }

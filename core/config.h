@@ -18,6 +18,8 @@ struct ExperimentConfig {
   int64_t steps = 200;
   int64_t checkpoint_every = 50;
   int64_t keep_checkpoints = 2;
+  int64_t eval_every = 0;          // evaluate on data.val every N steps; 0: only eval_before_train
+  bool eval_before_train = true;   // evaluate once before the first step (with data.val)
 };
 
 // The `model:` section (where the policy comes from); the architecture itself is
@@ -29,6 +31,7 @@ struct ModelSourceConfig {
 
 struct DataConfig {
   std::string train = "builtin:addition";
+  std::string val;  // validation prompts (same formats as train); empty: no evaluation
   std::string prompt_key = "prompt";
   int64_t batch_size = 32;  // prompts per step
   bool shuffle = true;
@@ -156,6 +159,13 @@ struct LauncherConfig {
   int64_t max_restarts = 3;       // worker restarts a run survives before it stops
 };
 
+// Evaluation on data.val: responses drawn with these settings, scored by the config's rewards.
+struct EvalConfig {
+  int64_t n = 1;                   // responses per validation prompt (pass@n)
+  double temperature = 0.0;        // 0: greedy
+  double correct_threshold = 1.0;  // a response whose summed reward reaches this counts as correct
+};
+
 struct LoggingConfig {
   std::string console = "progress";
   bool jsonl = true;
@@ -172,6 +182,7 @@ struct Config {
   RolloutConfig rollout;
   LearnerConfig learner;
   std::vector<RewardConfig> reward = {default_reward()};
+  EvalConfig eval;
   WeightSyncConfig weight_sync;
   std::string placement = "colocated";
   LauncherConfig launcher;

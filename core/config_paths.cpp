@@ -11,6 +11,7 @@ namespace fs = std::filesystem;
 std::string* path_value(Config& c, const std::string& key) {
   if (key == "model.path") return &c.model.path;
   if (key == "data.train") return &c.data.train;
+  if (key == "data.val") return &c.data.val;
   if (key == "algorithm.plugin") return &c.algorithm.plugin;
   const std::string prefix = "reward.";
   if (key.rfind(prefix, 0) == 0) return &c.reward.at(std::stoul(key.substr(prefix.size()))).plugin;
@@ -20,7 +21,7 @@ std::string* path_value(Config& c, const std::string& key) {
 }  // namespace
 
 std::vector<std::string> config_path_keys(const Config& config) {
-  std::vector<std::string> keys = {"model.path", "data.train", "algorithm.plugin"};
+  std::vector<std::string> keys = {"model.path", "data.train", "data.val", "algorithm.plugin"};
   for (size_t i = 0; i < config.reward.size(); ++i) keys.push_back("reward." + std::to_string(i) + ".plugin");
   return keys;
 }

@@ -10,7 +10,7 @@
 
 namespace tandem {
 
-// The key paths that hold file paths: model.path, data.train, algorithm.plugin and
+// The key paths that hold file paths: model.path, data.train, data.val, algorithm.plugin and
 // reward.N.plugin (for the config's reward list).
 std::vector<std::string> config_path_keys(const Config& config);
 

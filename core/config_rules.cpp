@@ -85,6 +85,9 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
                         c.launcher.heartbeat_interval_s));
   }
   if (c.reward.empty()) problem("reward", "at least one reward function is needed");
+  if (c.data.val.empty() && c.experiment.eval_every > 0) {
+    problem("experiment.eval_every", "evaluation needs validation prompts: set data.val");
+  }
 
   // Declared values whose implementation has not landed: refused here, so that `tandem
   // validate` never accepts what `tandem run` cannot do.

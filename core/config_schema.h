@@ -21,6 +21,9 @@ template <class V> void describe(V& v, ExperimentConfig& c) {
   v.field("steps", c.steps, at_least(1), "number of RL steps (one prompt batch each)");
   v.field("checkpoint_every", c.checkpoint_every, at_least(0), "checkpoint period in steps; 0: never");
   v.field("keep_checkpoints", c.keep_checkpoints, at_least(1), "how many of the newest checkpoints to keep");
+  v.field("eval_every", c.eval_every, at_least(0),
+          "evaluate on data.val every N steps (val/* metrics, val_samples.jsonl); 0: never during training");
+  v.field("eval_before_train", c.eval_before_train, "evaluate on data.val once before the first step (a step-0 row)");
 }
 
 template <class V> void describe(V& v, ModelSourceConfig& c) {
@@ -35,6 +38,8 @@ template <class V> void describe(V& v, DataConfig& c) {
   v.field("train", c.train, required_text(),
           "training prompts: a .jsonl file (relative to the config file's directory) or builtin:addition | "
           "builtin:addition1");
+  v.field("val", c.val, text(),
+          "validation prompts, as train (relative to the config file's directory); empty: no evaluation");
   v.field("prompt_key", c.prompt_key, required_text(), "JSONL field holding the prompt");
   v.field("batch_size", c.batch_size, at_least(1), "prompts per step");
   v.field("shuffle", c.shuffle, "shuffle the prompt order each epoch (seeded)");
@@ -176,6 +181,13 @@ template <class V> void describe(V& v, LauncherConfig& c) {
   v.field("transport", c.transport, one_of({"ipc", "tcp"}), "control-plane transport on one host");
 }
 
+template <class V> void describe(V& v, EvalConfig& c) {
+  v.field("n", c.n, at_least(1), "responses per validation prompt (val/pass@n)");
+  v.field("temperature", c.temperature, non_negative(), "sampling temperature of the evaluation; 0: greedy");
+  v.field("correct_threshold", c.correct_threshold, any_number(),
+          "a response whose summed reward is at least this counts as correct (val/accuracy, val/pass@n)");
+}
+
 template <class V> void describe(V& v, LoggingConfig& c) {
   v.field("console", c.console, one_of({"progress", "plain", "quiet"}),
           "progress: a live line; plain: one line per step; quiet: errors only");
@@ -195,6 +207,7 @@ template <class V> void describe(V& v, Config& c) {
   v.section("rollout", c.rollout, "generation workers");
   v.section("learner", c.learner, "training workers");
   v.list("reward", c.reward, "reward functions, summed with their weights");
+  v.section("eval", c.eval, "evaluation on data.val (experiment.eval_every, eval_before_train)");
   v.section("weight_sync", c.weight_sync, "weight transfer learner -> rollout");
   v.field("placement", c.placement, one_of({"colocated", "disaggregated"}),
           "colocated: rollout and learner share worker slots; disaggregated: separate processes");

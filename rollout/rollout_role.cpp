@@ -67,9 +67,10 @@ struct RolloutState {
       request.n = r.at("n").get<int64_t>();
       request.seed = r.at("seed").get<uint64_t>();
       request.max_new_tokens = rollout.max_new_tokens;
-      request.sampling.temperature = rollout.temperature;
-      request.sampling.top_p = rollout.top_p;
-      request.sampling.top_k = rollout.top_k;
+      // A request may bring its own temperature (evaluation: eval.temperature, 0 greedy).
+      request.sampling.temperature = r.value("temperature", rollout.temperature);
+      request.sampling.top_p = r.contains("temperature") ? 1.0 : rollout.top_p;
+      request.sampling.top_k = r.contains("temperature") ? 0 : rollout.top_k;
       requests.push_back(std::move(request));
     }
     if (offset * 4 != tokens.size()) throw Error("rollout_generate: bytes left over after the last prompt");

@@ -98,7 +98,7 @@ TEST_CASE("unknown keys are errors with a did-you-mean") {
   CHECK(only_problem("experiment:\n  stpes: 3\n") == "x.yaml:2:3: experiment.stpes: unknown key (did you mean experiment.steps?)");
   CHECK(only_problem("lerner: {workers: 1}") == "x.yaml:1:1: lerner: unknown key (did you mean learner?)");
   std::string far = only_problem("data: {zzzzzzzz: 1}");
-  CHECK(far.find("data.zzzzzzzz: unknown key (allowed here: train, prompt_key, batch_size, shuffle, max_prompt_length or on_long_prompt)") != std::string::npos);
+  CHECK(far.find("data.zzzzzzzz: unknown key (allowed here: train, val, prompt_key, batch_size, shuffle, max_prompt_length or on_long_prompt)") != std::string::npos);
 }
 
 TEST_CASE("structure errors: duplicates, wrong kinds, missing required keys, bad YAML") {

@@ -14,6 +14,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 using namespace tandem;
 using namespace tandem::testing;
@@ -253,4 +254,59 @@ TEST_CASE("paths are relative to the config file and stored absolute; a finished
     CHECK(s.at("reward_parts").contains("math_answer/found"));
     CHECK(s.at("weight_version").get<int64_t>() == s.at("step").get<int64_t>() - 1);
   }
+}
+
+TEST_CASE("evaluation on data.val: before training and every eval_every steps, val/* metrics and val_samples.jsonl") {
+  TempDir dir;
+  const std::string d = dir.path();
+  write_text(d + "/data/ok.jsonl", kRows);
+  write_text(d + "/data/val.jsonl",
+             "{\"prompt\": \"2+2=\", \"answer\": \"4\"}\n{\"prompt\": \"3+5=\", \"answer\": \"8\"}\n"
+             "{\"prompt\": \"1+1=\", \"answer\": \"2\"}\n");
+  SmallConfig config;
+  config.data = "{train: data/ok.jsonl, val: data/val.jsonl, batch_size: 4}";
+  config.extra = "eval: {n: 2, temperature: 0}\n";
+  config.experiment = "{name: eval, seed: 2, steps: 3, checkpoint_every: 0, eval_every: 2}";
+  write_text(d + "/c.yaml", config.text());
+  const std::string out = d + "/out.txt";
+  REQUIRE(run_tandem({"run", d + "/c.yaml", "--run-dir", d + "/run"}, out, 180).exit_code == 0);
+  const std::vector<nlohmann::json> metrics = read_json_lines(d + "/run/metrics.jsonl");
+  REQUIRE(metrics.size() == 4);  // step 0 (before training), 1, 2, 3
+  const std::vector<nlohmann::json> samples = read_json_lines(d + "/run/val_samples.jsonl");
+  REQUIRE(samples.size() == 2 * 3 * 2);  // steps 0 and 2, 3 prompts, n 2
+  for (const nlohmann::json& row : metrics) {
+    const int64_t step = row.at("step").get<int64_t>();
+    INFO("step " << step);
+    const bool evaluated = step == 0 || step == 2;
+    CHECK(row.contains("val/accuracy") == evaluated);
+    if (!evaluated) continue;
+    for (const char* key : {"val/reward/mean", "val/math_answer", "val/pass@2", "val/response/length_mean"}) {
+      CHECK(row.contains(key));
+    }
+    // The metrics are what val_samples.jsonl holds for that step.
+    double correct = 0, total = 0, count = 0;
+    std::map<std::string, std::vector<nlohmann::json>> by_prompt;
+    for (const nlohmann::json& s : samples) {
+      if (s.at("step") != step) continue;
+      count += 1;
+      total += s.at("reward").get<double>();
+      correct += s.at("reward").get<double>() >= 1.0 ? 1 : 0;
+      by_prompt[s.at("prompt").get<std::string>()].push_back(s);
+    }
+    REQUIRE(count == 6);
+    CHECK(row.at("val/reward/mean").get<double>() == doctest::Approx(total / count));
+    CHECK(row.at("val/accuracy").get<double>() == doctest::Approx(correct / count));
+    double solved = 0;
+    for (const auto& [prompt, responses] : by_prompt) {
+      REQUIRE(responses.size() == 2);
+      CHECK(responses[0].at("response") == responses[1].at("response"));  // temperature 0: greedy
+      solved += responses[0].at("reward").get<double>() >= 1.0 || responses[1].at("reward").get<double>() >= 1.0;
+    }
+    CHECK(row.at("val/pass@2").get<double>() == doctest::Approx(solved / 3));
+  }
+  // Evaluation needs validation prompts.
+  fs::remove(out);
+  CHECK(run_tandem({"validate", d + "/c.yaml", "--set", "data.val=\"\""}, out).exit_code == 2);
+  CHECK(read_text(out).find("experiment.eval_every: evaluation needs validation prompts: set data.val") !=
+        std::string::npos);
 }
