@@ -6,9 +6,8 @@
 #include "core/text.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
-#include <cerrno>
-#include <cstdlib>
 
 namespace tandem {
 
@@ -29,27 +28,39 @@ CliModel load_cli_model(const std::string& model) {
   return m;
 }
 
-std::vector<int32_t> parse_id_list(const std::string& text, int64_t vocab, const std::string& flag) {
-  std::string list = text;
-  for (char& ch : list) {
-    if (ch == '[' || ch == ']') ch = ' ';
+std::vector<int32_t> parse_token_ids(const std::string& input, int64_t vocab_size, const std::string& flag) {
+  nlohmann::json value;
+  try {
+    value = nlohmann::json::parse(input);
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(fmt::format("{} expects a JSON array of token ids; the input is not JSON: {}", flag, e.what()));
+  }
+  if (!value.is_array()) {
+    throw UsageError(fmt::format("{} expects a JSON array of token ids, not {}", flag, quoted(value.dump())));
   }
   std::vector<int32_t> ids;
-  for (const std::string& part : split(list, ',')) {
-    const size_t first = part.find_first_not_of(" \t\n"), last = part.find_last_not_of(" \t\n");
-    const std::string item = first == std::string::npos ? "" : part.substr(first, last - first + 1);
-    char* end = nullptr;
-    errno = 0;
-    const long long id = item.empty() ? -1 : std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || errno == ERANGE) {
-      throw UsageError(fmt::format("{}: {} is not a token id", flag, quoted(item)));
+  for (size_t i = 0; i < value.size(); ++i) {
+    const nlohmann::json& id = value[i];
+    if (!id.is_number_integer()) {
+      throw UsageError(fmt::format("{}: element {} is {}, not an integer token id", flag, i, quoted(id.dump())));
     }
-    if (id < 0 || id >= vocab) {
-      throw UsageError(fmt::format("{}: token {} at position {} is outside the vocabulary [0, {})", flag, id, ids.size(),
-                                   vocab));
+    // Range-checked here (not only by decode) so that huge numbers are not truncated first.
+    const bool in_range = id.is_number_unsigned() ? id.get<uint64_t>() < static_cast<uint64_t>(vocab_size)
+                                                  : id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab_size;
+    if (!in_range) {
+      throw UsageError(fmt::format("{}: token {} at position {} is outside the vocabulary [0, {})", flag, id.dump(), i,
+                                   vocab_size));
     }
-    ids.push_back(static_cast<int32_t>(id));
+    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
   }
+  return ids;
+}
+
+std::vector<int32_t> parse_id_list(const std::string& text, int64_t vocab, const std::string& flag) {
+  const size_t first = text.find_first_not_of(" \t\n");
+  // "1,2,3" is the JSON array without its brackets.
+  const bool bracketed = first != std::string::npos && text[first] == '[';
+  std::vector<int32_t> ids = parse_token_ids(bracketed ? text : "[" + text + "]", vocab, flag);
   if (ids.empty()) throw UsageError(fmt::format("{}: no token ids", flag));
   return ids;
 }

@@ -23,7 +23,10 @@ struct CliModel {
 
 CliModel load_cli_model(const std::string& model);
 
-// "1,2,3" (or a JSON array) -> ids, each checked against `vocab` (UsageError naming `flag`).
+// A JSON array of token ids, each checked against `vocab_size` (UsageError naming `flag`):
+// what `tokenize --decode` reads.
+std::vector<int32_t> parse_token_ids(const std::string& input, int64_t vocab_size, const std::string& flag);
+// "1,2,3" or "[1, 2, 3]": at least one id, checked as parse_token_ids does.
 std::vector<int32_t> parse_id_list(const std::string& text, int64_t vocab, const std::string& flag);
 
 }  // namespace tandem

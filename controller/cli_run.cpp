@@ -70,8 +70,7 @@ namespace {
 
 // A checkpoint's data position indexes the rows the run kept; a --set (or an edited
 // dataset) that keeps other rows would continue at another prompt: refused before start.
-void check_same_rows(const std::string& run_dir, const RunInputs& inputs) {
-  const std::optional<CheckpointRef> newest = newest_whole_checkpoint(run_dir);
+void check_same_rows(const std::optional<CheckpointRef>& newest, const RunInputs& inputs) {
   if (!newest) return;
   const std::string path = newest->dir + "/controller_state.json";
   const nlohmann::json state = nlohmann::json::parse(read_file(path).value_or("{}"), nullptr, false);
@@ -147,25 +146,26 @@ int cli_resume(const ResumeArgs& args) {
   }
   LoadedConfig loaded = load_config_file(config_path, args.overrides);
   const int64_t steps = loaded.config.experiment.steps;
-  if (const std::optional<int64_t> finished = finished_steps(args.run_dir)) {
-    if (*finished >= steps) {
-      std::fprintf(stderr,
-                   "tandem: %s is finished (%lld steps; the policy is in %s/policy); to train longer: tandem resume "
-                   "%s --set experiment.steps=N with N > %lld\n",
-                   args.run_dir.c_str(), static_cast<long long>(*finished), args.run_dir.c_str(), args.run_dir.c_str(),
-                   static_cast<long long>(*finished));
-      return 0;
-    }
-    const std::optional<CheckpointRef> newest = newest_whole_checkpoint(args.run_dir);
-    if (!newest || newest->step < *finished) {
-      throw UsageError(fmt::format(
-          "tandem resume: {} finished at step {} and has no checkpoint of that step to continue from (it ran with "
-          "experiment.checkpoint_every: 0, or the checkpoint was removed)",
-          args.run_dir, *finished));
-    }
+  const std::optional<int64_t> finished = finished_steps(args.run_dir);
+  if (finished && *finished >= steps) {
+    std::fprintf(stderr,
+                 "tandem: %s is finished (%lld steps; the policy is in %s/policy); to train longer: tandem resume "
+                 "%s --set experiment.steps=N with N > %lld\n",
+                 args.run_dir.c_str(), static_cast<long long>(*finished), args.run_dir.c_str(), args.run_dir.c_str(),
+                 static_cast<long long>(*finished));
+    return 0;
   }
   RunInputs inputs = check_runnable(loaded);
-  check_same_rows(args.run_dir, inputs);
+  // Looked up once, after every config check (it reads each checkpoint file against its
+  // manifest, and sets a damaged newest one aside).
+  const std::optional<CheckpointRef> newest = newest_whole_checkpoint(args.run_dir);
+  if (finished && (!newest || newest->step < *finished)) {
+    throw UsageError(fmt::format(
+        "tandem resume: {} finished at step {} and has no checkpoint of that step to continue from (it ran with "
+        "experiment.checkpoint_every: 0, or the checkpoint was removed)",
+        args.run_dir, *finished));
+  }
+  check_same_rows(newest, inputs);
   // The changed config is the run's from now on (a later plain resume continues it).
   if (!args.overrides.empty()) write_file_atomic(config_path, config_to_yaml(loaded.config));
   return run_in(loaded.config, std::move(inputs), args.run_dir, true);

@@ -5,6 +5,7 @@
 #include "actor/presets.h"
 #include "actor/tokenizer.h"
 #include "controller/cli.h"
+#include "controller/cli_model.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/text.h"
@@ -53,31 +54,6 @@ std::string read_input(const TokenizeArgs& args) {
   return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
 }
 
-std::vector<int32_t> parse_ids(const std::string& input, int32_t vocab_size) {
-  nlohmann::json value;
-  try {
-    value = nlohmann::json::parse(input);
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(fmt::format("--decode expects a JSON array of token ids; the input is not JSON: {}", e.what()));
-  }
-  if (!value.is_array()) throw UsageError(fmt::format("--decode expects a JSON array of token ids, not {}", tandem::quoted(value.dump())));
-  std::vector<int32_t> ids;
-  for (size_t i = 0; i < value.size(); ++i) {
-    const nlohmann::json& id = value[i];
-    if (!id.is_number_integer()) {
-      throw UsageError(fmt::format("--decode: element {} is {}, not an integer token id", i, tandem::quoted(id.dump())));
-    }
-    // Range-checked here (not only by decode) so that huge numbers are not truncated first.
-    bool in_range = id.is_number_unsigned() ? id.get<uint64_t>() < static_cast<uint64_t>(vocab_size)
-                                            : id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab_size;
-    if (!in_range) {
-      throw UsageError(fmt::format("--decode: token {} at position {} is outside the vocabulary [0, {})", id.dump(), i, vocab_size));
-    }
-    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
-  }
-  return ids;
-}
-
 }  // namespace
 
 int cli_tokenize(const TokenizeArgs& args) {
@@ -86,7 +62,7 @@ int cli_tokenize(const TokenizeArgs& args) {
   if (args.decode) {
     std::string text;
     try {
-      text = tokenizer->decode(parse_ids(input, tokenizer->vocab_size()));
+      text = tokenizer->decode(parse_token_ids(input, tokenizer->vocab_size(), "--decode"));
     } catch (const UsageError&) {
       throw;
     } catch (const Error& e) {  // an id inside the range that names no token (a gap in the vocabulary)

@@ -65,6 +65,10 @@ std::vector<std::string> builtin_task_names() { return {"addition", "addition1"}
 
 const std::string& Dataset::prompt(size_t row) const { return rows.at(row).at(prompt_key); }
 
+std::string Dataset::where(size_t row) const {
+  return lines.empty() ? fmt::format("{} row {}", source, row + 1) : fmt::format("{}:{}", source, lines[row]);
+}
+
 Dataset load_dataset(const std::string& spec, const std::string& prompt_key) {
   Dataset data;
   data.source = spec;
@@ -74,9 +78,7 @@ Dataset load_dataset(const std::string& spec, const std::string& prompt_key) {
   if (data.rows.empty()) throw Error(fmt::format("data.train: {} has no rows", spec));
   for (size_t i = 0; i < data.rows.size(); ++i) {
     if (data.rows[i].count(prompt_key)) continue;
-    throw Error(fmt::format("{}{}: no \"{}\" field (data.prompt_key)", spec,
-                            data.lines.empty() ? fmt::format(" row {}", i) : fmt::format(":{}", data.lines[i]),
-                            prompt_key));
+    throw Error(fmt::format("{}: no \"{}\" field (data.prompt_key)", data.where(i), prompt_key));
   }
   return data;
 }

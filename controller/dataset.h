@@ -25,6 +25,8 @@ struct Dataset {
   std::vector<DataRow> rows;
   std::vector<int64_t> lines;  // JSONL: the file line of each row, for messages; built-in: empty
   const std::string& prompt(size_t row) const;  // rows[row].at(prompt_key)
+  // Where a row is, for messages: "file:line", or "builtin:task row N" (N from 1).
+  std::string where(size_t row) const;
   std::string prompt_key;
 };
 

@@ -25,12 +25,6 @@ auto at_key(const LoadedConfig& loaded, const std::string& key, Load load) {
   }
 }
 
-// Where a dataset row is, for messages: "file:line", or "builtin:task row N".
-std::string row_origin(const Dataset& data, size_t row) {
-  return data.lines.empty() ? fmt::format("{} row {}", data.source, row + 1)
-                            : fmt::format("{}:{}", data.source, data.lines[row]);
-}
-
 void load_model(const LoadedConfig& loaded, RunInputs& in) {
   const Config& c = loaded.config;
   in.model_dir = at_key(loaded, "model.path", [&] { return resolve_model_path(c.model.path); });
@@ -105,12 +99,12 @@ PromptSet load_prompts(const LoadedConfig& loaded, const std::string& key, const
   for (size_t row = 0; row < all.rows.size(); ++row) {
     for (const auto& [field, reader] : fields) {
       if (!all.rows[row].count(field)) {
-        throw UsageError(fmt::format("{}: no \"{}\" field ({})", row_origin(all, row), field, reader));
+        throw UsageError(fmt::format("{}: no \"{}\" field ({})", all.where(row), field, reader));
       }
     }
     std::vector<int32_t> ids = in.tokenizer->encode(all.prompt(row));
     if (ids.empty()) {
-      throw UsageError(fmt::format("{}: the prompt (field \"{}\") is empty", row_origin(all, row), c.data.prompt_key));
+      throw UsageError(fmt::format("{}: the prompt (field \"{}\") is empty", all.where(row), c.data.prompt_key));
     }
     const int64_t length = static_cast<int64_t>(ids.size());
     if (length > in.prompt_limit) {
@@ -121,7 +115,7 @@ PromptSet load_prompts(const LoadedConfig& loaded, const std::string& key, const
       throw UsageError(fmt::format(
           "{}: the prompt is {} tokens, over the limit of {} ({}); set data.on_long_prompt: skip to leave such rows "
           "out",
-          row_origin(all, row), length, in.prompt_limit,
+          all.where(row), length, in.prompt_limit,
           c.data.max_prompt_length > 0
               ? "data.max_prompt_length"
               : fmt::format("the model's {} positions minus rollout.max_new_tokens {}",
