@@ -21,8 +21,12 @@ class Encoder {
   Encoder(const State& state, std::vector<int32_t>& ids)
       : state_(state), ids_(ids), cache_lock_(state.cache_mutex, std::try_to_lock) {}
 
-  // Text between raw added tokens: any bytes.
-  void encode_segment(std::string_view text) {
+  // Text between raw added tokens: any bytes. `starts_text`: it begins the whole text.
+  void encode_segment(std::string_view text, bool starts_text) {
+    if (state_.char_level) {
+      encode_char_level(text, starts_text);
+      return;
+    }
     size_t run = 0;  // start of the current well-formed run
     size_t pos = 0;
     while (pos < text.size()) {
@@ -46,6 +50,36 @@ class Encoder {
   }
 
  private:
+  // SentencePiece-style: the normaliser and Metaspace take any bytes (an ill-formed byte is
+  // an unknown character, which BPE turns into its <0xNN> token), so the text is not cut
+  // at ill-formed bytes as the byte-level path does.
+  void encode_char_level(std::string_view text, bool starts_text) {
+    std::string normalized = spm_normalize(state_.spm_normalizer, text);
+    if (state_.normalized_added.empty()) {
+      encode_char_level_piece(normalized, starts_text);
+      return;
+    }
+    std::vector<AddedTokenMatcher::Segment> segments;
+    state_.normalized_added.split(normalized, segments);
+    for (const auto& segment : segments) {
+      if (segment.id >= 0) ids_.push_back(segment.id);
+      else encode_char_level_piece(std::string_view(normalized).substr(segment.begin, segment.end - segment.begin),
+                                   starts_text && segment.begin == 0);
+    }
+  }
+
+  void encode_char_level_piece(std::string_view piece, bool starts_text) {
+    if (piece.empty()) return;
+    if (!state_.has_metaspace) {
+      encode_word(piece);
+      return;
+    }
+    words_.clear();
+    storage_.clear();
+    state_.metaspace.pre_tokenize(piece, starts_text, words_, storage_);
+    for (std::string_view word : words_) encode_word(word);
+  }
+
   void encode_well_formed(std::string_view text) {
     if (text.empty()) return;
     if (state_.nfc && unicode::nfc_normalize(text, normalized_)) text = normalized_;
@@ -100,7 +134,11 @@ BpeTokenizer::BpeTokenizer(std::unique_ptr<State> state) : state_(std::move(stat
 BpeTokenizer::~BpeTokenizer() = default;
 
 std::unique_ptr<BpeTokenizer> BpeTokenizer::from_file(const std::string& tokenizer_json_path) {
-  return std::unique_ptr<BpeTokenizer>(new BpeTokenizer(load_bpe_tokenizer_state(tokenizer_json_path)));
+  return from_state(load_bpe_tokenizer_state(tokenizer_json_path));
+}
+
+std::unique_ptr<BpeTokenizer> BpeTokenizer::from_state(std::unique_ptr<State> state) {
+  return std::unique_ptr<BpeTokenizer>(new BpeTokenizer(std::move(state)));
 }
 
 std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
@@ -108,28 +146,34 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
   ids.reserve(text.size() / 3);
   Encoder encoder(*state_, ids);
   if (state_->raw_added.empty()) {
-    encoder.encode_segment(text);
+    encoder.encode_segment(text, true);
     return ids;
   }
   std::vector<AddedTokenMatcher::Segment> segments;
   state_->raw_added.split(text, segments);
   for (const auto& segment : segments) {
     if (segment.id >= 0) ids.push_back(segment.id);
-    else encoder.encode_segment(std::string_view(text).substr(segment.begin, segment.end - segment.begin));
+    else encoder.encode_segment(std::string_view(text).substr(segment.begin, segment.end - segment.begin), segment.begin == 0);
   }
   return ids;
 }
 
 std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
-  std::string bytes;
   for (size_t i = 0; i < ids.size(); ++i) {
     int32_t id = ids[i];
     if (id < 0 || id >= state_->vocab_size || !state_->id_known[id]) {
       throw Error(fmt::format("token {} at position {} is outside the vocabulary [0, {}) of {}", id, i, state_->vocab_size,
                               state_->path));
     }
-    bytes += state_->id_bytes[id];
   }
+  if (state_->char_level) {
+    std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
+    for (int32_t id : ids) tokens.push_back(state_->id_bytes[id]);
+    return spm_decode(state_->spm_decoder, std::move(tokens));
+  }
+  std::string bytes;
+  for (int32_t id : ids) bytes += state_->id_bytes[id];
   return unicode::utf8_lossy(bytes);
 }
 
@@ -137,6 +181,11 @@ int32_t BpeTokenizer::vocab_size() const { return state_->vocab_size; }
 
 std::optional<int32_t> BpeTokenizer::token_to_id(const std::string& token) const {
   if (auto it = state_->added_ids.find(token); it != state_->added_ids.end()) return it->second;
+  if (state_->char_level) {
+    int32_t id = state_->model.id_of(token);
+    if (id >= 0) return id;
+    return std::nullopt;
+  }
   if (std::optional<std::string> bytes = byte_level::decode(token)) {
     int32_t id = state_->model.id_of(*bytes);
     if (id >= 0) return id;

@@ -204,8 +204,8 @@ TEST_CASE("malformed or unsupported tokenizer.json files are errors naming the f
   CHECK(error_of(good) == "(no error)");
   json file = good;
   file["model"]["type"] = "WordPiece";
-  CHECK(error_of(file) == path + ": model.type \"WordPiece\": tandem reads byte-level BPE tokenizers (Qwen2/3, Llama-3, GPT-2) "
-                                 "and does not support this");
+  CHECK(error_of(file) == path + ": model.type \"WordPiece\": tandem reads BPE tokenizers, byte-level (Qwen2/3, Llama-3, "
+                                 "GPT-2) or SentencePiece-style (Llama-2, Mistral), and does not support this");
   file = good;
   file["model"]["merges"] = json::array({json::array({"a", "zz"})});
   CHECK(error_of(file) == path + ": model.merges[0] merges \"a\" and \"zz\", but \"zz\" is not in model.vocab");
