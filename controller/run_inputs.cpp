@@ -35,6 +35,9 @@ void load_model(const LoadedConfig& loaded, RunInputs& in) {
     check_model_weights_file(in.model_dir, in.model);
     return 0;
   });
+  in.chat_template = at_key(loaded, "data.chat_template", [&] {
+    return find_chat_template(c.data.chat_template, in.model_dir);
+  });
   const int64_t positions = in.model.max_position_embeddings;
   if (c.rollout.max_new_tokens >= positions) {
     throw UsageError(fmt::format("{}: rollout.max_new_tokens: {} leaves no room for a prompt in the model's {} "
@@ -63,7 +66,7 @@ std::vector<std::pair<std::string, std::string>> required_fields(const Config& c
     fields.emplace_back(c.sft.response_key, "sft.response_key, the warm-up's gold response");
   }
   for (size_t i = 0; i < c.reward.size(); ++i) {
-    if (c.reward[i].name == "math_answer" && c.reward[i].plugin.empty()) {
+    if (c.reward[i].name == "math_answer" && c.reward[i].plugin.empty() && c.reward[i].python.empty()) {
       fields.emplace_back("answer", fmt::format("the answer reward.{} (math_answer) compares", i));
       break;
     }
@@ -84,22 +87,30 @@ PromptSet load_prompts(const LoadedConfig& loaded, const std::string& key, const
   const Config& c = loaded.config;
   Dataset all;
   try {
-    all = load_dataset(spec, c.data.prompt_key);
+    all = load_dataset(spec, DatasetKeys{c.data.prompt_key, c.data.answer_key});
   } catch (const Error& e) {
     std::string what = e.what();
     // Messages about the whole file say data.train; those about a row start with file:line.
     if (what.rfind("data.train:", 0) == 0) what = key + what.substr(std::string("data.train").size());
     throw UsageError(what.rfind(key + ":", 0) == 0 ? fmt::format("{}: {}", loaded.origin_of(key), what) : what);
   }
+  try {
+    render_chat_prompts(all, c.data, in.chat_template);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
   const auto fields = required_fields(c, training);
   PromptSet out;
   out.data = all;
   out.data.rows.clear();
   out.data.lines.clear();
+  out.data.prompt_messages.clear();
   for (size_t row = 0; row < all.rows.size(); ++row) {
     for (const auto& [field, reader] : fields) {
       if (!all.rows[row].count(field)) {
-        throw UsageError(fmt::format("{}: no \"{}\" field ({})", all.where(row), field, reader));
+        const bool answer = field == "answer" && c.data.answer_key != "answer";
+        throw UsageError(fmt::format("{}: no \"{}\" field ({}{})", all.where(row), answer ? c.data.answer_key : field,
+                                     reader, answer ? ", found by data.answer_key" : ""));
       }
     }
     std::vector<int32_t> ids = in.tokenizer->encode(all.prompt(row));
@@ -123,6 +134,7 @@ PromptSet load_prompts(const LoadedConfig& loaded, const std::string& key, const
     }
     out.longest = std::max(out.longest, length);
     out.data.rows.push_back(all.rows[row]);
+    out.data.prompt_messages.push_back(all.prompt_messages.at(row));
     if (!all.lines.empty()) out.data.lines.push_back(all.lines[row]);
     out.ids.push_back(std::move(ids));
   }
@@ -157,7 +169,8 @@ void load_rewards(const LoadedConfig& loaded, RunInputs& in) {
     throw UsageError(e.what());  // a plugin that cannot load is a config problem: nothing starts
   }
   for (size_t i = 0; i < c.reward.size(); ++i) {
-    in.rewards.push_back(at_key(loaded, fmt::format("reward.{}", i), [&] { return make_reward(c.reward[i]); }));
+    const std::string key = fmt::format(c.reward[i].python.empty() ? "reward.{}" : "reward.{}.python", i);
+    in.rewards.push_back(at_key(loaded, key, [&] { return make_reward_scorer(c.reward[i], i); }));
   }
 }
 

@@ -13,18 +13,25 @@
 //              reads it; every prompt encodes to 1..limit tokens, where the limit is
 //              data.max_prompt_length (or the model's positions minus max_new_tokens):
 //              longer ones are an error or skipped (data.on_long_prompt).
-//   rewards    plugins load; every reward name is registered and its settings are valid.
+//              Message-list prompts (and string ones with data.prompt_as_user_message)
+//              are rendered with the chat template first; data.answer_key's value
+//              becomes the row's `answer`.
+//   rewards    plugins load; every reward name is registered and its settings are valid;
+//              python rewards' workers start and import their file.
 #pragma once
 
 #include "actor/model_config.h"
 #include "actor/tokenizer.h"
+#include "controller/chat_prompts.h"
 #include "controller/dataset.h"
+#include "controller/reward_scoring.h"
 #include "core/config.h"
 
 #include <tandem/reward.h>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,7 +49,8 @@ struct RunInputs {
   int64_t skipped_long_prompts = 0;   // training rows left out (on_long_prompt: skip)
   int64_t val_skipped_long_prompts = 0;  // validation rows left out
   int64_t longest_prompt = 0;         // tokens, over the rows kept
-  std::vector<RewardFn> rewards;      // one per config.reward entry
+  std::optional<ChatTemplate> chat_template;  // data.chat_template's (none: no template)
+  std::vector<std::unique_ptr<RewardScorer>> rewards;  // one per config.reward entry (python: workers running)
 };
 
 RunInputs load_run_inputs(const LoadedConfig& loaded);

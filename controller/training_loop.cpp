@@ -81,9 +81,9 @@ std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::
 }
 
 int64_t TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size_t>& rows, const Dataset& data) {
-  int64_t fallbacks = 0;
-  for (size_t i = 0; i < samples.size(); ++i) {
-    Sample& s = samples[i];
+  std::vector<RewardInput> inputs;
+  inputs.reserve(samples.size());
+  for (Sample& s : samples) {
     std::vector<int32_t> text_ids;
     for (int32_t id : s.tokens) {
       bool eos = false;
@@ -91,40 +91,36 @@ int64_t TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size
       if (!eos) text_ids.push_back(id);
     }
     s.text = tokenizer_->decode(text_ids);
-    const std::string& response = s.text;
-    const DataRow& row = data.rows[rows[s.prompt_slot]];
-    const std::string& prompt = data.prompt(rows[s.prompt_slot]);
-    double total = 0;
+    const size_t row = rows[s.prompt_slot];
+    inputs.push_back({data.prompt(row), s.text, s.tokens, data.rows[row]});
+    s.reward = 0;
     s.reward_results.assign(rewards_.size(), RewardResult{});
-    for (size_t r = 0; r < rewards_.size(); ++r) {
-      const RewardConfig& rc = c_.reward[r];
-      const std::string what = rc.name + (rc.plugin.empty() ? "" : " (plugin " + rc.plugin + ")");
-      std::string problem;  // what went wrong, as "reward X <problem>"
-      double score = 0;
-      RewardResult& result = s.reward_results[r];
-      try {
-        result = rewards_[r]({prompt, response, s.tokens, row});
-        score = result.score;
-        if (!std::isfinite(score)) {
-          problem = fmt::format("returned {} for sample {} (prompt {}): scores must be finite", score, i, quoted(prompt));
-        }
-      } catch (const std::exception& e) {
-        problem = fmt::format("failed on sample {} (prompt {}): {}", i, quoted(prompt), e.what());
-      }
-      if (!problem.empty()) {
+  }
+  int64_t fallbacks = 0;
+  for (size_t r = 0; r < rewards_.size(); ++r) {
+    // Every sample at once: the scorer spreads them over its threads or worker processes.
+    const std::vector<RewardOutcome> outcomes = rewards_[r]->score(inputs);
+    const RewardConfig& rc = c_.reward[r];
+    const std::string what = rc.name + (rc.plugin.empty() ? "" : " (plugin " + rc.plugin + ")") +
+                             (rc.python.empty() ? "" : " (" + rc.python + ")");
+    for (size_t i = 0; i < samples.size(); ++i) {
+      Sample& s = samples[i];
+      RewardResult result = outcomes[i].result;
+      if (!outcomes[i].error.empty()) {
+        const std::string problem = fmt::format("failed on sample {} (prompt {}): {}", i,
+                                                quoted(data.prompt(rows[s.prompt_slot])), outcomes[i].error);
         if (rc.on_error != "fallback") {
           throw Error(fmt::format("reward {} {} (reward.{}.on_error: fallback would score it reward.{}.fallback_score "
                                   "instead)",
                                   what, problem, r, r));
         }
         log::warn("reward {} {}: scored {} (fallback)", what, problem, rc.fallback_score);
-        score = rc.fallback_score;
-        result = {score, {}};
+        result = {rc.fallback_score, {}};
         ++fallbacks;
       }
-      total += rc.weight * score;
+      s.reward += rc.weight * result.score;
+      s.reward_results[r] = std::move(result);
     }
-    s.reward = total;
   }
   return fallbacks;
 }
@@ -393,6 +389,11 @@ void TrainingLoop::run(bool resume) {
     log::warn("{}", note);
   }
   for (const std::string& stale : remove_stale_weights_shm()) log::info("removed stale weight segment {}", stale);
+  for (size_t r = 0; r < rewards_.size(); ++r) {
+    if (!c_.reward[r].python.empty()) {
+      rewards_[r]->set_log_path(fmt::format("{}/logs/reward-{}-{}.log", run_dir_, r, metric_name_part(c_.reward[r].name)));
+    }
+  }
   shm_name_ = controller_weights_shm_name(::getpid());
   const std::string group_dirs = run_dir_ + "/weight_sync";  // rendezvous of broadcast groups
   std::error_code cleanup_error;  // best effort: a late rank of a dead group may still write there

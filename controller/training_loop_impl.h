@@ -202,7 +202,7 @@ class TrainingLoop {
   Dataset val_data_;                                  // data.val (no rows: no evaluation)
   std::vector<std::vector<int32_t>> val_prompt_ids_;
   int64_t skipped_long_prompts_ = 0;             // rows left out as too long (data.on_long_prompt: skip)
-  std::vector<RewardFn> rewards_;
+  std::vector<std::unique_ptr<RewardScorer>> rewards_;
   std::optional<PromptOrder> order_;  // set once the workers are up
   std::string shm_name_;  // shm, cuda_ipc: the segment the learners publish to
   std::unique_ptr<MetricsWriter> metrics_;

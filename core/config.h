@@ -37,6 +37,11 @@ struct DataConfig {
   bool shuffle = true;
   int64_t max_prompt_length = 0;      // tokens; 0: what the model's positions leave after max_new_tokens
   std::string on_long_prompt = "error";  // error | skip: a prompt over the limit stops the run, or is left out
+  std::string answer_key = "answer";     // dotted path to the reference answer; rewards read it as row `answer`
+  std::string chat_template = "auto";    // auto | none | PATH: renders message-list prompts
+  bool add_generation_prompt = true;     // end the rendered prompt with the assistant turn's header
+  bool prompt_as_user_message = false;   // a string prompt becomes [{role: user, content: prompt}], rendered
+  std::string system_prompt;             // with prompt_as_user_message: a system message before it
 };
 
 // The supervised warm-up stage before RL: token-mean cross-entropy on gold responses
@@ -123,8 +128,13 @@ struct LearnerConfig {
 };
 
 struct RewardConfig {
-  std::string name;    // required
+  std::string name;    // required, except for python rewards (default: the file's stem)
   std::string plugin;  // empty: built-in reward
+  std::string python;  // a .py file: the reward is its `function` (verl's compute_score signature)
+  std::string function = "compute_score";
+  bool batched = false;     // python: called once per batch with lists
+  double timeout_s = 30.0;  // python: longest a call may take before its worker is replaced
+  int64_t workers = 0;      // processes (python) or threads (C++) scoring in parallel; 0: this host's cores
   double weight = 1.0;
   std::string on_error = "fail";  // fail | fallback: a throw or non-finite score becomes fallback_score
   double fallback_score = 0.0;

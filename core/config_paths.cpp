@@ -13,8 +13,12 @@ std::string* path_value(Config& c, const std::string& key) {
   if (key == "data.train") return &c.data.train;
   if (key == "data.val") return &c.data.val;
   if (key == "algorithm.plugin") return &c.algorithm.plugin;
+  if (key == "data.chat_template") return &c.data.chat_template;
   const std::string prefix = "reward.";
-  if (key.rfind(prefix, 0) == 0) return &c.reward.at(std::stoul(key.substr(prefix.size()))).plugin;
+  if (key.rfind(prefix, 0) == 0) {
+    RewardConfig& reward = c.reward.at(std::stoul(key.substr(prefix.size())));
+    return key.size() > 7 && key.compare(key.size() - 7, 7, ".python") == 0 ? &reward.python : &reward.plugin;
+  }
   return nullptr;
 }
 
@@ -22,7 +26,11 @@ std::string* path_value(Config& c, const std::string& key) {
 
 std::vector<std::string> config_path_keys(const Config& config) {
   std::vector<std::string> keys = {"model.path", "data.train", "data.val", "algorithm.plugin"};
-  for (size_t i = 0; i < config.reward.size(); ++i) keys.push_back("reward." + std::to_string(i) + ".plugin");
+  if (config.data.chat_template != "auto" && config.data.chat_template != "none") keys.push_back("data.chat_template");
+  for (size_t i = 0; i < config.reward.size(); ++i) {
+    keys.push_back("reward." + std::to_string(i) + ".plugin");
+    keys.push_back("reward." + std::to_string(i) + ".python");
+  }
   return keys;
 }
 

@@ -85,6 +85,22 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
                         c.launcher.heartbeat_interval_s));
   }
   if (c.reward.empty()) problem("reward", "at least one reward function is needed");
+  for (size_t i = 0; i < c.reward.size(); ++i) {
+    const RewardConfig& r = c.reward[i];
+    const std::string key = "reward." + std::to_string(i);
+    if (!r.python.empty() && !r.plugin.empty()) {
+      problem_at({key + ".python", key + ".plugin"}, "a reward is either a Python file or a plugin's, not both");
+    } else if (r.python.empty() && r.name.empty()) {
+      problem(key + ".name", "required: a built-in or plugin reward's name (or give python: FILE.py)");
+    }
+    if (r.python.empty()) {
+      for (const char* setting : {"function", "batched", "timeout_s"}) {
+        if (loaded.origins.count(key + "." + setting)) {
+          problem(key + "." + setting, fmt::format("only python rewards read {} (this entry is {})", setting, r.name));
+        }
+      }
+    }
+  }
   if (c.data.val.empty() && c.experiment.eval_every > 0) {
     problem("experiment.eval_every", "evaluation needs validation prompts: set data.val");
   }

@@ -49,6 +49,19 @@ template <class V> void describe(V& v, DataConfig& c) {
   v.field("on_long_prompt", c.on_long_prompt, one_of({"error", "skip"}),
           "a prompt over max_prompt_length: error stops before the run starts naming file:line; skip leaves "
           "it out (counted and reported)");
+  v.field("answer_key", c.answer_key, required_text(),
+          "field holding the reference answer, a dotted path into nested objects (reward_model.ground_truth); "
+          "rewards read it as the row's `answer` (python rewards: ground_truth)");
+  v.field("chat_template", c.chat_template, text(),
+          "renders message-list prompts ([{role, content}]): auto (the model's tokenizer_config.json "
+          "chat_template, or chat_template.jinja), none (message lists are an error), or a Jinja file path "
+          "(relative to the config file's directory)");
+  v.field("add_generation_prompt", c.add_generation_prompt,
+          "end rendered prompts with the assistant turn's header (the template's add_generation_prompt)");
+  v.field("prompt_as_user_message", c.prompt_as_user_message,
+          "a string prompt becomes [{role: user, content: prompt}] and is rendered with the chat template");
+  v.field("system_prompt", c.system_prompt, text(),
+          "with prompt_as_user_message: a system message put before the user's (empty: none)");
 }
 
 template <class V> void describe(V& v, SftConfig& c) {
@@ -144,9 +157,22 @@ template <class V> void describe(V& v, LearnerConfig& c) {
 }
 
 template <class V> void describe(V& v, RewardConfig& c) {
-  v.field("name", c.name, required_text(), "reward function name (built-in, or registered by the plugin)");
+  v.field("name", c.name, text(),
+          "reward function name (built-in, or registered by the plugin); python rewards: the metric name "
+          "(default: the file's stem)");
   v.field("plugin", c.plugin, text(),
           "shared library that registers the reward (relative to the config file's directory); empty: built-in");
+  v.field("python", c.python, text(),
+          "a Python file (relative to the config file's directory) whose `function` scores samples with verl's "
+          "signature compute_score(data_source, solution_str, ground_truth, extra_info=None)");
+  v.field("function", c.function, required_text(), "python: the function to call");
+  v.field("batched", c.batched, "python: call the function once per batch, with lists (data_sources=, "
+                                "solution_strs=, ground_truths=, extra_infos=), returning a list");
+  v.field("timeout_s", c.timeout_s, positive(),
+          "python: seconds one call may take; a call over it kills and replaces its worker (on_error decides the "
+          "sample's score)");
+  v.field("workers", c.workers, at_least(0),
+          "processes (python) or threads (C++) scoring samples in parallel; 0: this host's cores (at most 8)");
   v.field("weight", c.weight, any_number(), "weight in the summed reward");
   v.field("on_error", c.on_error, one_of({"fail", "fallback"}),
           "a throw or non-finite score: fail stops the run; fallback scores fallback_score (counted)");

@@ -68,11 +68,16 @@ ChildProcess ChildProcess::spawn(const std::vector<std::string>& argv, const Spa
     if (options.ignore_interrupt) ::signal(SIGINT, SIG_IGN);
     ::signal(SIGTERM, SIG_DFL);
     ::signal(SIGPIPE, SIG_DFL);
-    if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
+    if (options.stdin_fd >= 0) {
+      ::dup2(options.stdin_fd, STDIN_FILENO);
+    } else if (null_fd >= 0) {
+      ::dup2(null_fd, STDIN_FILENO);
+    }
     if (output_fd >= 0) {
       ::dup2(output_fd, STDOUT_FILENO);
       ::dup2(output_fd, STDERR_FILENO);
     }
+    if (options.stdout_fd >= 0) ::dup2(options.stdout_fd, STDOUT_FILENO);
     ::execv(args[0], args.data());
     ssize_t ignored = ::write(STDERR_FILENO, exec_failed, sizeof exec_failed - 1);
     (void)ignored;

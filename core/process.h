@@ -25,6 +25,10 @@ std::string signal_name(int signal);
 struct SpawnOptions {
   std::string output_path;      // stdout and stderr appended here; empty: inherit
   bool ignore_interrupt = true;  // SIGINT ignored: the parent decides how children stop
+  // Pipe ends (or any descriptors) the child gets as its stdin / stdout; -1: /dev/null and
+  // output_path. The parent keeps its copies (close them after spawn).
+  int stdin_fd = -1;
+  int stdout_fd = -1;
 };
 
 class ChildProcess {

@@ -1,0 +1,48 @@
+// Scoring samples with the config's rewards, many samples at a time and in parallel:
+// C++ rewards (built-ins and plugins) on threads, Python rewards in worker processes
+// (controller/python_reward_pool.h).
+//
+// A sample a reward cannot score (it threw, returned a non-finite score, timed out, or its
+// worker died) is an outcome with an error, never an exception: the caller applies the
+// entry's on_error policy to each.
+#pragma once
+
+#include "core/config.h"
+
+#include <tandem/reward.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+struct RewardOutcome {
+  RewardResult result;
+  std::string error;  // empty: scored
+};
+
+class RewardScorer {
+ public:
+  virtual ~RewardScorer() = default;
+  // One outcome per input, in order.
+  virtual std::vector<RewardOutcome> score(const std::vector<RewardInput>& inputs) = 0;
+  // Python rewards: where the workers' output (the user's print()s, tracebacks) goes.
+  virtual void set_log_path(const std::string& path) {}
+  // Workers killed for running past timeout_s, since the start (python rewards).
+  virtual int64_t timeouts() const { return 0; }
+};
+
+// `fn` over the inputs on `threads` threads (0: this host's cores, at most 8).
+std::unique_ptr<RewardScorer> make_native_scorer(RewardFn fn, int64_t threads);
+
+// The scorer for config entry `index`: python (its workers started, the file imported and
+// the function found: errors say so with Python's traceback) or a C++ reward by name
+// (plugins must be loaded first).
+std::unique_ptr<RewardScorer> make_reward_scorer(const RewardConfig& config, size_t index);
+
+// Threads or processes for `requested` (0: this host's cores, at most 8).
+int64_t reward_parallelism(int64_t requested);
+
+}  // namespace tandem

@@ -1,0 +1,186 @@
+#include "python/reward_worker.h"
+
+#include "python/embedded_python.h"
+
+#include <nlohmann/json.hpp>
+#include <pybind11/embed.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+namespace py = pybind11;
+
+namespace tandem::python {
+
+namespace {
+
+// The protocol's own copy of stdout; fd 1 itself is pointed at stderr so print() in the
+// user's code cannot corrupt a reply.
+FILE* claim_stdout() {
+  const int reply_fd = ::dup(STDOUT_FILENO);
+  ::dup2(STDERR_FILENO, STDOUT_FILENO);
+  return ::fdopen(reply_fd, "w");
+}
+
+void send(FILE* out, const nlohmann::json& message) {
+  const std::string line = message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  std::fwrite(line.data(), 1, line.size(), out);
+  std::fflush(out);
+}
+
+py::object from_json(const py::module_& json, const nlohmann::json& value) {
+  return json.attr("loads")(value.dump());
+}
+
+std::string type_name(const py::handle& value) { return py::str(py::type::of(value).attr("__name__")); }
+
+// A number in Python's sense (bool, int, float, numpy scalars), not a string.
+bool is_number(const py::handle& value) {
+  return !py::isinstance<py::str>(value) && !py::isinstance<py::bytes>(value) && PyNumber_Check(value.ptr()) &&
+         py::hasattr(value, "__float__");
+}
+
+// One call's result as a protocol line.
+nlohmann::json to_result(const py::handle& value, const std::string& function) {
+  if (is_number(value)) return {{"score", value.cast<py::float_>().cast<double>()}, {"parts", nlohmann::json::object()}};
+  if (py::isinstance<py::dict>(value)) {
+    py::dict dict = py::reinterpret_borrow<py::dict>(value);
+    if (!dict.contains("score")) {
+      return {{"error", fmt::format("{} returned a dict without a \"score\" entry (keys: {})", function,
+                                    py::str(py::list(dict.attr("keys")())).cast<std::string>())}};
+    }
+    py::handle score = dict["score"];
+    if (!is_number(score)) {
+      return {{"error", fmt::format("{} returned \"score\": {} (a {}); expected a number", function,
+                                    py::repr(score).cast<std::string>(), type_name(score))}};
+    }
+    nlohmann::json parts = nlohmann::json::object();
+    for (const auto& [key, part] : dict) {
+      const std::string name = py::str(key);
+      if (name != "score" && is_number(part)) parts[name] = part.cast<py::float_>().cast<double>();
+    }
+    return {{"score", score.cast<py::float_>().cast<double>()}, {"parts", parts}};
+  }
+  return {{"error", fmt::format("{} returned {} (a {}); expected a number or a dict with \"score\"", function,
+                                py::repr(value).cast<std::string>().substr(0, 200), type_name(value))}};
+}
+
+void answer_one_by_one(FILE* out, const py::object& fn, const py::module_& json, const nlohmann::json& calls,
+                       const std::string& function) {
+  for (const nlohmann::json& call : calls) {
+    nlohmann::json result;
+    try {
+      py::object value = fn(call.at("data_source").get<std::string>(), call.at("solution_str").get<std::string>(),
+                            from_json(json, call.at("ground_truth")), from_json(json, call.at("extra_info")));
+      result = to_result(value, function);
+    } catch (const py::error_already_set& e) {
+      result = {{"error", describe(e)}};
+    }
+    send(out, result);
+  }
+}
+
+void answer_batched(FILE* out, const py::object& fn, const py::module_& json, const nlohmann::json& calls,
+                    const std::string& function) {
+  py::list data_sources, solution_strs, ground_truths, extra_infos;
+  for (const nlohmann::json& call : calls) {
+    data_sources.append(call.at("data_source").get<std::string>());
+    solution_strs.append(call.at("solution_str").get<std::string>());
+    ground_truths.append(from_json(json, call.at("ground_truth")));
+    extra_infos.append(from_json(json, call.at("extra_info")));
+  }
+  std::vector<nlohmann::json> results;
+  try {
+    py::object values = fn(py::arg("data_sources") = data_sources, py::arg("solution_strs") = solution_strs,
+                           py::arg("ground_truths") = ground_truths, py::arg("extra_infos") = extra_infos);
+    if (!py::isinstance<py::sequence>(values) || py::isinstance<py::str>(values) ||
+        py::len(values) != calls.size()) {
+      const std::string what = py::isinstance<py::sequence>(values)
+                                   ? fmt::format("{} values", py::len(values))
+                                   : fmt::format("a {}", type_name(values));
+      const std::string error = fmt::format("{} (batched) returned {} for {} calls; expected a list with one score "
+                                            "per call",
+                                            function, what, calls.size());
+      results.assign(calls.size(), {{"error", error}});
+    } else {
+      for (const py::handle value : values) results.push_back(to_result(value, function));
+    }
+  } catch (const py::error_already_set& e) {
+    results.assign(calls.size(), {{"error", describe(e)}});
+  }
+  for (const nlohmann::json& result : results) send(out, result);
+}
+
+}  // namespace
+
+int run_reward_worker(const std::string& file, const std::string& function, bool batched) {
+  FILE* out = claim_stdout();
+  if (!out) return 1;
+  try {
+    ensure_started();
+  } catch (const std::exception& e) {
+    send(out, {{"error", e.what()}});
+    return 1;
+  }
+  py::gil_scoped_acquire gil;
+  py::object fn;
+  py::module_ json;
+  try {
+    json = py::module_::import("json");
+    const std::string directory = std::filesystem::path(file).parent_path().string();
+    py::module_::import("sys").attr("path").attr("insert")(0, directory);
+    py::module_ util = py::module_::import("importlib.util");
+    const std::string module_name = "tandem_reward_" + std::filesystem::path(file).stem().string();
+    py::object spec = util.attr("spec_from_file_location")(module_name, file);
+    if (spec.is_none()) {
+      send(out, {{"error", fmt::format("{} cannot be imported as a Python module (expected a .py file)", file)}});
+      return 1;
+    }
+    py::object module = util.attr("module_from_spec")(spec);
+    py::module_::import("sys").attr("modules")[py::str(module_name)] = module;
+    spec.attr("loader").attr("exec_module")(module);
+    if (!py::hasattr(module, function.c_str())) {
+      std::vector<std::string> callables;
+      for (const py::handle name : py::list(module.attr("__dict__").attr("keys")())) {
+        const std::string n = py::str(name);
+        if (n.rfind("_", 0) != 0 && PyCallable_Check(module.attr(name).ptr())) callables.push_back(n);
+      }
+      send(out, {{"error", fmt::format("{} has no function {} (its functions: {})", file, function,
+                                       callables.empty() ? std::string("none") : fmt::format("{}", fmt::join(callables, ", ")))}});
+      return 1;
+    }
+    fn = module.attr(function.c_str());
+    if (!PyCallable_Check(fn.ptr())) {
+      send(out, {{"error", fmt::format("{}: {} is a {}, not a function", file, function, type_name(fn))}});
+      return 1;
+    }
+  } catch (const py::error_already_set& e) {
+    send(out, {{"error", fmt::format("importing {} failed:\n{}", file, describe(e))}});
+    return 1;
+  }
+  send(out, {{"ready", true}});
+
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    nlohmann::json request;
+    try {
+      request = nlohmann::json::parse(line);
+      const nlohmann::json& calls = request.at("calls");
+      if (batched) {
+        answer_batched(out, fn, json, calls, function);
+      } else {
+        answer_one_by_one(out, fn, json, calls, function);
+      }
+    } catch (const nlohmann::json::exception& e) {
+      std::fprintf(stderr, "reward-worker: bad request line: %s\n", e.what());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace tandem::python

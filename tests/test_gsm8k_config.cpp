@@ -1,0 +1,181 @@
+// configs/gsm8k.yaml as users run it, scaled down: GRPO on ../shared/data/gsm8k with the
+// real Qwen3 tokenizer and chat template, a random small Qwen3-shaped policy
+// (`tandem init-model --config`), the Python reward configs/rewards/gsm8k.py in worker
+// processes, and evaluation on validation rows. Plus the mistakes a user makes with
+// Python rewards and chat data, refused by `tandem validate` and `run` before anything
+// starts.
+//
+// Exits 77 (skip) where ../shared/data/gsm8k is absent (a user's clone) or the Qwen3
+// tokenizer was not fetched under TANDEM_OFFLINE=1.
+#include "core/files.h"
+#include "run_tandem.h"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+using namespace tandem;
+using namespace tandem::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kSource = TANDEM_SOURCE_DIR;
+const std::string kGsm8k = kSource + "/../shared/data/gsm8k";
+const std::string kQwen3 = kSource + "/build/test-assets/qwen3";
+
+void skip_unless_present() {
+  std::string missing;
+  if (!fs::exists(kGsm8k + "/train.jsonl")) missing = kGsm8k + " is absent (the shared test data; see its README)";
+  if (!fs::exists(kQwen3 + "/tokenizer.json")) {
+    const char* offline = std::getenv("TANDEM_OFFLINE");
+    if (!(offline && std::string(offline) == "1")) {
+      FAIL(kQwen3, "/tokenizer.json is missing: run scripts/fetch_tokenizer_assets.sh (TANDEM_OFFLINE=1 skips)");
+    }
+    missing = kQwen3 + " is absent (TANDEM_OFFLINE=1)";
+  }
+  if (!missing.empty()) {
+    std::printf("skipped: %s\n", missing.c_str());
+    std::exit(77);
+  }
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path) << text;
+}
+
+// Qwen3's architecture and vocabulary at a size a CPU test trains in seconds.
+const char* kSmallQwen3 = R"({
+  "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+  "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+  "vocab_size": 151936, "max_position_embeddings": 1024, "rope_theta": 1000000.0,
+  "rms_norm_eps": 1e-06, "tie_word_embeddings": true, "hidden_act": "silu",
+  "bos_token_id": 151643, "eos_token_id": 151645, "torch_dtype": "float32"
+})";
+
+std::string output_of(const std::string& path) { return read_text(path); }
+
+}  // namespace
+
+TEST_CASE("configs/gsm8k.yaml trains 2 GRPO steps on GSM8K with Qwen3's chat template and the Python reward") {
+  skip_unless_present();
+  TempDir dir;
+  const std::string d = dir.path();
+  write_text(d + "/small_qwen3.json", kSmallQwen3);
+  const std::string model = d + "/model";
+  REQUIRE(run_tandem({"init-model", "--config", d + "/small_qwen3.json", "--tokenizer", kQwen3, "--out", model},
+                     d + "/init.out")
+              .success());
+  CHECK(fs::exists(model + "/tokenizer_config.json"));  // the chat template came along
+  // Evaluation on the first rows of the real test split (all 1319 would take minutes on CPU).
+  std::ifstream test_split(kGsm8k + "/test.jsonl");
+  std::ofstream val(d + "/val.jsonl");
+  std::string line;
+  for (int i = 0; i < 4 && std::getline(test_split, line); ++i) val << line << "\n";
+  val.close();
+
+  const std::string run_dir = d + "/run";
+  const std::vector<std::string> args = {
+      "run", kSource + "/configs/gsm8k.yaml", "--run-dir", run_dir,
+      "--set", "model.path=" + model, "--set", "model.dtype=float32",
+      "--set", "data.train=" + kGsm8k + "/train.jsonl", "--set", "data.val=" + d + "/val.jsonl",
+      "--set", "experiment.steps=2", "--set", "experiment.eval_every=2", "--set", "experiment.checkpoint_every=2",
+      "--set", "data.batch_size=2", "--set", "algorithm.group_size=2", "--set", "rollout.max_new_tokens=8",
+      "--set", "rollout.kv_cache_mb=64", "--set", "learner.mini_batches=1", "--set", "learner.micro_batch_size=4",
+      "--set", "reward.0.workers=2", "--set", "logging.console=plain"};
+  const ExitStatus status = run_tandem(args, d + "/run.out", 540);
+  INFO(output_of(d + "/run.out"));
+  REQUIRE(status.success());
+
+  const std::vector<nlohmann::json> metrics = read_json_lines(run_dir + "/metrics.jsonl");
+  REQUIRE(metrics.size() >= 3);  // step 0 (evaluation before training), steps 1 and 2
+  bool saw_training = false, saw_eval = false;
+  for (const nlohmann::json& row : metrics) {
+    if (row.contains("reward/gsm8k")) {
+      saw_training = true;
+      CHECK(row.contains("reward/gsm8k/format"));
+      CHECK(row.contains("reward/gsm8k/acc"));
+      CHECK(row["reward/mean"].get<double>() >= 0.0);
+    }
+    if (row.contains("val/accuracy")) {
+      saw_eval = true;
+      CHECK(row.contains("val/gsm8k"));
+    }
+  }
+  CHECK(saw_training);
+  CHECK(saw_eval);
+  // The prompts were rendered: system message, the question as the user's, the
+  // assistant's turn opened (Qwen3's template).
+  const std::vector<nlohmann::json> samples = read_json_lines(run_dir + "/samples.jsonl");
+  REQUIRE_FALSE(samples.empty());
+  const std::string prompt = samples[0]["prompt"].get<std::string>();
+  CHECK(prompt.rfind("<|im_start|>system\nSolve the math problem step by step.", 0) == 0);
+  CHECK(prompt.find("<|im_end|>\n<|im_start|>user\n") != std::string::npos);
+  CHECK(prompt.size() > 40);
+  CHECK(prompt.substr(prompt.size() - 22) == "<|im_start|>assistant\n");
+  CHECK(fs::exists(run_dir + "/val_samples.jsonl"));
+  CHECK(fs::exists(run_dir + "/logs/reward-0-gsm8k.log"));
+}
+
+TEST_CASE("python rewards and chat data that cannot work are refused before anything starts (exit 2)") {
+  TempDir dir;
+  const std::string d = dir.path();
+  write_text(d + "/data/rows.jsonl", "{\"prompt\": \"1+2=\", \"answer\": \"3\"}\n");
+  write_text(d + "/data/chat.jsonl", "{\"prompt\": \"1+2=\", \"answer\": \"3\"}\n"
+                                     "{\"prompt\": [{\"role\": \"user\", \"content\": \"2+2=\"}], \"answer\": \"4\"}\n");
+  write_text(d + "/rewards/broken.py", "def compute_score(data_source, solution_str, ground_truth, extra_info=None)\n");
+  write_text(d + "/rewards/ok.py", "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                                   "    return 1.0\n");
+  const std::string base = "experiment: {name: refuse, steps: 1}\nmodel: {path: \"builtin:tiny\"}\n"
+                           "algorithm: {group_size: 2}\nrollout: {workers: 1, max_new_tokens: 3, kv_cache_mb: 8}\n"
+                           "learner: {workers: 1, micro_batch_size: 2}\n";
+  struct Case {
+    std::string name, data, reward, expected;
+  };
+  const std::vector<Case> cases = {
+      {"syntax error", "{train: data/rows.jsonl, batch_size: 1}", "[{python: rewards/broken.py}]",
+       "reward.0.python: reward.0 (" + d + "/rewards/broken.py:compute_score): importing " + d +
+           "/rewards/broken.py failed"},
+      {"missing function", "{train: data/rows.jsonl, batch_size: 1}", "[{python: rewards/ok.py, function: score}]",
+       "has no function score (its functions: compute_score)"},
+      {"missing file", "{train: data/rows.jsonl, batch_size: 1}", "[{python: rewards/nope.py}]",
+       "reward.0.python"},
+      {"python and plugin", "{train: data/rows.jsonl, batch_size: 1}",
+       "[{python: rewards/ok.py, plugin: libx.so}]", "a reward is either a Python file or a plugin's, not both"},
+      {"python settings on a C++ reward", "{train: data/rows.jsonl, batch_size: 1}",
+       "[{name: math_answer, timeout_s: 3}]", "reward.0.timeout_s: only python rewards read timeout_s"},
+      {"messages without a template", "{train: data/chat.jsonl, batch_size: 1}", "[{python: rewards/ok.py}]",
+       d + "/data/chat.jsonl:2: the prompt is a list of chat messages but there is no chat template"},
+      {"nested answer missing", "{train: data/rows.jsonl, batch_size: 1, answer_key: reward_model.ground_truth}",
+       "[{name: math_answer}]", "no \"reward_model.ground_truth\" field (the answer reward.0 (math_answer) compares, "
+                                "found by data.answer_key)"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    write_text(d + "/c.yaml", base + "data: " + c.data + "\nreward: " + c.reward + "\n");
+    for (const std::string& command : {std::string("validate"), std::string("run")}) {
+      const std::string out = d + "/" + command + ".out";
+      fs::remove(out);
+      std::vector<std::string> args = {command, d + "/c.yaml"};
+      if (command == "run") args.insert(args.end(), {"--run-dir", d + "/runs/x"});
+      const ExitStatus status = run_tandem(args, out, 120);
+      const std::string text = read_text(out);
+      INFO(command, ": ", text);
+      CHECK(status.exit_code == 2);
+      CHECK(text.find(c.expected) != std::string::npos);
+      CHECK_FALSE(fs::exists(d + "/runs/x"));
+    }
+  }
+  // A python reward with a fine file validates (its workers start and import it).
+  write_text(d + "/c.yaml", base + "data: {train: data/rows.jsonl, batch_size: 1}\nreward: [{python: rewards/ok.py}]\n");
+  const ExitStatus ok = run_tandem({"validate", d + "/c.yaml"}, d + "/ok.out", 120);
+  INFO(read_text(d + "/ok.out"));
+  CHECK(ok.success());
+  CHECK(read_text(d + "/ok.out").find("name: \"ok\"") != std::string::npos);  // named after the file
+}
