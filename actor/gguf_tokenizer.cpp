@@ -153,13 +153,16 @@ std::vector<std::pair<std::string, GgufValue>> gguf_tokenizer_metadata(const std
   return meta;
 }
 
+// Built as a sorted json, not an ordered_json: inserting 150k vocabulary entries into
+// ordered_json's linear map would take quadratic time (~30 s for Qwen's vocabulary).
 std::string gguf_gpt2_tokenizer_json(const GgufFile& file) {
   const std::string pre = file.find_string("tokenizer.ggml.pre").value_or("");
-  ordered_json normalizer = nullptr;
-  ordered_json pre_tokenizer;
-  const ordered_json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+  json normalizer = nullptr;
+  json pre_tokenizer;
+  bool ignore_merges = false;
+  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
   auto split = [&](const char* regex) {
-    return ordered_json{{"type", "Sequence"},
+    return json{{"type", "Sequence"},
                         {"pretokenizers",
                          {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
                           byte_level}}};
@@ -169,6 +172,7 @@ std::string gguf_gpt2_tokenizer_json(const GgufFile& file) {
     pre_tokenizer = split(qwen2_regex);
   } else if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") {
     pre_tokenizer = split(llama3_regex);
+    ignore_merges = true;  // as Llama-3's tokenizer.json, and llama.cpp for this pre-tokenizer
   } else if (pre == "gpt-2") {
     pre_tokenizer = byte_level;
     pre_tokenizer["use_regex"] = true;
@@ -183,8 +187,8 @@ std::string gguf_gpt2_tokenizer_json(const GgufFile& file) {
   if (types.size() != tokens.size()) {
     throw Error(fmt::format("{}: {} token types for {} tokens", file.path(), types.size(), tokens.size()));
   }
-  ordered_json vocab = ordered_json::object();
-  ordered_json added = ordered_json::array();
+  json vocab = json::object();
+  json added = json::array();
   for (size_t id = 0; id < tokens.size(); ++id) {
     const int64_t type = types[id];
     if (type == token_type_normal || type == token_type_byte || type == token_type_unknown) {
@@ -194,14 +198,14 @@ std::string gguf_gpt2_tokenizer_json(const GgufFile& file) {
                        {"rstrip", false},   {"normalized", false},   {"special", type == token_type_control}});
     }  // UNUSED: padding rows, no token
   }
-  ordered_json merges = ordered_json::array();
+  json merges = json::array();
   for (const std::string& m : file.find_string_array("tokenizer.ggml.merges").value_or(std::vector<std::string>{})) {
     const size_t space = m.find(' ', 1);  // as llama.cpp splits them
     if (space == std::string::npos) throw Error(fmt::format("{}: merge {} has no space", file.path(), quoted(m)));
     merges.push_back({m.substr(0, space), m.substr(space + 1)});
   }
-  ordered_json decoder = byte_level;
-  const ordered_json root = {
+  json decoder = byte_level;
+  const json root = {
       {"version", "1.0"},
       {"truncation", nullptr},
       {"padding", nullptr},
@@ -218,7 +222,7 @@ std::string gguf_gpt2_tokenizer_json(const GgufFile& file) {
         {"end_of_word_suffix", nullptr},
         {"fuse_unk", false},
         {"byte_fallback", false},
-        {"ignore_merges", false},
+        {"ignore_merges", ignore_merges},
         {"vocab", vocab},
         {"merges", merges}}},
   };

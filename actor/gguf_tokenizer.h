@@ -12,7 +12,8 @@
 // `tokenizer.chat_template`.
 //
 // Reading, in order: `tokenizer.huggingface.json` when present; else a tokenizer.json
-// rebuilt from a gpt2 token list whose pre-tokenizer is one of the three above;
+// rebuilt from a gpt2 token list whose pre-tokenizer is one of the three above (with
+// Llama-3's ignore_merges for llama-bpe, as llama.cpp and Llama-3's tokenizer.json have it);
 // `no_vocab` means no tokenizer. SentencePiece (`llama`) vocabularies are an Error until
 // the SentencePiece tokenizer lands.
 #pragma once

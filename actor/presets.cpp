@@ -1,7 +1,10 @@
 #include "actor/presets.h"
 
+#include "actor/gguf_model.h"
+#include "actor/llama2c.h"
 #include "actor/model_weights.h"
 #include "actor/tokenizer.h"
+#include "core/checksum.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/text.h"
@@ -9,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 namespace tandem {
@@ -38,6 +42,59 @@ std::string model_cache_dir() {
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/tandem";
   if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/tandem";
   return (fs::temp_directory_path() / "tandem-cache").string();
+}
+
+// Bump when a conversion changes what it writes: cached directories of older
+// conversions are then left alone and written afresh.
+constexpr char kConversionVersion[] = "v1";
+
+// A .gguf or llama2.c .bin file as a Hugging Face directory under the model cache, named
+// by the checksum of the file (and of the tokenizer files beside a .gguf, which it
+// takes), so every process of a run (controller, rollout and learner workers) reads the
+// same directory and a changed file gets a new one. Written once, in a staging directory
+// renamed into place: a crash leaves no half model, and of two processes converting at
+// once the second finds the first's directory and drops its own.
+std::string converted_model_dir(const std::string& path, bool gguf) {
+  Checksum64 key;
+  const uint64_t file_sum = file_checksum64(path);
+  key.update(&file_sum, sizeof file_sum);
+  if (gguf) {
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+      const fs::path beside = fs::path(path).parent_path() / name;
+      if (!fs::exists(beside)) continue;
+      const uint64_t sum = file_checksum64(beside.string());
+      key.update(name, std::strlen(name));
+      key.update(&sum, sizeof sum);
+    }
+  }
+  const std::string dir = fmt::format("{}/models/{}-{}-{}", model_cache_dir(), gguf ? "gguf" : "llama2c",
+                                      kConversionVersion, checksum_hex(key.digest()));
+  if (fs::exists(dir + "/config.json")) return dir;
+  const std::string staging = dir + ".tmp-" + std::to_string(::getpid());
+  std::error_code ec;
+  fs::remove_all(staging, ec);
+  try {
+    fs::create_directories(staging);
+    if (gguf) {
+      convert_gguf_to_hf(path, staging, DType::f32);
+    } else {
+      const Llama2cModel model = read_llama2c(path);
+      write_file_atomic(staging + "/config.json", model_config_to_json(model.config));
+      save_model_weights(staging, model.weights, DType::f32);
+    }
+    fs::rename(staging, dir, ec);
+    if (ec && !fs::exists(dir + "/config.json")) {
+      throw Error(fmt::format("cannot move {} to {}: {}", staging, dir, ec.message()));
+    }
+    fs::remove_all(staging, ec);  // left only when another process renamed first
+  } catch (const fs::filesystem_error& e) {
+    fs::remove_all(staging, ec);
+    throw Error(fmt::format("cannot convert {} into {}: {}", path, dir, e.what()));
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    throw;
+  }
+  return dir;
 }
 
 }  // namespace
@@ -115,10 +172,12 @@ std::string resolve_model_path(const std::string& path) {
     }
     return dir;
   }
+  if (is_gguf_path(path)) return converted_model_dir(path, true);
+  if (is_llama2c_path(path)) return converted_model_dir(path, false);
   std::error_code ec;
   if (!fs::is_directory(path, ec)) {
-    throw UsageError(fmt::format("model path {} is not a directory (expected a Hugging Face model directory or "
-                                 "builtin:<preset> with presets {})",
+    throw UsageError(fmt::format("model path {} is not a directory (expected a Hugging Face model directory, a .gguf "
+                                 "file, a llama2.c .bin file or builtin:<preset> with presets {})",
                                  tandem::quoted(path), join_choices(model_preset_names())));
   }
   if (!fs::exists(fs::path(path) / "config.json")) {

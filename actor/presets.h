@@ -26,8 +26,10 @@ void write_model_preset(const std::string& preset, const std::string& out_dir, u
 
 // A model path as users write it: "builtin:<preset>" becomes a directory under the
 // model cache (env TANDEM_CACHE_DIR, else $XDG_CACHE_HOME/tandem, else ~/.cache/tandem),
-// written on first use with seed 1; anything else must be a directory with a config.json.
-// Errors name the path and what is missing.
+// written on first use with seed 1; a .gguf file (actor/gguf_model.h) or a llama2.c .bin
+// (actor/llama2c.h) becomes a Hugging Face directory under the same cache, converted once
+// and named by the file's checksum; anything else must be a directory with a config.json.
+// Errors name the path and what is missing or wrong in the file.
 std::string resolve_model_path(const std::string& path);
 
 }  // namespace tandem

@@ -68,10 +68,17 @@ struct LogprobsArgs {
 };
 
 struct ConvertArgs {
-  std::string in;   // a llama2.c .bin checkpoint
-  std::string out;  // the model directory to write
-  std::string to = "hf";
-  std::string dtype = "float32";
+  std::string in;   // a llama2.c .bin, a .gguf, a model directory or builtin:<preset>
+  std::string out;  // the model directory (hf) or file (gguf) to write
+  std::string to = "hf";  // hf | gguf
+  std::string dtype = "float32";  // f32 | f16 | bf16 (float32 | float16 | bfloat16) | q8_0 (gguf)
+};
+
+struct ExportArgs {
+  std::string dir;     // a run directory (its policy/) or a model directory
+  std::string format;  // gguf | hf
+  std::string dtype = "f32";
+  std::string out;
 };
 
 struct GenerateArgs {
@@ -99,6 +106,7 @@ int cli_tokenize(const TokenizeArgs& args);
 int cli_init_model(const InitModelArgs& args);
 int cli_generate(const GenerateArgs& args);
 int cli_convert(const ConvertArgs& args);
+int cli_export(const ExportArgs& args);
 int cli_logprobs(const LogprobsArgs& args);
 int cli_validate(const ValidateArgs& args);
 // Everything `run` and `resume` check before they create or touch a run directory, and

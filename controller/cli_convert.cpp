@@ -1,10 +1,15 @@
-// `tandem convert IN OUT --to hf [--dtype float32|bfloat16|float16]`: a llama2.c `.bin`
-// checkpoint (actor/llama2c.h) as a Hugging Face model directory: config.json and
-// model.safetensors. llama2.c files carry no tokenizer, so none is written: feed token
-// ids, or add the tokenizer.json the model was trained with.
+// `tandem convert IN OUT --to hf|gguf [--dtype f32|f16|bf16|q8_0]`: a model from one format
+// to another. IN: a llama2.c `.bin` checkpoint (actor/llama2c.h), a `.gguf` file
+// (actor/gguf_model.h), a Hugging Face directory or builtin:<preset>. Files are read into a
+// scratch Hugging Face directory first, then written as asked (controller/model_export.h).
+// llama2.c files carry no tokenizer, so none is written: feed token ids, or add the
+// tokenizer.json the model was trained with.
+#include "actor/gguf_model.h"
 #include "actor/llama2c.h"
 #include "actor/model_weights.h"
+#include "actor/presets.h"
 #include "controller/cli.h"
+#include "controller/model_export.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/safetensors.h"
@@ -15,36 +20,38 @@
 namespace tandem {
 
 int cli_convert(const ConvertArgs& args) {
-  if (args.to != "hf") {
-    throw UsageError(fmt::format("tandem convert: --to {} is not implemented yet (allowed today: hf)", args.to));
+  namespace fs = std::filesystem;
+  if (args.to != "hf" && args.to != "gguf") {
+    throw UsageError(fmt::format("tandem convert: --to {}: allowed: hf, gguf", args.to));
   }
-  if (!is_llama2c_path(args.in)) {
-    throw UsageError(fmt::format("tandem convert: {} is not a llama2.c checkpoint (a .bin file); the formats read "
-                                 "today: llama2.c .bin",
+  check_export_target(args.to, args.dtype, args.out);
+  const bool from_llama2c = is_llama2c_path(args.in), from_gguf = is_gguf_path(args.in);
+  if (!from_llama2c && !from_gguf && args.in.rfind("builtin:", 0) != 0 && !fs::exists(fs::path(args.in) / "config.json")) {
+    throw UsageError(fmt::format("tandem convert: {} is neither a llama2.c checkpoint (.bin), a GGUF file (.gguf) nor a "
+                                 "Hugging Face model directory",
                                  args.in));
   }
-  namespace fs = std::filesystem;
-  if (fs::exists(args.out) && !(fs::is_directory(args.out) && fs::is_empty(args.out))) {
-    throw UsageError(fmt::format("tandem convert: {} exists and is not an empty directory", args.out));
-  }
-  Llama2cModel model;
-  try {
-    model = read_llama2c(args.in);
+  TempDir scratch;
+  std::string model_dir = scratch.path();
+  try {  // the input is the user's: a bad file is exit 2, and nothing was written
+    if (from_llama2c) {
+      const Llama2cModel model = read_llama2c(args.in);
+      write_file_atomic(model_dir + "/config.json", model_config_to_json(model.config));
+      save_model_weights(model_dir, model.weights, DType::f32);
+    } else if (from_gguf) {
+      convert_gguf_to_hf(args.in, model_dir, DType::f32);
+    } else {
+      model_dir = resolve_model_path(args.in);
+    }
+  } catch (const UsageError&) {
+    throw;
   } catch (const Error& e) {
-    throw UsageError(e.what());  // the input is the user's: nothing was written
+    throw UsageError(e.what());
   }
-  const DType dtype = args.dtype == "bfloat16" ? DType::bf16 : args.dtype == "float16" ? DType::f16 : DType::f32;
-  model.config.torch_dtype = args.dtype;
-  const std::string staging = args.out + ".tmp";
-  fs::remove_all(staging);
-  fs::create_directories(staging);
-  write_file_atomic(staging + "/config.json", model_config_to_json(model.config));
-  save_model_weights(staging, model.weights, dtype);
-  fs::remove(args.out);  // an empty directory, if any
-  fs::rename(staging, args.out);
-  std::printf("wrote %s: llama (%lld parameters, %s) from %s; no tokenizer (llama2.c files have none)\n",
-              args.out.c_str(), static_cast<long long>(model.weights.parameter_count()), args.dtype.c_str(),
-              args.in.c_str());
+  const std::string summary = export_model_dir(model_dir, args.to, args.dtype, args.out);
+  const bool tokenizer = fs::exists(fs::path(model_dir) / "tokenizer.json");
+  std::printf("wrote %s: %s from %s%s\n", args.out.c_str(), summary.c_str(), args.in.c_str(),
+              tokenizer ? "" : from_llama2c ? "; no tokenizer (llama2.c files have none)" : "; no tokenizer");
   return 0;
 }
 

@@ -21,7 +21,7 @@ int cli_generate(const GenerateArgs& args) {
   CliModel model = load_cli_model(args.model);
   if (args.prompts.empty() && args.prompt_ids.empty()) throw UsageError("generate: give --prompt or --prompt-ids");
   if (!model.tokenizer && !args.prompts.empty()) {
-    throw UsageError(fmt::format("--prompt: {} has no tokenizer (a llama2.c checkpoint); give --prompt-ids", model.source));
+    throw UsageError(fmt::format("--prompt: {} has no tokenizer (a llama2.c checkpoint or a GGUF file without a vocabulary); give --prompt-ids", model.source));
   }
   const ModelConfig& config = model.config;
   const Tokenizer* tok = model.tokenizer.get();

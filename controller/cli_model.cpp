@@ -1,5 +1,6 @@
 #include "controller/cli_model.h"
 
+#include "actor/gguf_model.h"
 #include "actor/llama2c.h"
 #include "actor/presets.h"
 #include "core/error.h"
@@ -7,6 +8,8 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include <filesystem>
 
 
 namespace tandem {
@@ -22,8 +25,11 @@ CliModel load_cli_model(const std::string& model) {
   }
   m.source = resolve_model_path(model);
   m.config = read_model_config(m.source + "/config.json");
-  m.tokenizer = load_tokenizer(m.source);
-  limit_to_tokenizer(m.config, m.tokenizer->vocab_size(), m.source);  // padded ids are never drawn
+  // A .gguf without a vocabulary (tokenizer.ggml.model no_vocab) takes ids only, as a .bin does.
+  if (!is_gguf_path(model) || std::filesystem::exists(m.source + "/tokenizer.json")) {
+    m.tokenizer = load_tokenizer(m.source);
+    limit_to_tokenizer(m.config, m.tokenizer->vocab_size(), m.source);  // padded ids are never drawn
+  }
   m.weights = load_model_weights(m.source, m.config);
   return m;
 }

@@ -1,6 +1,6 @@
 // What the model commands (generate, logprobs) load from `--model`: a Hugging Face
-// directory, a builtin:<preset>, or a llama2.c .bin checkpoint (which has no tokenizer:
-// such a model takes token ids only).
+// directory, a builtin:<preset>, a .gguf file, or a llama2.c .bin checkpoint (which has no
+// tokenizer, like a .gguf without a vocabulary: such a model takes token ids only).
 #pragma once
 
 #include "actor/model_config.h"
@@ -18,7 +18,7 @@ struct CliModel {
   std::string source;  // the resolved path, for messages
   ModelConfig config;  // sampled_vocab_size set from the tokenizer when there is one
   ModelWeights weights;
-  std::unique_ptr<Tokenizer> tokenizer;  // null for a llama2.c checkpoint
+  std::unique_ptr<Tokenizer> tokenizer;  // null for a llama2.c checkpoint or a vocabulary-less .gguf
 };
 
 CliModel load_cli_model(const std::string& model);

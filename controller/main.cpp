@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
 
   GenerateArgs generate;
   auto* generate_cmd = app.add_subcommand("generate", "sample completions from a model on CPU or GPU");
-  generate_cmd->add_option("--model", generate.model, "model directory, builtin:<preset> or llama2.c .bin")->required();
+  generate_cmd->add_option("--model", generate.model, "model directory, builtin:<preset>, .gguf or llama2.c .bin")->required();
   auto* prompt_opt = generate_cmd->add_option("--prompt", generate.prompts, "prompt text (repeatable)");
   auto* prompt_ids_opt =
       generate_cmd->add_option("--prompt-ids", generate.prompt_ids, "prompt as token ids 1,2,3 (repeatable)");
@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
 
   LogprobsArgs logprobs;
   auto* logprobs_cmd = app.add_subcommand("logprobs", "each next token's log-prob under a model, and its top-k alternatives");
-  logprobs_cmd->add_option("--model", logprobs.model, "model directory, builtin:<preset> or llama2.c .bin")->required();
+  logprobs_cmd->add_option("--model", logprobs.model, "model directory, builtin:<preset>, .gguf or llama2.c .bin")->required();
   auto* lp_text = logprobs_cmd->add_option("--text", logprobs.text, "the text (encoded with the model's tokenizer)");
   auto* lp_ids = logprobs_cmd->add_option("--ids", logprobs.ids, "token ids: 1,2,3");
   lp_text->excludes(lp_ids);
@@ -93,12 +93,20 @@ int main(int argc, char** argv) {
   logprobs_cmd->add_flag("--json", logprobs.json, "one JSON line per token: position, token, text, logprob, top");
 
   ConvertArgs convert;
-  auto* convert_cmd = app.add_subcommand("convert", "convert a llama2.c .bin checkpoint to a Hugging Face model directory");
-  convert_cmd->add_option("in", convert.in, "the checkpoint (llama2.c .bin)")->required();
-  convert_cmd->add_option("out", convert.out, "the model directory to write (must not exist or be empty)")->required();
-  convert_cmd->add_option("--to", convert.to, "hf (gguf: not implemented yet)");
-  convert_cmd->add_option("--dtype", convert.dtype, "float32 | bfloat16 | float16")
-      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+  auto* convert_cmd = app.add_subcommand("convert", "convert a model between formats: llama2.c .bin, .gguf, Hugging Face directory");
+  convert_cmd->add_option("in", convert.in, "llama2.c .bin, .gguf, model directory or builtin:<preset>")->required();
+  convert_cmd->add_option("out", convert.out, "the model directory (hf; must not exist or be empty) or file (gguf) to write")->required();
+  convert_cmd->add_option("--to", convert.to, "hf | gguf")->check(CLI::IsMember({"hf", "gguf"}));
+  convert_cmd->add_option("--dtype", convert.dtype, "f32 | f16 | bf16 (float32 | float16 | bfloat16) | q8_0 (gguf)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "float32", "bfloat16", "float16", "q8_0"}));
+
+  ExportArgs export_args;
+  auto* export_cmd = app.add_subcommand("export", "write a run's policy (or any model directory) as a GGUF file or a Hugging Face directory");
+  export_cmd->add_option("dir", export_args.dir, "a run directory (its policy/) or a model directory (e.g. a checkpoint)")->required();
+  export_cmd->add_option("--format", export_args.format, "gguf | hf")->required()->check(CLI::IsMember({"gguf", "hf"}));
+  export_cmd->add_option("--dtype", export_args.dtype, "f32 | f16 | bf16 | q8_0 (gguf)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "float32", "bfloat16", "float16", "q8_0"}));
+  export_cmd->add_option("--out", export_args.out, "the file (gguf) or directory (hf) to write; must not exist")->required();
 
   app.add_subcommand("version", "print the build: versions, CUDA, NCCL, devices");
   auto* plugin_flags_cmd = app.add_subcommand(
@@ -126,6 +134,7 @@ int main(int argc, char** argv) {
     if (generate_cmd->parsed()) return cli_generate(generate);
     if (plugin_flags_cmd->parsed()) return cli_plugin_flags();
     if (convert_cmd->parsed()) return cli_convert(convert);
+    if (export_cmd->parsed()) return cli_export(export_args);
     if (logprobs_cmd->parsed()) {
       if (logprobs.text.empty() && logprobs.ids.empty()) throw UsageError("logprobs: give --text or --ids");
       return cli_logprobs(logprobs);
