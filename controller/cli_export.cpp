@@ -18,9 +18,9 @@ int cli_export(const ExportArgs& args) {
     model_dir = (fs::path(args.dir) / "policy").string();
   } else if (fs::exists(fs::path(args.dir) / "config.json")) {
     model_dir = args.dir;
-  } else if (fs::exists(fs::path(args.dir) / "checkpoints")) {
-    throw UsageError(fmt::format("tandem export: {} has no policy/ yet (the run has not finished); export one of its "
-                                 "checkpoints: tandem export {}/checkpoints/step_<N> ...",
+  } else if (fs::exists(fs::path(args.dir) / "config.yaml")) {
+    throw UsageError(fmt::format("tandem export: the run {} has no policy/ yet (it has not finished); export one of its "
+                                 "checkpoints instead: tandem export {}/checkpoints/step_<N> ...",
                                  args.dir, args.dir));
   } else {
     throw UsageError(fmt::format("tandem export: {} is neither a run directory with a policy/ nor a model directory "

@@ -1,4 +1,4 @@
-// `tandem init-model`, `tandem generate` and `builtin:` model paths as a user meets them.
+// `tandem init-model`, `tandem generate`, `tandem export` and `builtin:` and .gguf model paths as a user meets them.
 #include "actor/model_config.h"
 #include "actor/model_weights.h"
 #include "actor/tokenizer.h"
@@ -137,4 +137,50 @@ TEST_CASE("tokenize prints ids as JSON and --decode reverses it; bad input exits
         std::string::npos);
   CHECK(tandem_output({"tokenize", "--tokenizer", model, "--text", "x", "--file", file}, 2).find("excludes") !=
         std::string::npos);
+}
+
+TEST_CASE("export writes a run's policy as GGUF or Hugging Face; validate takes a .gguf model.path") {
+  TempDir dir;
+  ::setenv("TANDEM_CACHE_DIR", (dir.path() + "/cache").c_str(), 1);
+  const std::string run = dir.path() + "/run", out = dir.path() + "/out.txt";
+  REQUIRE(run_tandem({"init-model", "--preset", "tiny", "--out", run + "/policy", "--seed", "2"}, out).success());
+  const std::string gguf = dir.path() + "/policy.gguf";
+  ExitStatus status = run_tandem({"export", run, "--format", "gguf", "--out", gguf}, out);
+  REQUIRE_MESSAGE(status.success(), read_text(out));
+  CHECK(read_text(out).find("wrote " + gguf + ": qwen3 (") != std::string::npos);
+  CHECK(read_text(gguf).substr(0, 4) == "GGUF");
+
+  // hf in bf16: the tokenizer comes along; q8_0 is for GGUF only; an existing output is refused.
+  REQUIRE(run_tandem({"export", run + "/policy", "--format", "hf", "--dtype", "bf16", "--out", dir.path() + "/hf"}, out)
+              .success());
+  CHECK(read_model_config(dir.path() + "/hf/config.json").torch_dtype == "bfloat16");
+  CHECK(read_text(dir.path() + "/hf/tokenizer.json") == read_text(run + "/policy/tokenizer.json"));
+  fs::remove(out);
+  CHECK(run_tandem({"export", run, "--format", "hf", "--dtype", "q8_0", "--out", dir.path() + "/q"}, out).exit_code == 2);
+  CHECK(read_text(out).find("--dtype q8_0: allowed for hf: f32, f16, bf16 (q8_0 is for --format gguf)") != std::string::npos);
+  fs::remove(out);
+  CHECK(run_tandem({"export", run, "--format", "gguf", "--out", gguf}, out).exit_code == 2);
+  CHECK(read_text(out).find(gguf + " exists; choose another output") != std::string::npos);
+  // A run that has not finished has no policy yet.
+  fs::create_directories(dir.path() + "/unfinished/checkpoints");
+  std::ofstream(dir.path() + "/unfinished/config.yaml") << "experiment: {}\n";
+  fs::remove(out);
+  CHECK(run_tandem({"export", dir.path() + "/unfinished", "--format", "gguf", "--out", dir.path() + "/u.gguf"}, out)
+            .exit_code == 2);
+  CHECK(read_text(out).find("has no policy/ yet") != std::string::npos);
+
+  // The .gguf as model.path: validate converts it into the cache; a damaged one is exit 2 naming it.
+  fs::remove(out);
+  status = run_tandem({"validate", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--set", "model.path=" + gguf}, out);
+  CHECK_MESSAGE(status.exit_code == 0, read_text(out));
+  CHECK(read_text(out).find("validate: ok: model " + dir.path() + "/cache/models/gguf-v1-") != std::string::npos);
+  write_file_atomic(dir.path() + "/cut.gguf", read_text(gguf).substr(0, 1000));
+  fs::remove(out);
+  status = run_tandem({"validate", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--set",
+                       "model.path=" + dir.path() + "/cut.gguf"},
+                      out);
+  CHECK(status.exit_code == 2);
+  CHECK(read_text(out).find("model.path: " + dir.path() + "/cut.gguf: not a valid GGUF file: truncated") !=
+        std::string::npos);
+  ::unsetenv("TANDEM_CACHE_DIR");
 }
