@@ -53,7 +53,9 @@ struct TokenizeArgs {
 };
 
 struct InitModelArgs {
-  std::string preset;  // tiny | small
+  std::string preset;  // tiny | small (or config_json instead)
+  std::string config_json;    // a Hugging Face config.json giving the shape (e.g. Qwen3-0.6B's)
+  std::string tokenizer_dir;  // with config_json: the tokenizer files to copy (default: byte-level)
   std::string out_dir;
   int64_t seed = 1;
   std::string dtype = "float32";

@@ -1,6 +1,7 @@
 // `tandem`: one binary for every role. Parses the command line and dispatches.
 #include "controller/cli.h"
 #include "core/error.h"
+#include "python/reward_worker.h"
 
 #include <CLI/CLI.hpp>
 
@@ -47,6 +48,14 @@ int main(int argc, char** argv) {
   worker_cmd->add_option("--log-file", worker.log_file, "log file (default: stderr)");
   worker_cmd->add_option("--log-level", worker.log_level, "debug | info | warn | error");
 
+  std::string reward_file, reward_function = "compute_score";
+  bool reward_batched = false;
+  auto* reward_worker_cmd =
+      app.add_subcommand("reward-worker", "internal: runs a Python reward for the controller (stdin/stdout)");
+  reward_worker_cmd->add_option("--file", reward_file, "the .py file")->required();
+  reward_worker_cmd->add_option("--function", reward_function, "the function to call");
+  reward_worker_cmd->add_flag("--batched", reward_batched, "call with lists");
+
   TokenizeArgs tokenize;
   auto* tokenize_cmd = app.add_subcommand("tokenize", "print the token ids of a text as a JSON array (or decode ids)");
   tokenize_cmd->add_option("--tokenizer", tokenize.tokenizer_dir, "model directory with tokenizer.json, or builtin:<preset>")->required();
@@ -57,7 +66,13 @@ int main(int argc, char** argv) {
 
   InitModelArgs init_model;
   auto* init_model_cmd = app.add_subcommand("init-model", "write a random-weight model directory in Hugging Face format");
-  init_model_cmd->add_option("--preset", init_model.preset, "tiny | small")->required()->check(CLI::IsMember({"tiny", "small"}));
+  auto* preset_opt =
+      init_model_cmd->add_option("--preset", init_model.preset, "tiny | small")->check(CLI::IsMember({"tiny", "small"}));
+  auto* config_opt = init_model_cmd->add_option(
+      "--config", init_model.config_json, "a Hugging Face config.json giving the shape (instead of --preset)");
+  preset_opt->excludes(config_opt);
+  init_model_cmd->add_option("--tokenizer", init_model.tokenizer_dir,
+                             "with --config: a model directory whose tokenizer files are copied (default: byte-level)");
   init_model_cmd->add_option("--out", init_model.out_dir, "output directory (must not exist or be empty)")->required();
   init_model_cmd->add_option("--seed", init_model.seed, "weight initialisation seed");
   init_model_cmd->add_option("--dtype", init_model.dtype, "float32 | bfloat16 | float16")
@@ -129,6 +144,7 @@ int main(int argc, char** argv) {
     if (plot_cmd->parsed()) return cli_plot(plot);
     if (validate_cmd->parsed()) return cli_validate(validate);
     if (worker_cmd->parsed()) return cli_worker(worker);
+    if (reward_worker_cmd->parsed()) return python::run_reward_worker(reward_file, reward_function, reward_batched);
     if (tokenize_cmd->parsed()) return cli_tokenize(tokenize);
     if (init_model_cmd->parsed()) return cli_init_model(init_model);
     if (generate_cmd->parsed()) return cli_generate(generate);

@@ -40,19 +40,6 @@ bool write_all(int fd, const std::string& text) {
   return true;
 }
 
-// A row field as the JSON value Python receives: null when absent; a dict or list when
-// the field holds one (rows keep non-string values as JSON text); else the text.
-nlohmann::json row_value(const std::map<std::string, std::string>& row, const std::string& key, bool parse_structures) {
-  auto it = row.find(key);
-  if (it == row.end()) return nullptr;
-  const std::string& text = it->second;
-  if (parse_structures && !text.empty() && (text[0] == '{' || text[0] == '[')) {
-    nlohmann::json parsed = nlohmann::json::parse(text, nullptr, false);
-    if (!parsed.is_discarded()) return parsed;
-  }
-  return text;
-}
-
 RewardOutcome outcome_from_line(const std::string& line) {
   RewardOutcome outcome;
   const nlohmann::json reply = nlohmann::json::parse(line, nullptr, false);
@@ -221,12 +208,7 @@ std::vector<RewardOutcome> PythonRewardPool::score(const std::vector<RewardInput
   std::vector<bool> done(inputs.size(), false);
   requests_.clear();
   for (const RewardInput& in : inputs) {
-    auto data_source = in.row.find("data_source");
-    requests_.push_back(nlohmann::json{{"data_source", data_source == in.row.end() ? "" : data_source->second},
-                                       {"solution_str", in.response},
-                                       {"ground_truth", row_value(in.row, "answer", false)},
-                                       {"extra_info", row_value(in.row, "extra_info", true)}}
-                            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    requests_.push_back(reward_arguments(in).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
   std::deque<size_t> queue;
   for (size_t i = 0; i < inputs.size(); ++i) queue.push_back(i);

@@ -9,12 +9,7 @@
 // worker that dies (a crash in a C extension, os._exit) is replaced the same way. A
 // Python exception is the sample's error, with the traceback.
 //
-// The function's arguments, from the sample and its dataset row:
-//   data_source   the row's `data_source` field ("" when it has none)
-//   solution_str  the decoded response (without the prompt and the end-of-sequence token)
-//   ground_truth  the row's `answer` (data.answer_key's value; None when absent)
-//   extra_info    the row's `extra_info` field, as a dict or list when it holds one, else
-//                 its text (None when absent)
+// The function's arguments are reward_arguments() (reward_scoring.h), null as None.
 #pragma once
 
 #include "controller/reward_scoring.h"

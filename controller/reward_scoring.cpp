@@ -1,5 +1,6 @@
 #include "controller/reward_scoring.h"
 
+#include "controller/http_reward.h"
 #include "controller/python_reward_pool.h"
 #include "plugins/reward_registry.h"
 
@@ -61,8 +62,48 @@ std::unique_ptr<RewardScorer> make_native_scorer(RewardFn fn, int64_t threads) {
   return std::make_unique<NativeScorer>(std::move(fn), threads);
 }
 
+// A row field as JSON: null when absent; an object or array when the field holds one
+// (rows keep non-string values as JSON text) and `parse_structures`; else the text.
+nlohmann::json row_value(const std::map<std::string, std::string>& row, const std::string& key, bool parse_structures) {
+  auto it = row.find(key);
+  if (it == row.end()) return nullptr;
+  const std::string& text = it->second;
+  if (parse_structures && !text.empty() && (text[0] == '{' || text[0] == '[')) {
+    nlohmann::json parsed = nlohmann::json::parse(text, nullptr, false);
+    if (!parsed.is_discarded()) return parsed;
+  }
+  return text;
+}
+
+nlohmann::json reward_arguments(const RewardInput& in) {
+  auto data_source = in.row.find("data_source");
+  return {{"data_source", data_source == in.row.end() ? std::string() : data_source->second},
+          {"solution_str", in.response},
+          {"ground_truth", row_value(in.row, "answer", false)},
+          {"extra_info", row_value(in.row, "extra_info", true)}};
+}
+
+RewardOutcome outcome_from_score_value(const nlohmann::json& value) {
+  RewardOutcome outcome;
+  if (value.is_number()) {
+    outcome.result.score = value.get<double>();
+  } else if (value.is_object() && value.contains("score") && value["score"].is_number()) {
+    outcome.result.score = value["score"].get<double>();
+    for (const auto& [name, part] : value.items()) {
+      if (name == "score") continue;
+      if (part.is_number()) outcome.result.parts.emplace_back(name, part.get<double>());
+      if (part.is_boolean()) outcome.result.parts.emplace_back(name, part.get<bool>() ? 1.0 : 0.0);
+    }
+  } else {
+    outcome.error = fmt::format("expected a number or an object with a numeric \"score\", got {}",
+                                value.dump().substr(0, 200));
+  }
+  return outcome;
+}
+
 std::unique_ptr<RewardScorer> make_reward_scorer(const RewardConfig& config, size_t index) {
   if (!config.python.empty()) return std::make_unique<PythonRewardPool>(config, index);
+  if (!config.http.empty()) return std::make_unique<HttpReward>(config, index);
   return make_native_scorer(make_reward(config), config.workers);
 }
 

@@ -9,6 +9,7 @@
 
 #include "core/config.h"
 
+#include <nlohmann/json.hpp>
 #include <tandem/reward.h>
 
 #include <cstdint>
@@ -44,5 +45,18 @@ std::unique_ptr<RewardScorer> make_reward_scorer(const RewardConfig& config, siz
 
 // Threads or processes for `requested` (0: this host's cores, at most 8).
 int64_t reward_parallelism(int64_t requested);
+
+// What Python and HTTP rewards receive for a sample, verl's compute_score arguments:
+//   data_source   the row's `data_source` field ("" when it has none)
+//   solution_str  the decoded response (without the prompt and the end-of-sequence token)
+//   ground_truth  the row's `answer` (data.answer_key's value; null when absent)
+//   extra_info    the row's `extra_info` field, as an object or array when it holds one,
+//                 else its text (null when absent)
+nlohmann::json reward_arguments(const RewardInput& input);
+
+// A score as a Python function or a server returns it: a number, or an object with a
+// numeric "score" whose other numeric (and boolean) entries become parts. Anything else
+// is an outcome with an error saying what came back.
+RewardOutcome outcome_from_score_value(const nlohmann::json& value);
 
 }  // namespace tandem

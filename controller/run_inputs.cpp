@@ -169,7 +169,9 @@ void load_rewards(const LoadedConfig& loaded, RunInputs& in) {
     throw UsageError(e.what());  // a plugin that cannot load is a config problem: nothing starts
   }
   for (size_t i = 0; i < c.reward.size(); ++i) {
-    const std::string key = fmt::format(c.reward[i].python.empty() ? "reward.{}" : "reward.{}.python", i);
+    const std::string key = !c.reward[i].python.empty() ? fmt::format("reward.{}.python", i)
+                            : !c.reward[i].http.empty() ? fmt::format("reward.{}.http", i)
+                                                        : fmt::format("reward.{}", i);
     in.rewards.push_back(at_key(loaded, key, [&] { return make_reward_scorer(c.reward[i], i); }));
   }
 }

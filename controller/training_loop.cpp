@@ -102,7 +102,8 @@ int64_t TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size
     const std::vector<RewardOutcome> outcomes = rewards_[r]->score(inputs);
     const RewardConfig& rc = c_.reward[r];
     const std::string what = rc.name + (rc.plugin.empty() ? "" : " (plugin " + rc.plugin + ")") +
-                             (rc.python.empty() ? "" : " (" + rc.python + ")");
+                             (rc.python.empty() ? "" : " (" + rc.python + ")") +
+                             (rc.http.empty() ? "" : " (" + rc.http + ")");
     for (size_t i = 0; i < samples.size(); ++i) {
       Sample& s = samples[i];
       RewardResult result = outcomes[i].result;

@@ -133,8 +133,11 @@ struct RewardConfig {
   std::string python;  // a .py file: the reward is its `function` (verl's compute_score signature)
   std::string function = "compute_score";
   bool batched = false;     // python: called once per batch with lists
-  double timeout_s = 30.0;  // python: longest a call may take before its worker is replaced
-  int64_t workers = 0;      // processes (python) or threads (C++) scoring in parallel; 0: this host's cores
+  std::string http;         // a URL: samples are POSTed there in JSON batches
+  double timeout_s = 30.0;  // python: longest a call may take; http: longest one request may take
+  int64_t workers = 0;      // processes (python), threads (C++) or concurrent requests (http); 0: cores
+  int64_t retries = 3;      // http: attempts after the first on a connection error, timeout, 429 or 5xx
+  int64_t batch_size = 0;   // http: samples per request; 0: the step's samples split over `workers`
   double weight = 1.0;
   std::string on_error = "fail";  // fail | fallback: a throw or non-finite score becomes fallback_score
   double fallback_score = 0.0;

@@ -370,9 +370,10 @@ LoadedConfig load_from_document(YAML::Node root, const std::string& source,
     reader.finish();
   }
   loaded.origins = context.origins;
-  // A python reward is named after its file unless the entry names it.
+  // A python reward is named after its file, an http one "http", unless the entry names it.
   for (RewardConfig& reward : loaded.config.reward) {
     if (reward.name.empty() && !reward.python.empty()) reward.name = std::filesystem::path(reward.python).stem().string();
+    if (reward.name.empty() && !reward.http.empty()) reward.name = "http";
   }
   if (context.problems.empty()) check_config_rules(loaded, context.problems);
   if (!context.problems.empty()) throw ConfigError(context.problems);

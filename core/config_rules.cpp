@@ -88,17 +88,36 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
   for (size_t i = 0; i < c.reward.size(); ++i) {
     const RewardConfig& r = c.reward[i];
     const std::string key = "reward." + std::to_string(i);
-    if (!r.python.empty() && !r.plugin.empty()) {
-      problem_at({key + ".python", key + ".plugin"}, "a reward is either a Python file or a plugin's, not both");
-    } else if (r.python.empty() && r.name.empty()) {
-      problem(key + ".name", "required: a built-in or plugin reward's name (or give python: FILE.py)");
+    const int sources = !r.python.empty() + !r.plugin.empty() + !r.http.empty();
+    if (sources > 1) {
+      problem_at({key + ".python", key + ".plugin", key + ".http"},
+                 "a reward is one of: a Python file (python), a plugin's (plugin), a server (http)");
+    } else if (r.python.empty() && r.http.empty() && r.name.empty()) {
+      // Where the entry is: the first of its keys the user wrote.
+      std::string where = loaded.source;
+      auto in_entry = loaded.origins.lower_bound(key + ".");
+      if (in_entry != loaded.origins.end() && in_entry->first.rfind(key + ".", 0) == 0) where = in_entry->second;
+      problems.push_back(fmt::format("{}: {}.name: missing (required; or give python: FILE.py or http: URL)", where, key));
     }
-    if (r.python.empty()) {
-      for (const char* setting : {"function", "batched", "timeout_s"}) {
-        if (loaded.origins.count(key + "." + setting)) {
-          problem(key + "." + setting, fmt::format("only python rewards read {} (this entry is {})", setting, r.name));
-        }
+    if (!r.http.empty() && r.http.rfind("http://", 0) != 0 && r.http.rfind("https://", 0) != 0) {
+      problem(key + ".http", fmt::format("\"{}\" is not an http:// or https:// URL", r.http));
+    }
+    // Settings only another kind of reward reads, changed from their defaults: a sign
+    // that the entry is not the kind its author meant.
+    const RewardConfig defaults;
+    auto only = [&](bool changed, const char* setting, const char* kind) {
+      if (changed) {
+        problem(key + "." + setting, fmt::format("only {} rewards read {} (this entry is {})", kind, setting, r.name));
       }
+    };
+    if (r.python.empty()) {
+      only(r.function != defaults.function, "function", "python");
+      only(r.batched, "batched", "python");
+    }
+    if (r.python.empty() && r.http.empty()) only(r.timeout_s != defaults.timeout_s, "timeout_s", "python and http");
+    if (r.http.empty()) {
+      only(r.retries != defaults.retries, "retries", "http");
+      only(r.batch_size != defaults.batch_size, "batch_size", "http");
     }
   }
   if (c.data.val.empty() && c.experiment.eval_every > 0) {

@@ -168,11 +168,20 @@ template <class V> void describe(V& v, RewardConfig& c) {
   v.field("function", c.function, required_text(), "python: the function to call");
   v.field("batched", c.batched, "python: call the function once per batch, with lists (data_sources=, "
                                 "solution_strs=, ground_truths=, extra_infos=), returning a list");
+  v.field("http", c.http, text(),
+          "a URL (http:// or https://) scoring samples: JSON batches are POSTed there ({\"samples\": [...]}, "
+          "answered by {\"scores\": [...]}; docs/rewards.md)");
   v.field("timeout_s", c.timeout_s, positive(),
-          "python: seconds one call may take; a call over it kills and replaces its worker (on_error decides the "
-          "sample's score)");
+          "python: seconds one call may take; a call over it kills and replaces its worker. http: seconds one "
+          "request may take. on_error decides the sample's score");
   v.field("workers", c.workers, at_least(0),
-          "processes (python) or threads (C++) scoring samples in parallel; 0: this host's cores (at most 8)");
+          "processes (python), threads (C++) or concurrent requests (http) scoring samples in parallel; 0: this "
+          "host's cores (at most 8)");
+  v.field("retries", c.retries, at_least(0),
+          "http: attempts after the first when the server cannot be reached, times out, or answers 429 or 5xx "
+          "(backoff 0.5 s, doubling)");
+  v.field("batch_size", c.batch_size, at_least(0),
+          "http: samples per request; 0: the step's samples split evenly over `workers` requests");
   v.field("weight", c.weight, any_number(), "weight in the summed reward");
   v.field("on_error", c.on_error, one_of({"fail", "fallback"}),
           "a throw or non-finite score: fail stops the run; fallback scores fallback_score (counted)");

@@ -8,7 +8,7 @@ packages=(
   libtorch-dev libzmq3-dev cppzmq-dev libcapnp-dev capnproto libyaml-cpp-dev
   libeigen3-dev doctest-dev libcli11-dev libfmt-dev nlohmann-json3-dev libpcre2-dev
   libopenblas0-openmp libicu-dev libgloo-dev
-  python3-dev pybind11-dev python3-jinja2 python3-numpy
+  python3-dev pybind11-dev python3-jinja2 python3-numpy libcurl4-openssl-dev
 )
 
 missing=()

@@ -98,7 +98,7 @@ TEST_CASE("unknown keys are errors with a did-you-mean") {
   CHECK(only_problem("experiment:\n  stpes: 3\n") == "x.yaml:2:3: experiment.stpes: unknown key (did you mean experiment.steps?)");
   CHECK(only_problem("lerner: {workers: 1}") == "x.yaml:1:1: lerner: unknown key (did you mean learner?)");
   std::string far = only_problem("data: {zzzzzzzz: 1}");
-  CHECK(far.find("data.zzzzzzzz: unknown key (allowed here: train, val, prompt_key, batch_size, shuffle, max_prompt_length or on_long_prompt)") != std::string::npos);
+  CHECK(far.find("data.zzzzzzzz: unknown key (allowed here: train, val, prompt_key, batch_size, shuffle, max_prompt_length, on_long_prompt, answer_key, chat_template, add_generation_prompt, prompt_as_user_message or system_prompt)") != std::string::npos);
 }
 
 TEST_CASE("structure errors: duplicates, wrong kinds, missing required keys, bad YAML") {
@@ -106,7 +106,7 @@ TEST_CASE("structure errors: duplicates, wrong kinds, missing required keys, bad
   CHECK(only_problem("learner: 3") == "x.yaml:1:1: learner: expected a mapping, got 3");
   CHECK(only_problem("reward: {name: a}") == "x.yaml:1:1: reward: expected a list, got a mapping");
   CHECK(only_problem("reward: [3]") == "x.yaml:1:10: reward.0: expected a mapping, got 3");
-  CHECK(only_problem("reward: [{weight: 2}]") == "x.yaml:1:10: reward.0.name: missing (required)");
+  CHECK(only_problem("reward: [{weight: 2}]") == "x.yaml:1:11: reward.0.name: missing (required; or give python: FILE.py or http: URL)");
   CHECK(only_problem("experiment: {name: \"\"}") == "x.yaml:1:14: experiment.name: expected a non-empty string, got \"\"");
   std::string syntax = only_problem("data: {batch_size: 8\nrollout: [");
   CHECK(syntax.rfind("x.yaml:", 0) == 0);

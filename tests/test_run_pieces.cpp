@@ -27,18 +27,18 @@ TEST_CASE("JSONL datasets keep every field; bad lines are named by file and line
   TempDir dir;
   const std::string path = dir.path() + "/d.jsonl";
   write_file_atomic(path, "{\"q\": \"1+2=\", \"answer\": 3, \"tags\": [1]}\n\n{\"q\": \"x\", \"answer\": \"y\"}\n");
-  const Dataset d = load_dataset(path, "q");
+  const Dataset d = load_dataset(path, DatasetKeys{"q"});
   REQUIRE(d.rows.size() == 2);
   CHECK(d.prompt(0) == "1+2=");
   CHECK(d.rows[0].at("answer") == "3");
   CHECK(d.rows[0].at("tags") == "[1]");
   write_file_atomic(path, "{\"q\": \"a\"}\n{\"q\": \n");
-  CHECK_THROWS_WITH_AS(load_dataset(path, "q"), doctest::Contains((path + ":2: not valid JSON").c_str()), Error);
+  CHECK_THROWS_WITH_AS(load_dataset(path, DatasetKeys{"q"}), doctest::Contains((path + ":2: not valid JSON").c_str()), Error);
   write_file_atomic(path, "{\"q\": \"a\"}\n{\"prompt\": \"b\"}\n");
-  CHECK_THROWS_WITH_AS(load_dataset(path, "q"), doctest::Contains((path + ":2: no \"q\" field").c_str()), Error);
-  CHECK_THROWS_WITH_AS(load_dataset("builtin:adition", "prompt"), doctest::Contains("did you mean builtin:addition"),
+  CHECK_THROWS_WITH_AS(load_dataset(path, DatasetKeys{"q"}), doctest::Contains((path + ":2: no \"q\" field").c_str()), Error);
+  CHECK_THROWS_WITH_AS(load_dataset("builtin:adition", DatasetKeys{}), doctest::Contains("did you mean builtin:addition"),
                        Error);
-  const Dataset add = load_dataset("builtin:addition1", "prompt");
+  const Dataset add = load_dataset("builtin:addition1", DatasetKeys{});
   CHECK(add.rows.size() == 100);
   CHECK(add.rows[23].at("prompt") == "2+3=");
   CHECK(add.rows[23].at("answer") == "5");
