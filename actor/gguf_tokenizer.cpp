@@ -1,5 +1,7 @@
 #include "actor/gguf_tokenizer.h"
 
+#include "actor/bpe_tokenizer_gguf.h"
+
 #include "core/error.h"
 #include "core/files.h"
 #include "core/text.h"
@@ -80,6 +82,45 @@ json read_json_file(const fs::path& path) {
   }
 }
 
+// llama.cpp's SentencePiece vocabulary for a byte_fallback BPE tokenizer.json: llama.cpp
+// merges the adjacent pair whose merged piece has the highest score, so a piece made by
+// merge rank r scores -r (the BPE order exactly; a piece several merges make takes its
+// best rank) and pieces no merge makes score below every merge. (llama.cpp's own
+// converter gives every piece -1000 for such files, which leaves only its leftmost
+// tie-break.) Byte pieces <0xNN> are BYTE, the unk_token UNKNOWN. A leading "▁" comes
+// from a Prepend normaliser or a Metaspace prepend_scheme first/always: add_space_prefix.
+std::vector<std::pair<std::string, GgufValue>> sentencepiece_metadata(const json& root, const json& model,
+                                                                      const std::vector<std::string>& merges,
+                                                                      std::vector<std::string>& tokens,
+                                                                      std::vector<int64_t>& types, const std::string& where) {
+  std::map<std::string, size_t> rank_of_piece;
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const size_t space = merges[rank].find(' ', 1);
+    if (space == std::string::npos) throw Error(fmt::format("{}: merge {} has no space", where, quoted(merges[rank])));
+    rank_of_piece.emplace(merges[rank].substr(0, space) + merges[rank].substr(space + 1), rank);  // keeps the first
+  }
+  const std::string unk = model.value("unk_token", json()).is_string() ? model["unk_token"].get<std::string>() : "";
+  std::vector<double> scores(tokens.size());
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    const auto it = rank_of_piece.find(tokens[id]);
+    scores[id] = it != rank_of_piece.end() ? -static_cast<double>(it->second) : -static_cast<double>(merges.size()) - 1.0;
+    if (!unk.empty() && tokens[id] == unk) types[id] = token_type_unknown;  // an added token too, in Llama-2's file
+    if (types[id] != token_type_normal) continue;
+    if (tokens[id].size() == 6 && tokens[id].rfind("<0x", 0) == 0 && tokens[id][5] == '>') types[id] = token_type_byte;
+  }
+  const std::string dump = root.value("normalizer", json()).dump() + root.value("pre_tokenizer", json()).dump();
+  const bool prepends = dump.find("\"Prepend\"") != std::string::npos || dump.find("\"prepend_scheme\":\"first\"") != std::string::npos ||
+                        dump.find("\"prepend_scheme\":\"always\"") != std::string::npos ||
+                        dump.find("\"add_prefix_space\":true") != std::string::npos;
+  return {
+      {"tokenizer.ggml.model", GgufValue::of_string("llama")},
+      {"tokenizer.ggml.tokens", GgufValue::of_strings(std::move(tokens))},
+      {"tokenizer.ggml.scores", GgufValue::of_float32s(std::move(scores))},
+      {"tokenizer.ggml.token_type", GgufValue::of_int32s(std::move(types))},
+      {"tokenizer.ggml.add_space_prefix", GgufValue::of_bool(prepends)},
+  };
+}
+
 void write_json(const fs::path& path, const ordered_json& value) { write_file_atomic(path.string(), value.dump(2) + "\n"); }
 
 }  // namespace
@@ -98,15 +139,16 @@ std::vector<std::pair<std::string, GgufValue>> gguf_tokenizer_metadata(const std
     throw Error(fmt::format("{}: not valid JSON: {}", where, e.what()));
   }
   const json model = root.value("model", json::object());
-  if (model.value("type", std::string("BPE")) != "BPE" || model.value("byte_fallback", false)) {
-    throw Error(fmt::format("{}: model type {}{}: only byte-level BPE tokenizers are written to GGUF so far", where,
-                            model.value("type", std::string("BPE")), model.value("byte_fallback", false) ? " with byte_fallback" : ""));
+  if (model.value("type", std::string("BPE")) != "BPE") {
+    throw Error(fmt::format("{}: model type {}: only BPE tokenizers are written to GGUF", where, model.value("type", std::string())));
   }
+  // SentencePiece-style BPE (byte_fallback, "▁" for spaces) is llama.cpp's `llama` vocabulary.
+  const bool sentencepiece = model.value("byte_fallback", false);
   std::vector<std::string> merges;
   for (const json& m : model.value("merges", json::array())) {
     merges.push_back(m.is_string() ? m.get<std::string>() : m.at(0).get<std::string>() + " " + m.at(1).get<std::string>());
   }
-  const std::string pre = pre_tokenizer_name(root, !merges.empty(), where);
+  const std::string pre = sentencepiece ? "" : pre_tokenizer_name(root, !merges.empty(), where);
 
   const int64_t n = config.vocab_size;
   std::vector<std::string> tokens(static_cast<size_t>(n));
@@ -126,13 +168,18 @@ std::vector<std::pair<std::string, GgufValue>> gguf_tokenizer_metadata(const std
           added.value("special", false) ? token_type_control : token_type_user_defined);
   }
 
-  std::vector<std::pair<std::string, GgufValue>> meta = {
-      {"tokenizer.ggml.model", GgufValue::of_string("gpt2")},
-      {"tokenizer.ggml.pre", GgufValue::of_string(pre)},
-      {"tokenizer.ggml.tokens", GgufValue::of_strings(std::move(tokens))},
-      {"tokenizer.ggml.token_type", GgufValue::of_int32s(std::move(types))},
-      {"tokenizer.ggml.merges", GgufValue::of_strings(std::move(merges))},
-  };
+  std::vector<std::pair<std::string, GgufValue>> meta;
+  if (sentencepiece) {
+    meta = sentencepiece_metadata(root, model, merges, tokens, types, where);
+  } else {
+    meta = {
+        {"tokenizer.ggml.model", GgufValue::of_string("gpt2")},
+        {"tokenizer.ggml.pre", GgufValue::of_string(pre)},
+        {"tokenizer.ggml.tokens", GgufValue::of_strings(std::move(tokens))},
+        {"tokenizer.ggml.token_type", GgufValue::of_int32s(std::move(types))},
+        {"tokenizer.ggml.merges", GgufValue::of_strings(std::move(merges))},
+    };
+  }
   if (config.bos_token_id >= 0) meta.emplace_back("tokenizer.ggml.bos_token_id", GgufValue::of_uint32(static_cast<uint32_t>(config.bos_token_id)));
   if (!config.eos_token_ids.empty()) {
     meta.emplace_back("tokenizer.ggml.eos_token_id", GgufValue::of_uint32(static_cast<uint32_t>(config.eos_token_ids[0])));
@@ -153,97 +200,14 @@ std::vector<std::pair<std::string, GgufValue>> gguf_tokenizer_metadata(const std
   return meta;
 }
 
-// Built as a sorted json, not an ordered_json: inserting 150k vocabulary entries into
-// ordered_json's linear map would take quadratic time (~30 s for Qwen's vocabulary).
-std::string gguf_gpt2_tokenizer_json(const GgufFile& file) {
-  const std::string pre = file.find_string("tokenizer.ggml.pre").value_or("");
-  json normalizer = nullptr;
-  json pre_tokenizer;
-  bool ignore_merges = false;
-  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
-  auto split = [&](const char* regex) {
-    return json{{"type", "Sequence"},
-                        {"pretokenizers",
-                         {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
-                          byte_level}}};
-  };
-  if (pre == "qwen2" || pre == "deepseek-r1-qwen") {
-    normalizer = {{"type", "NFC"}};
-    pre_tokenizer = split(qwen2_regex);
-  } else if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") {
-    pre_tokenizer = split(llama3_regex);
-    ignore_merges = true;  // as Llama-3's tokenizer.json, and llama.cpp for this pre-tokenizer
-  } else if (pre == "gpt-2") {
-    pre_tokenizer = byte_level;
-    pre_tokenizer["use_regex"] = true;
-  } else {
-    throw Error(fmt::format("{}: tokenizer.ggml.pre {} has no Hugging Face pre-tokenizer known here (known: qwen2, "
-                            "llama-bpe, gpt-2); put the model's tokenizer.json beside the .gguf",
-                            file.path(), quoted(pre)));
-  }
-  const std::vector<std::string> tokens = file.get_string_array("tokenizer.ggml.tokens");
-  std::vector<int64_t> types = file.find_int_array("tokenizer.ggml.token_type").value_or(std::vector<int64_t>{});
-  if (types.empty()) types.assign(tokens.size(), token_type_normal);
-  if (types.size() != tokens.size()) {
-    throw Error(fmt::format("{}: {} token types for {} tokens", file.path(), types.size(), tokens.size()));
-  }
-  json vocab = json::object();
-  json added = json::array();
-  for (size_t id = 0; id < tokens.size(); ++id) {
-    const int64_t type = types[id];
-    if (type == token_type_normal || type == token_type_byte || type == token_type_unknown) {
-      vocab[tokens[id]] = id;
-    } else if (type == token_type_control || type == token_type_user_defined) {
-      added.push_back({{"id", id},          {"content", tokens[id]}, {"single_word", false}, {"lstrip", false},
-                       {"rstrip", false},   {"normalized", false},   {"special", type == token_type_control}});
-    }  // UNUSED: padding rows, no token
-  }
-  json merges = json::array();
-  for (const std::string& m : file.find_string_array("tokenizer.ggml.merges").value_or(std::vector<std::string>{})) {
-    const size_t space = m.find(' ', 1);  // as llama.cpp splits them
-    if (space == std::string::npos) throw Error(fmt::format("{}: merge {} has no space", file.path(), quoted(m)));
-    merges.push_back({m.substr(0, space), m.substr(space + 1)});
-  }
-  json decoder = byte_level;
-  const json root = {
-      {"version", "1.0"},
-      {"truncation", nullptr},
-      {"padding", nullptr},
-      {"added_tokens", added},
-      {"normalizer", normalizer},
-      {"pre_tokenizer", pre_tokenizer},
-      {"post_processor", nullptr},
-      {"decoder", decoder},
-      {"model",
-       {{"type", "BPE"},
-        {"dropout", nullptr},
-        {"unk_token", nullptr},
-        {"continuing_subword_prefix", nullptr},
-        {"end_of_word_suffix", nullptr},
-        {"fuse_unk", false},
-        {"byte_fallback", false},
-        {"ignore_merges", ignore_merges},
-        {"vocab", vocab},
-        {"merges", merges}}},
-  };
-  return root.dump(2) + "\n";
-}
-
 bool write_gguf_tokenizer_files(const GgufFile& file, const std::string& out_dir) {
   const std::string model = file.find_string("tokenizer.ggml.model").value_or("no_vocab");
   if (model == "no_vocab" || model == "none") return false;
   std::string tokenizer_json;
   if (const auto embedded = file.find_string("tokenizer.huggingface.json")) {
     tokenizer_json = *embedded;
-  } else if (model == "gpt2") {
-    tokenizer_json = gguf_gpt2_tokenizer_json(file);
-  } else if (model == "llama") {
-    throw Error(fmt::format("{}: its SentencePiece (tokenizer.ggml.model \"llama\") vocabulary is not read yet; put the "
-                            "model's tokenizer.json beside the .gguf",
-                            file.path()));
   } else {
-    throw Error(fmt::format("{}: tokenizer.ggml.model {} is not supported (supported: gpt2, no_vocab)", file.path(),
-                            quoted(model)));
+    tokenizer_json = tokenizer_json_from_gguf(file);  // gpt2 or llama (SentencePiece); others are an Error
   }
   write_file_atomic(out_dir + "/tokenizer.json", tokenizer_json);
 

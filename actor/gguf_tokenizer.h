@@ -11,11 +11,13 @@
 // too, as `tokenizer.huggingface.json`, and tokenizer_config.json's chat template as
 // `tokenizer.chat_template`.
 //
-// Reading, in order: `tokenizer.huggingface.json` when present; else a tokenizer.json
-// rebuilt from a gpt2 token list whose pre-tokenizer is one of the three above (with
-// Llama-3's ignore_merges for llama-bpe, as llama.cpp and Llama-3's tokenizer.json have it);
-// `no_vocab` means no tokenizer. SentencePiece (`llama`) vocabularies are an Error until
-// the SentencePiece tokenizer lands.
+// A SentencePiece-style tokenizer.json (BPE with byte_fallback, "▁" for spaces) becomes
+// `tokenizer.ggml.model` llama: tokens, scores that make llama.cpp merge in the file's
+// merge order, token types (BYTE for <0xNN>, UNKNOWN for the unk_token), add_space_prefix.
+//
+// Reading, in order: `tokenizer.huggingface.json` when present; else the tokenizer.json
+// actor/bpe_tokenizer_gguf.h rebuilds from a gpt2 or llama token list; `no_vocab` means
+// no tokenizer.
 #pragma once
 
 #include "actor/model_config.h"
@@ -36,8 +38,5 @@ std::vector<std::pair<std::string, GgufValue>> gguf_tokenizer_metadata(const std
 // Writes tokenizer.json and tokenizer_config.json into `out_dir` from the file's embedded
 // tokenizer. False (nothing written) when the file has no vocabulary.
 bool write_gguf_tokenizer_files(const GgufFile& file, const std::string& out_dir);
-
-// tokenizer.json text rebuilt from a gpt2 `tokenizer.ggml.*` vocabulary (see above).
-std::string gguf_gpt2_tokenizer_json(const GgufFile& file);
 
 }  // namespace tandem

@@ -290,33 +290,48 @@ TEST_CASE("model.path may be a .gguf: converted once into the model cache, token
   ::unsetenv("TANDEM_CACHE_DIR");
 }
 
-TEST_CASE("a gpt2 tokenizer.ggml.* vocabulary becomes a tokenizer.json that encodes as the original") {
-  // Qwen3's real tokenizer when the tokenizer assets are there (scripts/fetch_tokenizer_assets.sh).
-  const std::string qwen3 = std::string(TANDEM_SOURCE_DIR) + "/build/test-assets/qwen3";
-  if (!fs::exists(qwen3 + "/tokenizer.json")) {
-    MESSAGE("skipped: " << qwen3 << "/tokenizer.json is absent (scripts/fetch_tokenizer_assets.sh)");
-    return;
-  }
-  std::unique_ptr<Tokenizer> original = load_tokenizer(qwen3);
-  ModelConfig config = gguf_test_config("qwen3");
-  config.vocab_size = 151936;  // Qwen3's padded embedding rows
-  config.eos_token_ids = {151645, 151643};
-  std::vector<std::pair<std::string, GgufValue>> meta;
-  for (auto& [key, value] : gguf_tokenizer_metadata(qwen3, config)) {
-    if (key != "tokenizer.huggingface.json") meta.emplace_back(key, value);  // rebuilt from the token list alone
-  }
-  TempDir dir("tandem-gguf-");
-  write_gguf(dir.path() + "/vocab.gguf", meta, {});
-  const auto file = GgufFile::open(dir.path() + "/vocab.gguf");
-  CHECK(file->get_string("tokenizer.ggml.pre") == "qwen2");
-  CHECK(file->get_string_array("tokenizer.ggml.tokens")[151935] == "[PAD151935]");
-  CHECK(write_gguf_tokenizer_files(*file, dir.path()));
-  std::unique_ptr<Tokenizer> rebuilt = load_tokenizer(dir.path());
-  CHECK(rebuilt->vocab_size() == original->vocab_size());
-  for (const std::string& text : {std::string("Hello, world! 12345 don't"), std::string("  tabs\tand\n\nnewlines  "),
-                                  std::string("中文 и русский <|im_start|>user\nhi<|im_end|>"),
-                                  std::string("e\xCC\x81 (NFC) caf\xC3\xA9 🦙🦙")}) {
-    INFO(text);
-    CHECK(rebuilt->encode(text) == original->encode(text));
+TEST_CASE("Qwen3's and Llama-2's tokenizers written as tokenizer.ggml.* (gpt2, llama) read back encoding as the originals") {
+  // The real files when the tokenizer assets are there (scripts/fetch_tokenizer_assets.sh).
+  struct Case {
+    const char* name;
+    int64_t rows;      // the model's embedding rows
+    const char* model;  // the tokenizer.ggml.model expected
+  };
+  for (const Case& c : {Case{"qwen3", 151936, "gpt2"}, Case{"llama2", 32000, "llama"}}) {
+    INFO(std::string(c.name));
+    const std::string original_dir = std::string(TANDEM_SOURCE_DIR) + "/build/test-assets/" + c.name;
+    if (!fs::exists(original_dir + "/tokenizer.json")) {
+      MESSAGE("skipped: " << original_dir << "/tokenizer.json is absent (scripts/fetch_tokenizer_assets.sh)");
+      continue;
+    }
+    std::unique_ptr<Tokenizer> original = load_tokenizer(original_dir);
+    ModelConfig config = gguf_test_config("qwen3");
+    config.vocab_size = c.rows;
+    config.eos_token_ids = {original->token_to_id(c.rows == 32000 ? "</s>" : "<|im_end|>").value()};
+    std::vector<std::pair<std::string, GgufValue>> meta;
+    for (auto& [key, value] : gguf_tokenizer_metadata(original_dir, config)) {
+      if (key != "tokenizer.huggingface.json") meta.emplace_back(key, value);  // rebuilt from the token list alone
+    }
+    TempDir dir("tandem-gguf-");
+    write_gguf(dir.path() + "/vocab.gguf", meta, {});
+    const auto file = GgufFile::open(dir.path() + "/vocab.gguf");
+    CHECK(file->get_string("tokenizer.ggml.model") == c.model);
+    if (c.rows == 151936) {
+      CHECK(file->get_string("tokenizer.ggml.pre") == "qwen2");
+      CHECK(file->get_string_array("tokenizer.ggml.tokens")[151935] == "[PAD151935]");
+    } else {
+      CHECK(file->get_bool("tokenizer.ggml.add_space_prefix"));
+      CHECK(file->get_int_array("tokenizer.ggml.token_type")[3] == 6);  // <0x00>: BYTE
+      CHECK(file->get_int_array("tokenizer.ggml.token_type")[0] == 2);  // <unk>: UNKNOWN
+    }
+    CHECK(write_gguf_tokenizer_files(*file, dir.path()));
+    std::unique_ptr<Tokenizer> rebuilt = load_tokenizer(dir.path());
+    CHECK(rebuilt->vocab_size() == original->vocab_size());
+    for (const std::string& text : {std::string("Hello, world! 12345 don't"), std::string("  tabs\tand\n\nnewlines  "),
+                                    std::string("中文 и русский <|im_start|>user\nhi<|im_end|></s>"),
+                                    std::string("e\xCC\x81 (NFC) caf\xC3\xA9 🦙🦙 \x01")}) {
+      INFO(text);
+      CHECK(rebuilt->encode(text) == original->encode(text));
+    }
   }
 }
