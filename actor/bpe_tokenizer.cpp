@@ -70,14 +70,25 @@ class Encoder {
 
   void encode_char_level_piece(std::string_view piece, bool starts_text) {
     if (piece.empty()) return;
-    if (!state_.has_metaspace) {
-      encode_word(piece);
-      return;
-    }
     words_.clear();
     storage_.clear();
-    state_.metaspace.pre_tokenize(piece, starts_text, words_, storage_);
-    for (std::string_view word : words_) encode_word(word);
+    if (state_.has_metaspace) state_.metaspace.pre_tokenize(piece, starts_text, words_, storage_);
+    else words_.push_back(piece);
+    for (std::string_view word : words_) {
+      if (!state_.spm_cut_before_meta) {
+        encode_word(word);
+        continue;
+      }
+      // Cut before each "▁" that follows another character (see State::spm_cut_before_meta).
+      static constexpr std::string_view kMeta = "\xE2\x96\x81";
+      size_t begin = 0;
+      for (size_t at = word.find(kMeta, 1); at != std::string_view::npos; at = word.find(kMeta, at + 1)) {
+        if (at >= kMeta.size() && word.substr(at - kMeta.size(), kMeta.size()) == kMeta) continue;
+        encode_word(word.substr(begin, at - begin));
+        begin = at;
+      }
+      encode_word(word.substr(begin));
+    }
   }
 
   void encode_well_formed(std::string_view text) {

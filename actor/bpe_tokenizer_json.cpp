@@ -64,6 +64,8 @@ namespace {
 // Ids beyond this are a corrupt file, not a vocabulary (the largest real ones are ~256k).
 constexpr int64_t kMaxTokenId = 1 << 24;
 
+const std::string kMeta = "\xE2\x96\x81";  // "▁", SentencePiece's space
+
 // Whether a step (or a Sequence of them) is ByteLevel: then the file is byte-level BPE.
 bool has_byte_level(const json& step) {
   if (!step.is_object()) return false;
@@ -177,6 +179,16 @@ class Loader {
     }
     if (state_.char_level) {
       load_char_alphabet(model, byte_fallback);
+      state_.spm_cut_before_meta = state_.model.id_of(kMeta) >= 0;
+      for (auto it = vocab.begin(); it != vocab.end() && state_.spm_cut_before_meta; ++it) {
+        const std::string& key = it.key();
+        for (size_t at = key.find(kMeta, 1); at != std::string::npos; at = key.find(kMeta, at + 1)) {
+          if (at < kMeta.size() || key.compare(at - kMeta.size(), kMeta.size(), kMeta) != 0) {
+            state_.spm_cut_before_meta = false;
+            break;
+          }
+        }
+      }
     } else {
       int missing = state_.model.find_missing_byte();
       if (missing >= 0) {

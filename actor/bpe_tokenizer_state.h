@@ -34,6 +34,10 @@ struct BpeTokenizer::State {
   bool has_metaspace = false;
   SpmMetaspace metaspace;
   std::vector<SpmDecoderStep> spm_decoder;
+  // No token has "▁" after another character (SentencePiece's pieces start at a "▁"), and "▁"
+  // is a token: then no merge crosses the place before a "▁" that follows another
+  // character, and cutting a word there gives the same ids, with words short enough to cache.
+  bool spm_cut_before_meta = false;
 
   // Decoding. Byte-level: the bytes each id stands for (HF's ByteLevel decoder maps a token
   // through the byte alphabet, or takes its UTF-8 as it is when a character is outside it).

