@@ -39,8 +39,9 @@ std::unique_ptr<Tokenizer> tokenizer_from_gguf(const GgufFile& file);
 // beside weights converted from GGUF. gpt2: exactly the tokenizer tokenizer_from_gguf builds.
 // llama: merges as transformers' SentencePiece converter orders them (by the merged piece's
 // score, then the pieces' ids); where two different pairs that make the same piece compete,
-// HF takes that order and llama.cpp the leftmost, so the two may differ there (not on
-// Llama-2's vocabulary: its file from Hugging Face has these very merges).
+// HF takes that order and llama.cpp the leftmost, so the two may differ there (on the
+// Llama vocabulary of llama.cpp's ggml-vocab-llama-spm.gguf they agree on every text
+// tests/test_tokenizer_vectors.cpp tries).
 std::string tokenizer_json_from_gguf(const GgufFile& file);
 
 }  // namespace tandem

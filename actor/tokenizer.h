@@ -1,8 +1,10 @@
 // The tokenizer interface the rest of tandem uses (rollout, controller, tools).
 //
 // Implementations: ByteTokenizer (built-in synthetic tasks) and BpeTokenizer
-// (Hugging Face tokenizer.json byte-level BPE: Qwen2/Qwen3, Llama-3). Every model
-// directory tandem writes or reads carries a tokenizer.json; load_tokenizer() reads it.
+// (Hugging Face tokenizer.json BPE: byte-level as Qwen2/Qwen3 and Llama-3, SentencePiece-
+// style as Llama-2 and Mistral). Every model directory tandem writes or reads carries a
+// tokenizer.json; load_tokenizer() reads it (tokenizer_from_gguf, in
+// actor/bpe_tokenizer_gguf.h, reads the one inside a GGUF file).
 #pragma once
 
 #include <cstdint>
