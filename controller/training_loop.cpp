@@ -24,7 +24,8 @@ namespace tandem {
 namespace training {
 
 std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts,
-                                           const std::optional<EvalSampling>& eval) {
+                                           const std::optional<EvalSampling>& eval,
+                                           const std::function<void(std::vector<Sample>&&)>& on_early) {
   log::debug("step {}: generating{}", step, eval ? " (evaluation)" : "");
   const int64_t n = eval ? eval->n : c_.algorithm.group_size;
   // Evaluation draws from its own seeds: it never repeats the training samples' draws.
@@ -43,34 +44,15 @@ std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::
       requests.push_back(std::move(r));
     }
     const WorkerId worker = rollout_worker(c_, static_cast<int64_t>(w));
-    const std::string body = nlohmann::json{{"requests", requests}}.dump();
-    all.push_back(request(worker, "rollout_generate", body, {tokens}));
+    nlohmann::json body = {{"requests", requests}};
+    if (on_early) body["stream"] = true;
+    all.push_back(request(worker, "rollout_generate", body.dump(), {tokens}));
   }
+  WorkerPool::ProgressHandler on_progress;
+  if (on_early) on_progress = [&](CommandReply&& progress) { on_early(read_samples(progress)); };
   std::vector<Sample> samples;
-  for (const CommandReply& reply : collect(std::move(all))) {
-    const nlohmann::json body = nlohmann::json::parse(reply.reply.body);
-    TANDEM_CHECK(reply.attachments.size() == 2, "rollout_generate reply: expected 2 frames, got {}",
-                 reply.attachments.size());
-    size_t offset = 0;
-    for (const auto& s : body.at("samples")) {
-      Sample sample;
-      sample.prompt_slot = s[0].get<size_t>();
-      const size_t length = s[2].get<size_t>();
-      TANDEM_CHECK((offset + length) * 4 <= reply.attachments[0].size() &&
-                       (offset + length) * 4 <= reply.attachments[1].size(),
-                   "rollout_generate reply from {}: sample frames too short", reply.reply.worker.name());
-      sample.tokens.resize(length);
-      sample.logprobs.resize(length);
-      std::memcpy(sample.tokens.data(), reply.attachments[0].data() + offset * 4, length * 4);
-      std::memcpy(sample.logprobs.data(), reply.attachments[1].data() + offset * 4, length * 4);
-      offset += length;
-      sample.finish_reason = s[3].get<std::string>();
-      sample.version = s[4].get<int64_t>();
-      TANDEM_CHECK(sample.version == weight_version_,
-                   "{} sampled with weight version {}, the run is at {}: samples must be on-policy",
-                   reply.reply.worker.name(), sample.version, weight_version_);
-      samples.push_back(std::move(sample));
-    }
+  for (const CommandReply& reply : collect(std::move(all), on_progress)) {
+    for (Sample& sample : read_samples(reply)) samples.push_back(std::move(sample));
   }
   TANDEM_CHECK(samples.size() == prompts.size() * static_cast<size_t>(n),
                "the rollout workers returned {} samples for {} prompts x {}", samples.size(), prompts.size(), n);
@@ -80,36 +62,90 @@ std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::
   return samples;
 }
 
-int64_t TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size_t>& rows, const Dataset& data) {
+std::vector<Sample> TrainingLoop::read_samples(const CommandReply& reply) const {
+  const nlohmann::json body = nlohmann::json::parse(reply.reply.body);
+  TANDEM_CHECK(reply.attachments.size() == 2, "rollout_generate reply: expected 2 frames, got {}",
+               reply.attachments.size());
+  std::vector<Sample> samples;
+  size_t offset = 0;
+  for (const auto& s : body.at("samples")) {
+    Sample sample;
+    sample.prompt_slot = s[0].get<size_t>();
+    sample.sample_index = s[1].get<int64_t>();
+    const size_t length = s[2].get<size_t>();
+    TANDEM_CHECK((offset + length) * 4 <= reply.attachments[0].size() &&
+                     (offset + length) * 4 <= reply.attachments[1].size(),
+                 "rollout_generate reply from {}: sample frames too short", reply.reply.worker.name());
+    sample.tokens.resize(length);
+    sample.logprobs.resize(length);
+    std::memcpy(sample.tokens.data(), reply.attachments[0].data() + offset * 4, length * 4);
+    std::memcpy(sample.logprobs.data(), reply.attachments[1].data() + offset * 4, length * 4);
+    offset += length;
+    sample.finish_reason = s[3].get<std::string>();
+    sample.version = s[4].get<int64_t>();
+    TANDEM_CHECK(sample.version == weight_version_,
+                 "{} sampled with weight version {}, the run is at {}: samples must be on-policy",
+                 reply.reply.worker.name(), sample.version, weight_version_);
+    samples.push_back(std::move(sample));
+  }
+  return samples;
+}
+
+std::string TrainingLoop::decode_response(const std::vector<int32_t>& tokens) const {
+  std::vector<int32_t> text_ids;
+  for (int32_t id : tokens) {
+    bool eos = false;
+    for (int64_t e : model_.eos_token_ids) eos = eos || id == e;
+    if (!eos) text_ids.push_back(id);
+  }
+  return tokenizer_->decode(text_ids);
+}
+
+int64_t TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size_t>& rows, const Dataset& data,
+                            std::map<std::pair<size_t, int64_t>, ScoredSample>* early) {
+  // outcomes[i][r]: sample i's outcome under reward r, from `early` where it has the
+  // sample, else scored here, every such sample at once per reward.
+  std::vector<std::vector<RewardOutcome>> outcomes(samples.size());
+  std::vector<size_t> now;  // the samples to score here
   std::vector<RewardInput> inputs;
-  inputs.reserve(samples.size());
-  for (Sample& s : samples) {
-    std::vector<int32_t> text_ids;
-    for (int32_t id : s.tokens) {
-      bool eos = false;
-      for (int64_t e : model_.eos_token_ids) eos = eos || id == e;
-      if (!eos) text_ids.push_back(id);
-    }
-    s.text = tokenizer_->decode(text_ids);
-    const size_t row = rows[s.prompt_slot];
-    inputs.push_back({data.prompt(row), s.text, s.tokens, data.rows[row]});
+  for (size_t i = 0; i < samples.size(); ++i) {
+    Sample& s = samples[i];
     s.reward = 0;
     s.reward_results.assign(rewards_.size(), RewardResult{});
+    if (early) {
+      auto found = early->find({s.prompt_slot, s.sample_index});
+      if (found != early->end() && found->second.tokens == s.tokens && found->second.outcomes.size() == rewards_.size()) {
+        s.text = std::move(found->second.text);
+        outcomes[i] = std::move(found->second.outcomes);
+        continue;
+      }
+    }
+    s.text = decode_response(s.tokens);
+    now.push_back(i);
   }
+  for (size_t i : now) {
+    const size_t row = rows[samples[i].prompt_slot];
+    inputs.push_back({data.prompt(row), samples[i].text, samples[i].tokens, data.rows[row]});
+  }
+  if (!inputs.empty()) {
+    for (auto& reward : rewards_) {
+      std::vector<RewardOutcome> scored = reward->score(inputs);
+      for (size_t k = 0; k < now.size(); ++k) outcomes[now[k]].push_back(std::move(scored[k]));
+    }
+  }
+
   int64_t fallbacks = 0;
   for (size_t r = 0; r < rewards_.size(); ++r) {
-    // Every sample at once: the scorer spreads them over its threads or worker processes.
-    const std::vector<RewardOutcome> outcomes = rewards_[r]->score(inputs);
     const RewardConfig& rc = c_.reward[r];
     const std::string what = rc.name + (rc.plugin.empty() ? "" : " (plugin " + rc.plugin + ")") +
                              (rc.python.empty() ? "" : " (" + rc.python + ")") +
                              (rc.http.empty() ? "" : " (" + rc.http + ")");
     for (size_t i = 0; i < samples.size(); ++i) {
       Sample& s = samples[i];
-      RewardResult result = outcomes[i].result;
-      if (!outcomes[i].error.empty()) {
+      RewardResult result = outcomes[i][r].result;
+      if (!outcomes[i][r].error.empty()) {
         const std::string problem = fmt::format("failed on sample {} (prompt {}): {}", i,
-                                                quoted(data.prompt(rows[s.prompt_slot])), outcomes[i].error);
+                                                quoted(data.prompt(rows[s.prompt_slot])), outcomes[i][r].error);
         if (rc.on_error != "fallback") {
           throw Error(fmt::format("reward {} {} (reward.{}.on_error: fallback would score it reward.{}.fallback_score "
                                   "instead)",
@@ -297,11 +333,34 @@ void TrainingLoop::run_step(int64_t step) {
   const std::vector<size_t> rows = order_->next(static_cast<size_t>(c_.data.batch_size));
   std::vector<std::vector<int32_t>> prompts;
   for (size_t row : rows) prompts.push_back(prompt_ids_[row]);
-  std::vector<Sample> samples = generate(step, prompts);
+  // Samples that finish early are scored on another thread while the rest generate.
+  std::optional<EarlyScoring> early;
+  std::function<void(std::vector<Sample>&&)> on_early;
+  if (c_.rollout.score_while_generating) {
+    std::vector<const std::string*> slot_prompts;
+    std::vector<const DataRow*> slot_rows;
+    for (size_t row : rows) {
+      slot_prompts.push_back(&data_.prompt(row));
+      slot_rows.push_back(&data_.rows[row]);
+    }
+    early.emplace(rewards_, std::move(slot_prompts), std::move(slot_rows));
+    on_early = [&](std::vector<Sample>&& finished) {
+      std::vector<ScoredSample> batch;
+      for (Sample& s : finished) batch.push_back({s.prompt_slot, s.sample_index, s.tokens, decode_response(s.tokens), {}});
+      early->submit(std::move(batch));
+    };
+  }
+  std::vector<Sample> samples = generate(step, prompts, std::nullopt, on_early);
   const double rollout_s = seconds_since(step_start);
 
   Clock::time_point t = Clock::now();
-  const int64_t fallbacks = score(samples, rows, data_);
+  std::map<std::pair<size_t, int64_t>, ScoredSample> early_scores;
+  if (early) early_scores = early->finish();
+  // Scoring time that ran under generation: what the thread spent, less what it spent
+  // after generation ended (while this thread waited for it).
+  const double hidden_reward_s = early ? std::max(0.0, early->busy_seconds() - seconds_since(t)) : 0.0;
+  early.reset();  // its thread ends: the scorers are this thread's again
+  const int64_t fallbacks = score(samples, rows, data_, &early_scores);
   const double reward_s = seconds_since(t);
 
   t = Clock::now();
@@ -354,6 +413,9 @@ void TrainingLoop::run_step(int64_t step) {
   }
   row.insert(row.end(), {{"time/rollout_s", rollout_s},
                          {"time/reward_s", reward_s},
+                         {"time/reward_hidden_s", hidden_reward_s},
+                         {"perf/reward_hidden_share",
+                          hidden_reward_s + reward_s > 0 ? hidden_reward_s / (hidden_reward_s + reward_s) : 0.0},
                          {"time/train_s", train_s},
                          {"time/sync_s", sync_s},
                          {"time/step_s", step_s},

@@ -10,6 +10,7 @@
 #include "actor/tokenizer.h"
 #include "controller/checkpoints.h"
 #include "controller/dataset.h"
+#include "controller/early_scoring.h"
 #include "controller/metrics_writer.h"
 #include "controller/progress.h"
 #include "controller/run_inputs.h"
@@ -50,6 +51,7 @@ inline WorkerId learner_worker(const Config& c, int64_t rank) {
 // One sampled response with everything the step computes about it.
 struct Sample {
   size_t prompt_slot = 0;  // index into the step's prompts
+  int64_t sample_index = 0;  // which of the prompt's samples
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
   int64_t version = 0;  // the weights it was sampled with
@@ -125,7 +127,8 @@ class TrainingLoop {
   // that dies or hangs is restarted with the current weights and its requests are sent
   // again; a worker hosting a learner rank that dies or hangs is a LearnerLost. An error
   // a worker reports is thrown as it is.
-  std::vector<CommandReply> collect(std::vector<Request> requests);
+  // `on_progress` sees the requests' progress messages as they arrive.
+  std::vector<CommandReply> collect(std::vector<Request> requests, const WorkerPool::ProgressHandler& on_progress = {});
   // A request that sends `command` to `worker` (again, when the worker was restarted).
   Request request(const WorkerId& worker, const std::string& command, const std::string& body,
                   const std::vector<std::string>& attachments = {});
@@ -151,11 +154,19 @@ class TrainingLoop {
   };
   // prompts[i]: the token ids of the step's prompt i. group_size samples each, with the
   // rollout's sampling settings; with `eval`, its n and temperature and seeds of its own.
+  // `on_early`: the rollout workers stream finished samples, handed over here as they come
+  // (before the reply that has them all).
   std::vector<Sample> generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts,
-                               const std::optional<EvalSampling>& eval = std::nullopt);
-  // Scores samples of data.rows[rows[prompt_slot]]. Returns how many scores were fallback
-  // scores (reward on_error: fallback).
-  int64_t score(std::vector<Sample>& samples, const std::vector<size_t>& rows, const Dataset& data);
+                               const std::optional<EvalSampling>& eval = std::nullopt,
+                               const std::function<void(std::vector<Sample>&&)>& on_early = {});
+  // The samples a rollout_generate reply (or progress message) carries.
+  std::vector<Sample> read_samples(const CommandReply& reply) const;
+  // Scores samples of data.rows[rows[prompt_slot]]: those in `early` (scored during
+  // generation, same tokens) keep those scores, the rest are scored now. Returns how many
+  // scores were fallback scores (reward on_error: fallback).
+  int64_t score(std::vector<Sample>& samples, const std::vector<size_t>& rows, const Dataset& data,
+                std::map<std::pair<size_t, int64_t>, ScoredSample>* early = nullptr);
+  std::string decode_response(const std::vector<int32_t>& tokens) const;
   // training_loop_eval.cpp: every data.val prompt, eval.n responses each, scored; returns
   // the val/* metrics and appends the samples to val_samples.jsonl.
   MetricRow evaluate(int64_t step);

@@ -108,13 +108,14 @@ void TrainingLoop::restart_rollout(const WorkerFailure& failure, bool load_weigh
   }
 }
 
-std::vector<CommandReply> TrainingLoop::collect(std::vector<Request> requests) {
+std::vector<CommandReply> TrainingLoop::collect(std::vector<Request> requests,
+                                                const WorkerPool::ProgressHandler& on_progress) {
   for (Request& r : requests) r.id = r.send();
   while (true) {
     std::vector<uint64_t> ids;
     for (const Request& r : requests) ids.push_back(r.id);
     try {
-      auto replies = pool_.wait(ids);
+      auto replies = pool_.wait(ids, on_progress);
       std::vector<CommandReply> out;
       for (const Request& r : requests) out.push_back(std::move(replies.at(r.id)));
       return out;

@@ -160,7 +160,8 @@ uint64_t WorkerPool::send(const WorkerId& id, const std::string& name, const std
   return request_id;
 }
 
-std::map<uint64_t, CommandReply> WorkerPool::wait(const std::vector<uint64_t>& request_ids) {
+std::map<uint64_t, CommandReply> WorkerPool::wait(const std::vector<uint64_t>& request_ids,
+                                                  const ProgressHandler& on_progress) {
   // Requests still unanswered; replies and errors that arrive are crossed off as they
   // come, so a wait over many requests costs O(replies), not O(requests) per event.
   std::set<uint64_t> remaining;
@@ -172,6 +173,16 @@ std::map<uint64_t, CommandReply> WorkerPool::wait(const std::vector<uint64_t>& r
   while (true) {
     for (uint64_t id : arrived_) remaining.erase(id);
     arrived_.clear();
+    if (!progress_.empty()) {
+      std::vector<CommandReply> progress = std::move(progress_);
+      progress_.clear();
+      for (CommandReply& p : progress) {
+        // Progress of requests this wait is not about is dropped: nobody asked for it.
+        if (on_progress && std::count(request_ids.begin(), request_ids.end(), p.reply.request_id)) {
+          on_progress(std::move(p));
+        }
+      }
+    }
     for (const auto& [id, message] : errors_) {
       if (!std::count(request_ids.begin(), request_ids.end(), id)) continue;
       const Pending& p = pending_.at(id);
@@ -315,6 +326,14 @@ void WorkerPool::handle(Envelope& e) {
     uint64_t id = reply->request_id;
     replies_[id] = CommandReply{std::move(*reply), std::move(e.attachments)};
     arrived_.push_back(id);
+    return;
+  }
+  if (auto* progress = std::get_if<ProgressMsg>(&e.message)) {
+    auto p = pending_.find(progress->request_id);
+    if (p == pending_.end() || !(p->second.worker == sender->status.id)) return;  // a request since forgotten
+    progress_.push_back(CommandReply{
+        ReplyMsg{progress->request_id, progress->worker, std::move(progress->body), std::move(progress->attachments)},
+        std::move(e.attachments)});
     return;
   }
   if (auto* error = std::get_if<ErrorReplyMsg>(&e.message)) {

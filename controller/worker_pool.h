@@ -12,6 +12,7 @@
 #include "core/error.h"
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -105,7 +106,11 @@ class WorkerPool {
   // request whose outcome no longer matters, e.g. one that wait() reported failed.
   void forget(uint64_t id);
   // Waits for the replies to these requests. Throws WorkerFailure on any worker failure.
-  std::map<uint64_t, CommandReply> wait(const std::vector<uint64_t>& request_ids);
+  // `on_progress` sees each ProgressMsg of these requests as it arrives (in the reply's
+  // shape), before their replies.
+  using ProgressHandler = std::function<void(CommandReply&&)>;
+  std::map<uint64_t, CommandReply> wait(const std::vector<uint64_t>& request_ids,
+                                        const ProgressHandler& on_progress = {});
   // One command to every worker; replies in the order of status().
   std::vector<CommandReply> call_all(const std::string& name, const std::string& body = "");
 
@@ -154,6 +159,7 @@ class WorkerPool {
   std::vector<Worker> workers_;
   std::map<uint64_t, Pending> pending_;
   std::map<uint64_t, CommandReply> replies_;
+  std::vector<CommandReply> progress_;  // progress messages not yet handed to a wait()
   std::map<uint64_t, std::string> errors_;  // request id -> the worker's error message
   std::vector<uint64_t> arrived_;           // replies received since wait() last looked
   uint64_t next_request_id_ = 1;

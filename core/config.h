@@ -100,6 +100,7 @@ struct RolloutConfig {
   int64_t max_batch_tokens = 2048;
   int64_t max_running = 256;
   int64_t threads = 0;  // 0: all cores
+  bool score_while_generating = true;  // stream finished samples to the rewards during generation
   std::string dtype = "bf16";        // cuda: weights, activations and KV cache ("bf16" | "fp32")
   double gpu_memory_fraction = 0.85;  // cuda: share of the GPU memory free after weights and workspace for the KV cache
 };

@@ -126,6 +126,9 @@ template <class V> void describe(V& v, RolloutConfig& c) {
   v.field("threads", c.threads, at_least(0),
           "CPU backend threads per worker; 0: this host's cores / rollout.workers in a run (all cores in "
           "tandem generate)");
+  v.field("score_while_generating", c.score_while_generating,
+          "rollout workers stream samples as they finish and the rewards score them while the rest generate "
+          "(time/reward_hidden_s, perf/reward_hidden_share); false: all scoring after generation");
   v.field("dtype", c.dtype, one_of({"bf16", "fp32"}),
           "CUDA backend storage of weights, activations and KV cache (fp32: for conformance checks)");
   v.field("gpu_memory_fraction", c.gpu_memory_fraction, strictly_between(0.0, 1.0),

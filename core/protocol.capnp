@@ -42,6 +42,15 @@ struct Reply {
   attachments @3 :List(UInt64);
 }
 
+# A command's partial result, sent before its Reply (rollout_generate: the samples that
+# finished so far, so the controller scores them while the rest generate).
+struct Progress {
+  requestId @0 :UInt64;
+  worker @1 :WorkerId;
+  body @2 :Data;
+  attachments @3 :List(UInt64);
+}
+
 struct ErrorReply {
   requestId @0 :UInt64;   # 0: not about one request
   worker @1 :WorkerId;
@@ -60,5 +69,6 @@ struct Message {
     reply @3 :Reply;
     error @4 :ErrorReply;
     shutdown @5 :Shutdown;
+    progress @6 :Progress;
   }
 }

@@ -72,6 +72,13 @@ struct Encoder {
     b.setMessage(v.message);
   }
   void operator()(const ShutdownMsg& v) { m.initShutdown().setReason(v.reason); }
+  void operator()(const ProgressMsg& v) {
+    auto b = m.initProgress();
+    b.setRequestId(v.request_id);
+    set_worker(b.initWorker(), v.worker);
+    b.setBody(as_data(v.body));
+    set_attachments(b, v.attachments);
+  }
 };
 
 Message read_message(wire::Message::Reader r) {
@@ -98,6 +105,10 @@ Message read_message(wire::Message::Reader r) {
     }
     case wire::Message::SHUTDOWN:
       return ShutdownMsg{r.getShutdown().getReason()};
+    case wire::Message::PROGRESS: {
+      auto v = r.getProgress();
+      return ProgressMsg{v.getRequestId(), get_worker(v.getWorker()), from_data(v.getBody()), get_attachments(v)};
+    }
   }
   throw std::runtime_error(fmt::format("unknown message kind {} (newer protocol?)", static_cast<int>(r.which())));
 }
@@ -107,7 +118,7 @@ Message read_message(wire::Message::Reader r) {
 uint32_t protocol_version() { return wire::PROTOCOL_VERSION; }
 
 const char* message_kind(const Message& message) {
-  static const char* names[] = {"register", "heartbeat", "command", "reply", "error", "shutdown"};
+  static const char* names[] = {"register", "heartbeat", "command", "reply", "error", "shutdown", "progress"};
   return names[message.index()];
 }
 
@@ -115,6 +126,7 @@ const std::vector<uint64_t>& message_attachments(const Message& message) {
   static const std::vector<uint64_t> none;
   if (auto* c = std::get_if<CommandMsg>(&message)) return c->attachments;
   if (auto* r = std::get_if<ReplyMsg>(&message)) return r->attachments;
+  if (auto* p = std::get_if<ProgressMsg>(&message)) return p->attachments;
   return none;
 }
 

@@ -58,7 +58,16 @@ struct ShutdownMsg {
   std::string reason;
 };
 
-using Message = std::variant<RegisterMsg, HeartbeatMsg, CommandMsg, ReplyMsg, ErrorReplyMsg, ShutdownMsg>;
+// Part of a command's result, before its ReplyMsg; the fields mean what ReplyMsg's do.
+struct ProgressMsg {
+  uint64_t request_id = 0;
+  WorkerId worker;
+  std::string body;
+  std::vector<uint64_t> attachments;
+};
+
+using Message =
+    std::variant<RegisterMsg, HeartbeatMsg, CommandMsg, ReplyMsg, ErrorReplyMsg, ShutdownMsg, ProgressMsg>;
 
 // "register", "heartbeat", ... for logs.
 const char* message_kind(const Message& message);

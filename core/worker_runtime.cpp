@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
 
 namespace tandem {
@@ -83,7 +84,14 @@ void io_loop(zmq::context_t& context, const WorkerOptions& options, const std::s
   }
 }
 
+// Set while the executor runs a command: where send_command_progress goes.
+thread_local std::function<void(const std::string&, const std::vector<std::string>&)>* current_progress = nullptr;
+
 }  // namespace
+
+void send_command_progress(const std::string& body, const std::vector<std::string>& attachments) {
+  if (current_progress) (*current_progress)(body, attachments);
+}
 
 int run_worker(const WorkerOptions& options, const CommandHandler& handler) {
   zmq::context_t context(1);
@@ -126,7 +134,20 @@ int run_worker(const WorkerOptions& options, const CommandHandler& handler) {
         result.body = fmt::format("{{\"role\":\"{}\",\"rank\":{},\"pid\":{},\"host\":\"{}\"}}", options.id.role,
                                   options.id.rank, ::getpid(), hostname());
       } else {
-        result = handler(*command, in->attachments);
+        std::function<void(const std::string&, const std::vector<std::string>&)> progress =
+            [&](const std::string& body, const std::vector<std::string>& attachments) {
+              std::vector<uint64_t> sizes;
+              for (const auto& a : attachments) sizes.push_back(a.size());
+              io.send(ProgressMsg{command->request_id, options.id, body, sizes}, attachments);
+            };
+        current_progress = &progress;
+        try {
+          result = handler(*command, in->attachments);
+        } catch (...) {
+          current_progress = nullptr;
+          throw;
+        }
+        current_progress = nullptr;
       }
       std::vector<uint64_t> sizes;
       for (const auto& a : result.attachments) sizes.push_back(a.size());

@@ -32,6 +32,12 @@ struct CommandResult {
 using CommandHandler = std::function<CommandResult(const CommandMsg& command,
                                                    const std::vector<std::string>& attachments)>;
 
+// Sends part of the running command's result to the controller before its reply: a
+// ProgressMsg with the command's request id (rollout_generate sends the samples that
+// finished). Call it only from inside a CommandHandler, on the executor thread; anywhere
+// else (a handler called directly, as unit tests do) it does nothing.
+void send_command_progress(const std::string& body, const std::vector<std::string>& attachments);
+
 // Commands every worker answers itself: "ping" (echoes body and attachments) and
 // "describe" (role, rank, pid, host). Others go to `handler`.
 // Returns 0 after a Shutdown from the controller, 1 when the controller was lost.

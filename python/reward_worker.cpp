@@ -32,8 +32,34 @@ void send(FILE* out, const nlohmann::json& message) {
   std::fflush(out);
 }
 
-py::object from_json(const py::module_& json, const nlohmann::json& value) {
-  return json.attr("loads")(value.dump());
+// The JSON value as the Python object json.loads would make, built directly.
+py::object from_json(const nlohmann::json& value) {
+  switch (value.type()) {
+    case nlohmann::json::value_t::null:
+      return py::none();
+    case nlohmann::json::value_t::string:
+      return py::str(value.get_ref<const std::string&>());
+    case nlohmann::json::value_t::boolean:
+      return py::bool_(value.get<bool>());
+    case nlohmann::json::value_t::number_integer:
+      return py::int_(value.get<int64_t>());
+    case nlohmann::json::value_t::number_unsigned:
+      return py::int_(value.get<uint64_t>());
+    case nlohmann::json::value_t::number_float:
+      return py::float_(value.get<double>());
+    case nlohmann::json::value_t::array: {
+      py::list list;
+      for (const nlohmann::json& item : value) list.append(from_json(item));
+      return std::move(list);
+    }
+    case nlohmann::json::value_t::object: {
+      py::dict dict;
+      for (const auto& [key, item] : value.items()) dict[py::str(key)] = from_json(item);
+      return std::move(dict);
+    }
+    default:
+      return py::none();
+  }
 }
 
 std::string type_name(const py::handle& value) { return py::str(py::type::of(value).attr("__name__")); }
@@ -69,13 +95,13 @@ nlohmann::json to_result(const py::handle& value, const std::string& function) {
                                 py::repr(value).cast<std::string>().substr(0, 200), type_name(value))}};
 }
 
-void answer_one_by_one(FILE* out, const py::object& fn, const py::module_& json, const nlohmann::json& calls,
+void answer_one_by_one(FILE* out, const py::object& fn, const nlohmann::json& calls,
                        const std::string& function) {
   for (const nlohmann::json& call : calls) {
     nlohmann::json result;
     try {
       py::object value = fn(call.at("data_source").get<std::string>(), call.at("solution_str").get<std::string>(),
-                            from_json(json, call.at("ground_truth")), from_json(json, call.at("extra_info")));
+                            from_json(call.at("ground_truth")), from_json(call.at("extra_info")));
       result = to_result(value, function);
     } catch (const py::error_already_set& e) {
       result = {{"error", describe(e)}};
@@ -84,14 +110,14 @@ void answer_one_by_one(FILE* out, const py::object& fn, const py::module_& json,
   }
 }
 
-void answer_batched(FILE* out, const py::object& fn, const py::module_& json, const nlohmann::json& calls,
+void answer_batched(FILE* out, const py::object& fn, const nlohmann::json& calls,
                     const std::string& function) {
   py::list data_sources, solution_strs, ground_truths, extra_infos;
   for (const nlohmann::json& call : calls) {
     data_sources.append(call.at("data_source").get<std::string>());
     solution_strs.append(call.at("solution_str").get<std::string>());
-    ground_truths.append(from_json(json, call.at("ground_truth")));
-    extra_infos.append(from_json(json, call.at("extra_info")));
+    ground_truths.append(from_json(call.at("ground_truth")));
+    extra_infos.append(from_json(call.at("extra_info")));
   }
   std::vector<nlohmann::json> results;
   try {
@@ -128,9 +154,7 @@ int run_reward_worker(const std::string& file, const std::string& function, bool
   }
   py::gil_scoped_acquire gil;
   py::object fn;
-  py::module_ json;
   try {
-    json = py::module_::import("json");
     const std::string directory = std::filesystem::path(file).parent_path().string();
     py::module_::import("sys").attr("path").attr("insert")(0, directory);
     py::module_ util = py::module_::import("importlib.util");
@@ -171,9 +195,9 @@ int run_reward_worker(const std::string& file, const std::string& function, bool
       request = nlohmann::json::parse(line);
       const nlohmann::json& calls = request.at("calls");
       if (batched) {
-        answer_batched(out, fn, json, calls, function);
+        answer_batched(out, fn, calls, function);
       } else {
-        answer_one_by_one(out, fn, json, calls, function);
+        answer_one_by_one(out, fn, calls, function);
       }
     } catch (const nlohmann::json::exception& e) {
       std::fprintf(stderr, "reward-worker: bad request line: %s\n", e.what());

@@ -277,7 +277,9 @@ std::vector<GeneratedSample> RolloutEngine::step() {
   return finished;
 }
 
-std::vector<GeneratedSample> RolloutEngine::generate(const std::vector<GenerationRequest>& requests) {
+std::vector<GeneratedSample> RolloutEngine::generate(
+    const std::vector<GenerationRequest>& requests,
+    const std::function<void(const std::vector<GeneratedSample>&)>& on_finished) {
   TANDEM_CHECK(!has_unfinished(), "generate() needs an idle engine; {} samples are in flight", impl_->samples.size());
   std::map<uint64_t, size_t> order;
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -288,6 +290,7 @@ std::vector<GeneratedSample> RolloutEngine::generate(const std::vector<Generatio
   std::vector<GeneratedSample> out;
   while (has_unfinished()) {
     std::vector<GeneratedSample> done = step();
+    if (on_finished && !done.empty()) on_finished(done);
     for (GeneratedSample& s : done) out.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(), [&](const GeneratedSample& a, const GeneratedSample& b) {

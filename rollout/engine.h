@@ -72,7 +72,10 @@ class RolloutEngine {
   // One engine step; returns the samples that finished in it.
   std::vector<GeneratedSample> step();
   // Adds the requests and steps until all are done; samples ordered by request, then index.
-  std::vector<GeneratedSample> generate(const std::vector<GenerationRequest>& requests);
+  // `on_finished` (optional) sees each step's finished samples as they come.
+  std::vector<GeneratedSample> generate(
+      const std::vector<GenerationRequest>& requests,
+      const std::function<void(const std::vector<GeneratedSample>&)>& on_finished = {});
 
   // Loads new weights (all or some, by HF name) between steps and records their version.
   // A name or shape mismatch throws before anything changes.

@@ -5,6 +5,7 @@
 #include "core/config.h"
 #include "core/command_body.h"
 #include "core/error.h"
+#include "core/worker_runtime.h"
 #include "kernels/device_probe.h"
 #include "rollout/engine.h"
 #include "weight_sync/local.h"
@@ -13,7 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 
 namespace tandem {
@@ -47,6 +50,27 @@ struct RolloutState {
     return {"{}", {}};
   }
 
+  using Clock = std::chrono::steady_clock;
+  static constexpr std::chrono::milliseconds kStreamInterval{50};
+
+  // Samples as rollout_generate's reply and progress carry them: one JSON row per sample
+  // [request id, sample index, length, finish reason, weight version], and two frames of
+  // the samples' tokens (int32) and log-probs (float32), concatenated.
+  struct SampleFrames {
+    nlohmann::json index = nlohmann::json::array();
+    std::string tokens, logprobs;
+  };
+  static SampleFrames encode_samples(const std::vector<GeneratedSample>& samples) {
+    SampleFrames frames;
+    for (const GeneratedSample& s : samples) {
+      frames.index.push_back({s.request_id, s.sample_index, s.tokens.size(), finish_reason_name(s.finish_reason),
+                              s.weight_version});
+      frames.tokens.append(reinterpret_cast<const char*>(s.tokens.data()), s.tokens.size() * 4);
+      frames.logprobs.append(reinterpret_cast<const char*>(s.logprobs.data()), s.logprobs.size() * 4);
+    }
+    return frames;
+  }
+
   CommandResult generate(const CommandMsg& command, const std::vector<std::string>& attachments) {
     RolloutEngine& e = require_engine(command.name);
     const nlohmann::json body = command_json(command);
@@ -74,19 +98,27 @@ struct RolloutState {
       requests.push_back(std::move(request));
     }
     if (offset * 4 != tokens.size()) throw Error("rollout_generate: bytes left over after the last prompt");
-    const std::vector<GeneratedSample> samples = e.generate(requests);
-    nlohmann::json out = nlohmann::json::array();
-    std::string token_frame, logprob_frame;
-    for (const GeneratedSample& s : samples) {
-      out.push_back({s.request_id, s.sample_index, s.tokens.size(), finish_reason_name(s.finish_reason),
-                     s.weight_version});
-      token_frame.append(reinterpret_cast<const char*>(s.tokens.data()), s.tokens.size() * 4);
-      logprob_frame.append(reinterpret_cast<const char*>(s.logprobs.data()), s.logprobs.size() * 4);
+    // "stream": the samples that finished go to the controller every kStreamInterval as
+    // progress, so it scores them while the rest generate; the reply still has them all.
+    std::vector<GeneratedSample> unsent;
+    Clock::time_point last_sent = Clock::now();
+    std::function<void(const std::vector<GeneratedSample>&)> stream;
+    if (body.value("stream", false)) {
+      stream = [&](const std::vector<GeneratedSample>& finished) {
+        unsent.insert(unsent.end(), finished.begin(), finished.end());
+        if (Clock::now() - last_sent < kStreamInterval) return;
+        SampleFrames frames = encode_samples(unsent);
+        send_command_progress(nlohmann::json{{"samples", frames.index}}.dump(), {frames.tokens, frames.logprobs});
+        unsent.clear();
+        last_sent = Clock::now();
+      };
     }
+    const std::vector<GeneratedSample> samples = e.generate(requests, stream);
+    SampleFrames frames = encode_samples(samples);
     const EngineStats& stats = e.stats();
-    nlohmann::json reply = {{"samples", out},
+    nlohmann::json reply = {{"samples", frames.index},
                             {"stats", {{"decode_tokens", stats.decode_tokens}, {"preemptions", stats.preemptions}}}};
-    return {reply.dump(), {token_frame, logprob_frame}};
+    return {reply.dump(), {frames.tokens, frames.logprobs}};
   }
 
   CommandResult load_weights(const CommandMsg& command) {

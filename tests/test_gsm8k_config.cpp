@@ -102,6 +102,11 @@ TEST_CASE("configs/gsm8k.yaml trains 2 GRPO steps on GSM8K with Qwen3's chat tem
       CHECK(row.contains("reward/gsm8k/format"));
       CHECK(row.contains("reward/gsm8k/acc"));
       CHECK(row["reward/mean"].get<double>() >= 0.0);
+      // Samples were streamed to the reward while the rest generated; the share of
+      // scoring time that hid under generation is reported.
+      const double hidden = row.at("perf/reward_hidden_share").get<double>();
+      CHECK((hidden >= 0.0 && hidden <= 1.0));
+      CHECK(row.at("time/reward_hidden_s").get<double>() >= 0.0);
     }
     if (row.contains("val/accuracy")) {
       saw_eval = true;

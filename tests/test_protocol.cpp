@@ -41,6 +41,7 @@ std::vector<Message> random_messages() {
       ReplyMsg{rng()(), random_worker(), random_bytes(rng()() % 5000), sizes},
       ErrorReplyMsg{rng()(), random_worker(), random_text(rng()() % 300)},
       ShutdownMsg{random_text(rng()() % 50)},
+      ProgressMsg{rng()(), random_worker(), random_bytes(rng()() % 5000), sizes},
   };
 }
 
@@ -69,6 +70,11 @@ bool same(const Message& a, const Message& b) {
   if (auto* x = std::get_if<ErrorReplyMsg>(&a)) {
     auto& y = std::get<ErrorReplyMsg>(b);
     return x->request_id == y.request_id && same(x->worker, y.worker) && x->message == y.message;
+  }
+  if (auto* x = std::get_if<ProgressMsg>(&a)) {
+    auto& y = std::get<ProgressMsg>(b);
+    return x->request_id == y.request_id && same(x->worker, y.worker) && x->body == y.body &&
+           x->attachments == y.attachments;
   }
   return std::get<ShutdownMsg>(a).reason == std::get<ShutdownMsg>(b).reason;
 }

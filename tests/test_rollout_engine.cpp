@@ -176,8 +176,22 @@ TEST_CASE("continuous batching, chunked prefill and preemption give each request
   };
   {
     RolloutEngine engine(m.config, weights, small_engine());
-    compare(engine.generate(requests), "all at once");
+    // What a streaming rollout worker sends: every sample once, as it finishes, in steps
+    // that come before generate() returns. max_new_tokens differ, so samples finish apart.
+    std::vector<GeneratedSample> streamed;
+    size_t calls = 0;
+    compare(engine.generate(requests,
+                            [&](const std::vector<GeneratedSample>& finished) {
+                              ++calls;
+                              streamed.insert(streamed.end(), finished.begin(), finished.end());
+                            }),
+            "all at once");
     CHECK(engine.stats().preemptions == 0);
+    CHECK(calls > 1);
+    std::sort(streamed.begin(), streamed.end(), [](const GeneratedSample& a, const GeneratedSample& b) {
+      return a.request_id != b.request_id ? a.request_id < b.request_id : a.sample_index < b.sample_index;
+    });
+    compare(streamed, "streamed as they finished");
   }
   {
     EngineOptions tight = small_engine();

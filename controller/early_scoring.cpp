@@ -1,0 +1,83 @@
+#include "controller/early_scoring.h"
+
+#include "core/log.h"
+
+#include <chrono>
+
+namespace tandem {
+
+EarlyScoring::EarlyScoring(std::vector<std::unique_ptr<RewardScorer>>& rewards, std::vector<const std::string*> prompts,
+                           std::vector<const DataRow*> rows)
+    : rewards_(rewards), prompts_(std::move(prompts)), rows_(std::move(rows)), thread_([this] { run(); }) {}
+
+EarlyScoring::~EarlyScoring() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    queue_.clear();
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void EarlyScoring::submit(std::vector<ScoredSample> samples) {
+  if (samples.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(samples));
+  }
+  wake_.notify_all();
+}
+
+std::map<std::pair<size_t, int64_t>, ScoredSample> EarlyScoring::finish() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  return std::move(done_);
+}
+
+void EarlyScoring::run() {
+  while (true) {
+    std::vector<ScoredSample> batch;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      // Everything queued so far, as one batch: the scorers spread it over their workers.
+      while (!queue_.empty()) {
+        for (ScoredSample& s : queue_.front()) batch.push_back(std::move(s));
+        queue_.pop_front();
+      }
+      busy_ = true;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<RewardInput> inputs;
+    inputs.reserve(batch.size());
+    for (const ScoredSample& s : batch) inputs.push_back({*prompts_[s.prompt_slot], s.text, s.tokens, *rows_[s.prompt_slot]});
+    std::vector<std::vector<RewardOutcome>> by_reward;
+    try {
+      for (auto& reward : rewards_) by_reward.push_back(reward->score(inputs));
+    } catch (const std::exception& e) {
+      // The batch stays unscored: the training loop scores it after generation, where
+      // the same failure stops the run with its message.
+      log::warn("scoring during generation failed ({}); those samples are scored after generation", e.what());
+      std::lock_guard<std::mutex> lock(mutex_);
+      busy_ = false;
+      idle_.notify_all();
+      continue;
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (size_t i = 0; i < batch.size(); ++i) {
+        for (auto& outcomes : by_reward) batch[i].outcomes.push_back(std::move(outcomes[i]));
+        const std::pair<size_t, int64_t> key{batch[i].prompt_slot, batch[i].sample_index};
+        done_[key] = std::move(batch[i]);
+      }
+      busy_seconds_ += seconds;
+      busy_ = false;
+    }
+    idle_.notify_all();
+  }
+}
+
+}  // namespace tandem

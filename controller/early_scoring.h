@@ -1,0 +1,70 @@
+// Scoring samples while the rest of the batch is still generating: rollout workers send
+// the samples that finished as progress (rollout_generate with "stream"), and this scores
+// them on a thread of its own, with the run's reward scorers, so that reward time hides
+// under generation time instead of following it.
+//
+// The scores are only an early copy: once generation is done, the training loop takes
+// each final sample's scores from here when a sample with the same prompt, index and
+// tokens was scored (a restarted rollout worker may redo a sample), and scores the rest
+// itself. The scorers are used by this thread only until finish() returns.
+#pragma once
+
+#include "controller/dataset.h"
+#include "controller/reward_scoring.h"
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace tandem {
+
+// A sample as scoring needs it.
+struct ScoredSample {
+  size_t prompt_slot = 0;
+  int64_t sample_index = 0;
+  std::vector<int32_t> tokens;
+  std::string text;                    // decoded, end-of-sequence left out
+  std::vector<RewardOutcome> outcomes;  // [reward entry]
+};
+
+class EarlyScoring {
+ public:
+  // `prompts[slot]` and `rows[slot]`: the prompt text and dataset row of the step's slot.
+  EarlyScoring(std::vector<std::unique_ptr<RewardScorer>>& rewards, std::vector<const std::string*> prompts,
+               std::vector<const DataRow*> rows);
+  ~EarlyScoring();
+  EarlyScoring(const EarlyScoring&) = delete;
+  EarlyScoring& operator=(const EarlyScoring&) = delete;
+
+  // Queues samples (outcomes empty) for scoring; returns at once.
+  void submit(std::vector<ScoredSample> samples);
+  // Waits until everything submitted is scored; returns the samples by (slot, index).
+  std::map<std::pair<size_t, int64_t>, ScoredSample> finish();
+  // Seconds the thread spent scoring.
+  double busy_seconds() const { return busy_seconds_; }
+
+ private:
+  void run();
+
+  std::vector<std::unique_ptr<RewardScorer>>& rewards_;
+  std::vector<const std::string*> prompts_;
+  std::vector<const DataRow*> rows_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::vector<ScoredSample>> queue_;
+  bool stopping_ = false;
+  bool busy_ = false;
+  std::condition_variable idle_;
+  std::map<std::pair<size_t, int64_t>, ScoredSample> done_;
+  double busy_seconds_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace tandem
