@@ -6,9 +6,16 @@
 
 namespace tandem {
 
-EarlyScoring::EarlyScoring(std::vector<std::unique_ptr<RewardScorer>>& rewards, std::vector<const std::string*> prompts,
-                           std::vector<const DataRow*> rows)
-    : rewards_(rewards), prompts_(std::move(prompts)), rows_(std::move(rows)), thread_([this] { run(); }) {}
+EarlyScoring::EarlyScoring(std::vector<std::unique_ptr<RewardScorer>>& rewards)
+    : rewards_(rewards), thread_([this] { run(); }) {}
+
+void EarlyScoring::begin(std::vector<const std::string*> prompts, std::vector<const DataRow*> rows) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  prompts_ = std::move(prompts);
+  rows_ = std::move(rows);
+  done_.clear();
+  busy_seconds_ = 0;
+}
 
 EarlyScoring::~EarlyScoring() {
   {

@@ -6,7 +6,12 @@
 // The scores are only an early copy: once generation is done, the training loop takes
 // each final sample's scores from here when a sample with the same prompt, index and
 // tokens was scored (a restarted rollout worker may redo a sample), and scores the rest
-// itself. The scorers are used by this thread only until finish() returns.
+// itself. Between begin() and finish() the scorers are this object's thread's; after
+// finish() returns they are the caller's again.
+//
+// One EarlyScoring (and one thread) lives for the whole run: reward worker processes it
+// starts (a Python worker replaced after a timeout) die with the thread that started
+// them (PR_SET_PDEATHSIG), so that thread must not end while they are in use.
 #pragma once
 
 #include "controller/dataset.h"
@@ -36,18 +41,19 @@ struct ScoredSample {
 
 class EarlyScoring {
  public:
-  // `prompts[slot]` and `rows[slot]`: the prompt text and dataset row of the step's slot.
-  EarlyScoring(std::vector<std::unique_ptr<RewardScorer>>& rewards, std::vector<const std::string*> prompts,
-               std::vector<const DataRow*> rows);
+  explicit EarlyScoring(std::vector<std::unique_ptr<RewardScorer>>& rewards);
   ~EarlyScoring();
   EarlyScoring(const EarlyScoring&) = delete;
   EarlyScoring& operator=(const EarlyScoring&) = delete;
 
+  // A new batch: `prompts[slot]` and `rows[slot]` are the prompt text and dataset row of
+  // its slots (they must outlive finish()). Clears the busy time.
+  void begin(std::vector<const std::string*> prompts, std::vector<const DataRow*> rows);
   // Queues samples (outcomes empty) for scoring; returns at once.
   void submit(std::vector<ScoredSample> samples);
   // Waits until everything submitted is scored; returns the samples by (slot, index).
   std::map<std::pair<size_t, int64_t>, ScoredSample> finish();
-  // Seconds the thread spent scoring.
+  // Seconds the thread spent scoring since begin().
   double busy_seconds() const { return busy_seconds_; }
 
  private:

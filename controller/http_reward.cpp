@@ -43,7 +43,8 @@ HttpReward::Response HttpReward::post(const std::string& body) const {
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.data());
   curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(config_.timeout_s * 1000));
+  // At least 1 ms: 0 would mean no limit at all.
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, std::max(1L, static_cast<long>(config_.timeout_s * 1000)));
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);  // timeouts without SIGALRM: we score from threads
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, append_to_string);
@@ -53,6 +54,8 @@ HttpReward::Response HttpReward::post(const std::string& body) const {
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
   } else {
     response.body = error[0] ? error : curl_easy_strerror(code);
+    // A malformed URL or an unsupported scheme fails the same way every time.
+    response.permanent = code == CURLE_URL_MALFORMAT || code == CURLE_UNSUPPORTED_PROTOCOL;
   }
   curl_slist_free_all(headers);
   curl_easy_cleanup(curl);
@@ -80,7 +83,7 @@ std::vector<RewardOutcome> HttpReward::score_batch(const std::vector<RewardInput
   double backoff_s = 0.5;
   for (int64_t attempt = 0;; ++attempt) {
     response = post(body);
-    if (!transient(response.status) || attempt >= config_.retries) break;
+    if (response.permanent || !transient(response.status) || attempt >= config_.retries) break;
     log::warn("reward.{} ({}): POST {} {}; trying again in {} s ({} of {} retries)", index_, config_.name, config_.http,
               response.status == 0 ? response.body : fmt::format("answered {}", response.status), backoff_s,
               attempt + 1, config_.retries);

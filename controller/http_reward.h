@@ -29,6 +29,7 @@ class HttpReward : public RewardScorer {
   struct Response {
     long status = 0;   // 0: no HTTP answer (connection failed or timed out)
     std::string body;  // the answer, or curl's message when status is 0
+    bool permanent = false;  // no answer, and trying again cannot help (a malformed URL)
   };
   Response post(const std::string& body) const;
   // The batch's outcomes after up to 1 + retries attempts.

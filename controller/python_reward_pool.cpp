@@ -47,11 +47,14 @@ RewardOutcome outcome_from_line(const std::string& line) {
     outcome.error = "the reward worker sent an unreadable reply: " + line.substr(0, 200);
   } else if (reply.contains("error")) {
     outcome.error = reply["error"].get<std::string>();
-  } else if (!reply.contains("score") || !reply["score"].is_number()) {
+  } else if (!reply.contains("score")) {
+    outcome.error = "the reward worker sent a reply without a score: " + line.substr(0, 200);
+  } else if (!reply["score"].is_number()) {
     outcome.error = "returned a non-finite score (nan or inf): scores must be finite";
   } else {
     outcome.result.score = reply["score"].get<double>();
-    for (const auto& [name, value] : reply.at("parts").items()) {
+    const nlohmann::json parts = reply.value("parts", nlohmann::json::object());
+    for (const auto& [name, value] : parts.items()) {
       if (value.is_number()) outcome.result.parts.emplace_back(name, value.get<double>());
     }
   }
@@ -65,8 +68,13 @@ PythonRewardPool::PythonRewardPool(const RewardConfig& config, size_t index, con
   // A worker that dies while we write its request must not take the controller with it.
   ::signal(SIGPIPE, SIG_IGN);
   workers_.resize(static_cast<size_t>(reward_parallelism(config.workers)));
-  for (size_t slot = 0; slot < workers_.size(); ++slot) start_worker(slot);
-  wait_until_ready();
+  try {
+    for (size_t slot = 0; slot < workers_.size(); ++slot) start_worker(slot);
+    wait_until_ready();
+  } catch (...) {
+    for (Worker& worker : workers_) stop_worker(worker);  // the destructor does not run
+    throw;
+  }
 }
 
 PythonRewardPool::~PythonRewardPool() {
@@ -203,7 +211,23 @@ void PythonRewardPool::replace(size_t slot, const std::string& error, std::deque
   wait_until_ready();
 }
 
+void PythonRewardPool::restart_unfinished_workers() {
+  bool restarted = false;
+  for (size_t slot = 0; slot < workers_.size(); ++slot) {
+    Worker& worker = workers_[slot];
+    if (worker.ready && worker.answered >= worker.calls.size()) continue;
+    // Still scoring calls of a score() that ended in an exception, or not started: its
+    // late replies would land on this call's samples.
+    worker.process.kill_and_reap();
+    stop_worker(worker);
+    start_worker(slot);
+    restarted = true;
+  }
+  if (restarted) wait_until_ready();
+}
+
 std::vector<RewardOutcome> PythonRewardPool::score(const std::vector<RewardInput>& inputs) {
+  restart_unfinished_workers();
   std::vector<RewardOutcome> outcomes(inputs.size());
   std::vector<bool> done(inputs.size(), false);
   requests_.clear();
@@ -219,6 +243,7 @@ std::vector<RewardOutcome> PythonRewardPool::score(const std::vector<RewardInput
                                        : std::max<size_t>(1, inputs.size() / (workers * 4));
   const auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(config_.timeout_s));
   size_t remaining = inputs.size();
+  int failed_writes = 0;
 
   while (remaining > 0) {
     for (size_t slot = 0; slot < workers && !queue.empty(); ++slot) {
@@ -236,9 +261,21 @@ std::vector<RewardOutcome> PythonRewardPool::score(const std::vector<RewardInput
       request += "]}\n";
       worker.deadline = Clock::now() + timeout;
       if (!write_all(worker.to_child, request)) {
-        replace(slot, fmt::format("the reward worker exited before taking the sample{}",
-                                  log_path_.empty() ? "" : fmt::format(" (its output: {})", log_path_)),
-                queue, outcomes, done);
+        // The worker died while idle: its chunk goes back to the queue for the fresh one,
+        // unless workers keep dying before they take anything.
+        if (++failed_writes > 3) {
+          replace(slot, fmt::format("reward workers keep exiting before they take a sample{}",
+                                    log_path_.empty() ? "" : fmt::format(" (their output: {})", log_path_)),
+                  queue, outcomes, done);
+        } else {
+          for (size_t k = worker.calls.size(); k > 0; --k) queue.push_front(worker.calls[k - 1]);
+          worker.calls.clear();
+          worker.answered = 0;
+          worker.process.kill_and_reap();
+          stop_worker(worker);
+          start_worker(slot);
+          wait_until_ready();
+        }
       }
     }
     remaining = static_cast<size_t>(std::count(done.begin(), done.end(), false));
@@ -254,6 +291,7 @@ std::vector<RewardOutcome> PythonRewardPool::score(const std::vector<RewardInput
       slots.push_back(slot);
       soonest = std::min(soonest, worker.deadline);
     }
+    if (fds.empty()) continue;  // every chunk went back to the queue: send again
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(soonest - Clock::now()).count() + 1;
     if (::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<int64_t>(wait, 0, 1000))) < 0 && errno != EINTR) {
       throw Error(fmt::format("{}: poll failed: {}", what(), std::strerror(errno)));
@@ -277,7 +315,7 @@ std::vector<RewardOutcome> PythonRewardPool::score(const std::vector<RewardInput
                                     status ? status->describe() : std::string("closed its output"),
                                     log_path_.empty() ? "" : fmt::format(" (its output: {})", log_path_)),
                   queue, outcomes, done);
-          continue;
+          break;  // the replacement took time: poll the others afresh before judging their deadlines
         }
       }
       if (worker.answered < worker.calls.size() && Clock::now() >= worker.deadline) {
@@ -287,6 +325,7 @@ std::vector<RewardOutcome> PythonRewardPool::score(const std::vector<RewardInput
         replace(slot, fmt::format("timed out after {} s (reward.{}.timeout_s); its worker was killed and replaced",
                                   config_.timeout_s, index_),
                 queue, outcomes, done);
+        break;  // as above
       }
     }
     remaining = static_cast<size_t>(std::count(done.begin(), done.end(), false));

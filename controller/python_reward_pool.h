@@ -50,6 +50,8 @@ class PythonRewardPool : public RewardScorer {
   };
 
   void start_worker(size_t slot);
+  // Replaces every worker that is not ready or still holds calls of an earlier score().
+  void restart_unfinished_workers();
   void stop_worker(Worker& worker);
   void wait_until_ready();
   // Replaces worker `slot` after it died or timed out: its unanswered calls after the one

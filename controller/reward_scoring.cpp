@@ -85,18 +85,23 @@ nlohmann::json reward_arguments(const RewardInput& in) {
 
 RewardOutcome outcome_from_score_value(const nlohmann::json& value) {
   RewardOutcome outcome;
-  if (value.is_number()) {
-    outcome.result.score = value.get<double>();
-  } else if (value.is_object() && value.contains("score") && value["score"].is_number()) {
-    outcome.result.score = value["score"].get<double>();
+  const bool is_object = value.is_object() && value.contains("score") && value["score"].is_number();
+  if (!value.is_number() && !is_object) {
+    outcome.error = fmt::format("expected a number or an object with a numeric \"score\", got {}",
+                                value.dump().substr(0, 200));
+    return outcome;
+  }
+  outcome.result.score = (is_object ? value["score"] : value).get<double>();
+  if (!std::isfinite(outcome.result.score)) {
+    outcome.error = fmt::format("returned {}: scores must be finite", outcome.result.score);
+    return outcome;
+  }
+  if (is_object) {
     for (const auto& [name, part] : value.items()) {
       if (name == "score") continue;
       if (part.is_number()) outcome.result.parts.emplace_back(name, part.get<double>());
       if (part.is_boolean()) outcome.result.parts.emplace_back(name, part.get<bool>() ? 1.0 : 0.0);
     }
-  } else {
-    outcome.error = fmt::format("expected a number or an object with a numeric \"score\", got {}",
-                                value.dump().substr(0, 200));
   }
   return outcome;
 }

@@ -91,6 +91,12 @@ std::vector<Sample> TrainingLoop::read_samples(const CommandReply& reply) const 
   return samples;
 }
 
+int64_t TrainingLoop::reward_timeouts() const {
+  int64_t total = 0;
+  for (const auto& reward : rewards_) total += reward->timeouts();
+  return total;
+}
+
 std::string TrainingLoop::decode_response(const std::vector<int32_t>& tokens) const {
   std::vector<int32_t> text_ids;
   for (int32_t id : tokens) {
@@ -334,32 +340,39 @@ void TrainingLoop::run_step(int64_t step) {
   std::vector<std::vector<int32_t>> prompts;
   for (size_t row : rows) prompts.push_back(prompt_ids_[row]);
   // Samples that finish early are scored on another thread while the rest generate.
-  std::optional<EarlyScoring> early;
+  EarlyScoring* early = nullptr;
   std::function<void(std::vector<Sample>&&)> on_early;
   if (c_.rollout.score_while_generating) {
+    if (!early_scoring_) early_scoring_ = std::make_unique<EarlyScoring>(rewards_);
+    early = early_scoring_.get();
     std::vector<const std::string*> slot_prompts;
     std::vector<const DataRow*> slot_rows;
     for (size_t row : rows) {
       slot_prompts.push_back(&data_.prompt(row));
       slot_rows.push_back(&data_.rows[row]);
     }
-    early.emplace(rewards_, std::move(slot_prompts), std::move(slot_rows));
+    early->begin(std::move(slot_prompts), std::move(slot_rows));
     on_early = [&](std::vector<Sample>&& finished) {
       std::vector<ScoredSample> batch;
       for (Sample& s : finished) batch.push_back({s.prompt_slot, s.sample_index, s.tokens, decode_response(s.tokens), {}});
       early->submit(std::move(batch));
     };
   }
-  std::vector<Sample> samples = generate(step, prompts, std::nullopt, on_early);
+  std::vector<Sample> samples;
+  try {
+    samples = generate(step, prompts, std::nullopt, on_early);
+  } catch (...) {
+    if (early) early->finish();  // the scorers are this thread's again before anything else runs
+    throw;
+  }
   const double rollout_s = seconds_since(step_start);
 
   Clock::time_point t = Clock::now();
   std::map<std::pair<size_t, int64_t>, ScoredSample> early_scores;
-  if (early) early_scores = early->finish();
+  if (early) early_scores = early->finish();  // from here the scorers are this thread's again
   // Scoring time that ran under generation: what the thread spent, less what it spent
   // after generation ended (while this thread waited for it).
   const double hidden_reward_s = early ? std::max(0.0, early->busy_seconds() - seconds_since(t)) : 0.0;
-  early.reset();  // its thread ends: the scorers are this thread's again
   const int64_t fallbacks = score(samples, rows, data_, &early_scores);
   const double reward_s = seconds_since(t);
 
@@ -404,6 +417,7 @@ void TrainingLoop::run_step(int64_t step) {
                    {"reward/mean", mean},
                    {"reward/std", std},
                    {"reward/fallbacks", static_cast<double>(fallbacks)},
+                   {"reward/timeouts", static_cast<double>(reward_timeouts())},
                    {"response/count", n},
                    {"data/skipped_long_prompts", static_cast<double>(skipped_long_prompts_)}};
   const MetricRow about_samples = sample_metrics(c_, samples, batch);

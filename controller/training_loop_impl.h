@@ -167,6 +167,8 @@ class TrainingLoop {
   int64_t score(std::vector<Sample>& samples, const std::vector<size_t>& rows, const Dataset& data,
                 std::map<std::pair<size_t, int64_t>, ScoredSample>* early = nullptr);
   std::string decode_response(const std::vector<int32_t>& tokens) const;
+  // Python reward calls killed for running past timeout_s, since the run started here.
+  int64_t reward_timeouts() const;
   // training_loop_eval.cpp: every data.val prompt, eval.n responses each, scored; returns
   // the val/* metrics and appends the samples to val_samples.jsonl.
   MetricRow evaluate(int64_t step);
@@ -214,6 +216,7 @@ class TrainingLoop {
   std::vector<std::vector<int32_t>> val_prompt_ids_;
   int64_t skipped_long_prompts_ = 0;             // rows left out as too long (data.on_long_prompt: skip)
   std::vector<std::unique_ptr<RewardScorer>> rewards_;
+  std::unique_ptr<EarlyScoring> early_scoring_;  // rollout.score_while_generating: for the whole run
   std::optional<PromptOrder> order_;  // set once the workers are up
   std::string shm_name_;  // shm, cuda_ipc: the segment the learners publish to
   std::unique_ptr<MetricsWriter> metrics_;

@@ -2,9 +2,9 @@
 // library and site-packages (/usr/lib/python3/dist-packages), so reward files and chat
 // templates use what `apt install python3-...` put there (numpy, sympy, jinja2).
 //
-// The interpreter starts once per process, on first use, and lives until exit. Every
-// call into Python happens with the GIL held (pybind11's gil_scoped_acquire where a
-// thread other than the starting one calls in).
+// The interpreter starts once per process, on first use, and lives until exit. The
+// thread that started it keeps the GIL: call into Python from that thread only (the
+// reward worker's main thread; the controller's main thread for chat templates).
 #pragma once
 
 #include <string>

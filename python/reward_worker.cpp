@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 #include <pybind11/embed.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -21,7 +22,8 @@ namespace {
 // The protocol's own copy of stdout; fd 1 itself is pointed at stderr so print() in the
 // user's code cannot corrupt a reply.
 FILE* claim_stdout() {
-  const int reply_fd = ::dup(STDOUT_FILENO);
+  // Close-on-exec: a process the user's code starts must not hold the pipe open.
+  const int reply_fd = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
   ::dup2(STDERR_FILENO, STDOUT_FILENO);
   return ::fdopen(reply_fd, "w");
 }
@@ -189,7 +191,14 @@ int run_reward_worker(const std::string& file, const std::string& function, bool
   send(out, {{"ready", true}});
 
   std::string line;
-  while (std::getline(std::cin, line)) {
+  while (true) {
+    bool more = false;
+    {
+      // The user's Python threads may run while this one waits for a request.
+      py::gil_scoped_release idle;
+      more = static_cast<bool>(std::getline(std::cin, line));
+    }
+    if (!more) break;
     nlohmann::json request;
     try {
       request = nlohmann::json::parse(line);

@@ -290,7 +290,7 @@ std::vector<GeneratedSample> RolloutEngine::generate(
   std::vector<GeneratedSample> out;
   while (has_unfinished()) {
     std::vector<GeneratedSample> done = step();
-    if (on_finished && !done.empty()) on_finished(done);
+    if (on_finished) on_finished(done);  // every step, finished samples or none
     for (GeneratedSample& s : done) out.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(), [&](const GeneratedSample& a, const GeneratedSample& b) {

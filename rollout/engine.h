@@ -72,7 +72,8 @@ class RolloutEngine {
   // One engine step; returns the samples that finished in it.
   std::vector<GeneratedSample> step();
   // Adds the requests and steps until all are done; samples ordered by request, then index.
-  // `on_finished` (optional) sees each step's finished samples as they come.
+  // `on_finished` (optional) is called after every step with the samples it finished
+  // (none, often).
   std::vector<GeneratedSample> generate(
       const std::vector<GenerationRequest>& requests,
       const std::function<void(const std::vector<GeneratedSample>&)>& on_finished = {});

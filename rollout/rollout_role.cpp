@@ -106,7 +106,7 @@ struct RolloutState {
     if (body.value("stream", false)) {
       stream = [&](const std::vector<GeneratedSample>& finished) {
         unsent.insert(unsent.end(), finished.begin(), finished.end());
-        if (Clock::now() - last_sent < kStreamInterval) return;
+        if (unsent.empty() || Clock::now() - last_sent < kStreamInterval) return;
         SampleFrames frames = encode_samples(unsent);
         send_command_progress(nlohmann::json{{"samples", frames.index}}.dump(), {frames.tokens, frames.logprobs});
         unsent.clear();

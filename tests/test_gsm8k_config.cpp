@@ -1,7 +1,7 @@
 // configs/gsm8k.yaml as users run it, scaled down: GRPO on ../shared/data/gsm8k with the
 // real Qwen3 tokenizer and chat template, a random small Qwen3-shaped policy
 // (`tandem init-model --config`), the Python reward configs/rewards/gsm8k.py in worker
-// processes, and evaluation on validation rows. Plus the mistakes a user makes with
+// processes, and evaluation on validation rows; then the same policy as a GGUF file. Plus the mistakes a user makes with
 // Python rewards and chat data, refused by `tandem validate` and `run` before anything
 // starts.
 //
@@ -126,6 +126,28 @@ TEST_CASE("configs/gsm8k.yaml trains 2 GRPO steps on GSM8K with Qwen3's chat tem
   CHECK(prompt.substr(prompt.size() - 22) == "<|im_start|>assistant\n");
   CHECK(fs::exists(run_dir + "/val_samples.jsonl"));
   CHECK(fs::exists(run_dir + "/logs/reward-0-gsm8k.log"));
+
+  // The same policy as a GGUF file (tokenizer and chat template inside it, nothing
+  // beside it) trains with the same config: what a user with a downloaded .gguf does.
+  const std::string gguf_dir = d + "/gguf";
+  fs::create_directories(gguf_dir);
+  REQUIRE(run_tandem({"convert", model, gguf_dir + "/policy.gguf", "--to", "gguf"}, d + "/convert.out").success());
+  std::vector<std::string> gguf_args = args;
+  for (size_t i = 0; i < gguf_args.size(); ++i) {
+    if (gguf_args[i] == run_dir) gguf_args[i] = d + "/run_gguf";
+    if (gguf_args[i] == "model.path=" + model) gguf_args[i] = "model.path=" + gguf_dir + "/policy.gguf";
+    if (gguf_args[i] == "experiment.steps=2") gguf_args[i] = "experiment.steps=1";
+    if (gguf_args[i] == "experiment.eval_every=2") gguf_args[i] = "experiment.eval_every=1";
+  }
+  const ExitStatus gguf_status = run_tandem(gguf_args, d + "/run_gguf.out", 540);
+  INFO(output_of(d + "/run_gguf.out"));
+  REQUIRE(gguf_status.success());
+  const std::vector<nlohmann::json> gguf_samples = read_json_lines(d + "/run_gguf/samples.jsonl");
+  REQUIRE_FALSE(gguf_samples.empty());
+  CHECK(gguf_samples[0]["prompt"].get<std::string>().rfind("<|im_start|>system\n", 0) == 0);
+  bool gguf_eval = false;
+  for (const nlohmann::json& row : read_json_lines(d + "/run_gguf/metrics.jsonl")) gguf_eval |= row.contains("val/accuracy");
+  CHECK(gguf_eval);
 }
 
 TEST_CASE("python rewards and chat data that cannot work are refused before anything starts (exit 2)") {

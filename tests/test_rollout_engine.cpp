@@ -177,7 +177,8 @@ TEST_CASE("continuous batching, chunked prefill and preemption give each request
   {
     RolloutEngine engine(m.config, weights, small_engine());
     // What a streaming rollout worker sends: every sample once, as it finishes, in steps
-    // that come before generate() returns. max_new_tokens differ, so samples finish apart.
+    // that come before generate() returns (called every step, finished samples or none).
+    // max_new_tokens differ, so samples finish apart.
     std::vector<GeneratedSample> streamed;
     size_t calls = 0;
     compare(engine.generate(requests,
