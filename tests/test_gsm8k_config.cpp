@@ -150,6 +150,66 @@ TEST_CASE("configs/gsm8k.yaml trains 2 GRPO steps on GSM8K with Qwen3's chat tem
   CHECK(gguf_eval);
 }
 
+TEST_CASE("verl's layout trains as it is: message-list prompts, reward_model.ground_truth, data_source, extra_info") {
+  skip_unless_present();
+  TempDir dir;
+  const std::string d = dir.path();
+  write_text(d + "/small_qwen3.json", kSmallQwen3);
+  const std::string model = d + "/model";
+  REQUIRE(run_tandem({"init-model", "--config", d + "/small_qwen3.json", "--tokenizer", kQwen3, "--out", model},
+                     d + "/init.out")
+              .success());
+  // GSM8K rows rewritten as verl's preprocessing writes them (its parquet, as JSONL).
+  std::ifstream train(kGsm8k + "/train.jsonl");
+  std::ofstream verl(d + "/verl.jsonl");
+  std::string line;
+  for (int i = 0; i < 8 && std::getline(train, line); ++i) {
+    const nlohmann::json row = nlohmann::json::parse(line);
+    const std::string answer = row["answer"].get<std::string>();
+    std::string number = answer.substr(answer.rfind("####") + 4);
+    number.erase(0, number.find_first_not_of(' '));
+    verl << nlohmann::json{{"data_source", "openai/gsm8k"},
+                           {"prompt", {{{"role", "user"}, {"content", row["question"].get<std::string>() +
+                                                                          " Let's think step by step and output "
+                                                                          "the final answer after \"####\"."}}}},
+                           {"ability", "math"},
+                           {"reward_model", {{"style", "rule"}, {"ground_truth", number}}},
+                           {"extra_info", {{"split", "train"}, {"index", i}}}}
+                .dump()
+         << "\n";
+  }
+  verl.close();
+  // A verl reward file, unchanged: it reads data_source and extra_info as verl passes them.
+  write_text(d + "/my_reward.py",
+             "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+             "    assert data_source == 'openai/gsm8k', data_source\n"
+             "    assert extra_info['split'] == 'train', extra_info\n"
+             "    answer = solution_str.rsplit('####', 1)[-1].strip()\n"
+             "    return {'score': float(answer == ground_truth), 'has_marker': '####' in solution_str}\n");
+  write_text(d + "/verl.yaml",
+             "experiment: {name: verl-layout, steps: 1, checkpoint_every: 0, eval_every: 1, eval_before_train: false}\n"
+             "model: {path: model}\n"
+             "data: {train: verl.jsonl, val: verl.jsonl, prompt_key: prompt, answer_key: reward_model.ground_truth,\n"
+             "       batch_size: 2}\n"
+             "algorithm: {group_size: 2}\n"
+             "rollout: {workers: 1, max_new_tokens: 6, kv_cache_mb: 64}\n"
+             "learner: {workers: 1, micro_batch_size: 4}\n"
+             "reward: [{python: my_reward.py, workers: 1}]\n"
+             "logging: {console: plain}\n");
+  const ExitStatus status = run_tandem({"run", d + "/verl.yaml", "--run-dir", d + "/run"}, d + "/run.out", 540);
+  INFO(output_of(d + "/run.out"));
+  INFO("worker log: ", output_of(d + "/run/logs/colocated-0.log"));
+  REQUIRE(status.success());
+  bool scored = false;
+  for (const nlohmann::json& row : read_json_lines(d + "/run/metrics.jsonl")) {
+    if (row.contains("reward/my_reward/has_marker")) scored = true;
+  }
+  CHECK(scored);
+  const std::string prompt = read_json_lines(d + "/run/samples.jsonl").at(0)["prompt"].get<std::string>();
+  CHECK(prompt.rfind("<|im_start|>user\n", 0) == 0);  // rendered with Qwen3's template, not JSON text
+  CHECK(prompt.find("[{") == std::string::npos);
+}
+
 TEST_CASE("python rewards and chat data that cannot work are refused before anything starts (exit 2)") {
   TempDir dir;
   const std::string d = dir.path();
