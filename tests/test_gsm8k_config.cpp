@@ -61,17 +61,23 @@ const char* kSmallQwen3 = R"({
 
 std::string output_of(const std::string& path) { return read_text(path); }
 
+// Writes the small Qwen3 with Qwen3's real tokenizer files into DIR/model; returns its path.
+std::string small_qwen3(const std::string& dir) {
+  write_text(dir + "/small_qwen3.json", kSmallQwen3);
+  const std::string model = dir + "/model";
+  REQUIRE(run_tandem({"init-model", "--config", dir + "/small_qwen3.json", "--tokenizer", kQwen3, "--out", model},
+                     dir + "/init.out")
+              .success());
+  return model;
+}
+
 }  // namespace
 
 TEST_CASE("configs/gsm8k.yaml trains 2 GRPO steps on GSM8K with Qwen3's chat template and the Python reward") {
   skip_unless_present();
   TempDir dir;
   const std::string d = dir.path();
-  write_text(d + "/small_qwen3.json", kSmallQwen3);
-  const std::string model = d + "/model";
-  REQUIRE(run_tandem({"init-model", "--config", d + "/small_qwen3.json", "--tokenizer", kQwen3, "--out", model},
-                     d + "/init.out")
-              .success());
+  const std::string model = small_qwen3(d);
   CHECK(fs::exists(model + "/tokenizer_config.json"));  // the chat template came along
   // Evaluation on the first rows of the real test split (all 1319 would take minutes on CPU).
   std::ifstream test_split(kGsm8k + "/test.jsonl");
@@ -154,11 +160,7 @@ TEST_CASE("verl's layout trains as it is: message-list prompts, reward_model.gro
   skip_unless_present();
   TempDir dir;
   const std::string d = dir.path();
-  write_text(d + "/small_qwen3.json", kSmallQwen3);
-  const std::string model = d + "/model";
-  REQUIRE(run_tandem({"init-model", "--config", d + "/small_qwen3.json", "--tokenizer", kQwen3, "--out", model},
-                     d + "/init.out")
-              .success());
+  const std::string model = small_qwen3(d);
   // GSM8K rows rewritten as verl's preprocessing writes them (its parquet, as JSONL).
   std::ifstream train(kGsm8k + "/train.jsonl");
   std::ofstream verl(d + "/verl.jsonl");
