@@ -154,6 +154,7 @@ ModelWeights load_model_weights(const std::string& model_dir, const ModelConfig&
     if (config.tie_word_embeddings && name == "lm_head.weight") continue;
     const TensorView& view = model.get(name);
     tensors.push_back({name, view.shape, tensor_to_float(view)});
+    release_pages(view);  // the file's copy need not stay resident beside the converted one
   }
   ModelWeights weights(std::move(tensors));
   check_weights(config, weights, model_dir);

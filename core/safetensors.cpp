@@ -207,6 +207,16 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   return file;
 }
 
+void release_pages(const TensorView& view) {
+  if (!view.data || view.bytes == 0) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(view.data) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(view.data) + view.bytes;
+  // A read-only private file mapping: dropped pages come back from the file, so pages
+  // shared with a neighbouring tensor may be dropped too. Advice only: failure is harmless.
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 SafetensorsFile::~SafetensorsFile() {
   if (mapping_) ::munmap(mapping_, mapping_size_);
 }

@@ -32,6 +32,12 @@ struct TensorView {
   int64_t numel() const;
 };
 
+// Tells the kernel that the view's bytes are read: their pages of the mapping leave this
+// process's memory (they are read from the file again if touched). Loading a model
+// calls it after converting each tensor, so the mapped file and the converted weights
+// are not both resident at the peak.
+void release_pages(const TensorView& view);
+
 // Converts any floating dtype (f64, f32, f16, bf16) to float32.
 std::vector<float> tensor_to_float(const TensorView& tensor);
 
