@@ -1,7 +1,5 @@
 #include "controller/early_scoring.h"
 
-#include "core/log.h"
-
 #include <chrono>
 
 namespace tandem {
@@ -36,9 +34,20 @@ void EarlyScoring::submit(std::vector<ScoredSample> samples) {
   wake_.notify_all();
 }
 
+bool EarlyScoring::wait_idle_for(double seconds) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return idle_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return queue_.empty() && !busy_; });
+}
+
 std::map<std::pair<size_t, int64_t>, ScoredSample> EarlyScoring::finish() {
   std::unique_lock<std::mutex> lock(mutex_);
   idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  if (error_) {
+    std::exception_ptr error = error_;
+    error_ = nullptr;
+    done_.clear();
+    std::rethrow_exception(error);
+  }
   return std::move(done_);
 }
 
@@ -63,11 +72,9 @@ void EarlyScoring::run() {
     std::vector<std::vector<RewardOutcome>> by_reward;
     try {
       for (auto& reward : rewards_) by_reward.push_back(reward->score(inputs));
-    } catch (const std::exception& e) {
-      // The batch stays unscored: the training loop scores it after generation, where
-      // the same failure stops the run with its message.
-      log::warn("scoring during generation failed ({}); those samples are scored after generation", e.what());
+    } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();  // for finish(): the run stops with it
       busy_ = false;
       idle_.notify_all();
       continue;

@@ -1,7 +1,9 @@
-// Scoring samples while the rest of the batch is still generating: rollout workers send
-// the samples that finished as progress (rollout_generate with "stream"), and this scores
-// them on a thread of its own, with the run's reward scorers, so that reward time hides
-// under generation time instead of following it.
+// The run's scoring thread. All scoring happens on it, so that the controller's main
+// thread keeps its control plane alive (heartbeats: a worker that hears none for
+// controller_timeout_s exits) while a slow reward works. And samples can be scored while
+// the rest of the batch is still generating: rollout workers send the samples that
+// finished as progress (rollout_generate with "stream"), and this scores them at once,
+// so that reward time hides under generation time instead of following it.
 //
 // The scores are only an early copy: once generation is done, the training loop takes
 // each final sample's scores from here when a sample with the same prompt, index and
@@ -20,6 +22,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,7 +54,11 @@ class EarlyScoring {
   void begin(std::vector<const std::string*> prompts, std::vector<const DataRow*> rows);
   // Queues samples (outcomes empty) for scoring; returns at once.
   void submit(std::vector<ScoredSample> samples);
+  // Whether everything submitted is scored, waiting at most `seconds` for it.
+  bool wait_idle_for(double seconds);
   // Waits until everything submitted is scored; returns the samples by (slot, index).
+  // A scorer that threw (not a sample's error: the scorer itself, e.g. a Python worker
+  // that cannot be restarted) is rethrown here.
   std::map<std::pair<size_t, int64_t>, ScoredSample> finish();
   // Seconds the thread spent scoring since begin().
   double busy_seconds() const { return busy_seconds_; }
@@ -70,6 +77,7 @@ class EarlyScoring {
   std::condition_variable idle_;
   std::map<std::pair<size_t, int64_t>, ScoredSample> done_;
   double busy_seconds_ = 0;
+  std::exception_ptr error_;  // a scorer's exception, for finish()
   std::thread thread_;
 };
 

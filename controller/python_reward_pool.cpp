@@ -86,11 +86,16 @@ std::string PythonRewardPool::what() const {
 }
 
 void PythonRewardPool::set_log_path(const std::string& path) {
-  log_path_ = path;
-  // Restart idle workers so that their output goes to the log from now on.
+  log_path_ = path;  // for workers started from now on
+  // The running ones reopen their output there: no restart (the controller must not stop
+  // heartbeating its other workers for an import's time). No reply comes for this line.
+  const std::string line = nlohmann::json{{"log", path}}.dump() + "\n";
   for (size_t slot = 0; slot < workers_.size(); ++slot) {
-    stop_worker(workers_[slot]);
-    start_worker(slot);
+    if (!write_all(workers_[slot].to_child, line)) {
+      workers_[slot].process.kill_and_reap();
+      stop_worker(workers_[slot]);
+      start_worker(slot);
+    }
   }
   wait_until_ready();
 }

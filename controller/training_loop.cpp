@@ -91,6 +91,23 @@ std::vector<Sample> TrainingLoop::read_samples(const CommandReply& reply) const 
   return samples;
 }
 
+void TrainingLoop::begin_scoring(const std::vector<size_t>& rows, const Dataset& data) {
+  if (!scoring_) scoring_ = std::make_unique<EarlyScoring>(rewards_);
+  std::vector<const std::string*> slot_prompts;
+  std::vector<const DataRow*> slot_rows;
+  for (size_t row : rows) {
+    slot_prompts.push_back(&data.prompt(row));
+    slot_rows.push_back(&data.rows[row]);
+  }
+  scoring_->begin(std::move(slot_prompts), std::move(slot_rows));
+}
+
+std::map<std::pair<size_t, int64_t>, ScoredSample> TrainingLoop::finish_scoring() {
+  // Failures seen meanwhile are recorded by the pool and reported by the next command.
+  while (!scoring_->wait_idle_for(0.02)) pool_.poll_events(0.05);
+  return scoring_->finish();
+}
+
 int64_t TrainingLoop::reward_timeouts() const {
   int64_t total = 0;
   for (const auto& reward : rewards_) total += reward->timeouts();
@@ -113,7 +130,6 @@ int64_t TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size
   // sample, else scored here, every such sample at once per reward.
   std::vector<std::vector<RewardOutcome>> outcomes(samples.size());
   std::vector<size_t> now;  // the samples to score here
-  std::vector<RewardInput> inputs;
   for (size_t i = 0; i < samples.size(); ++i) {
     Sample& s = samples[i];
     s.reward = 0;
@@ -129,15 +145,14 @@ int64_t TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size
     s.text = decode_response(s.tokens);
     now.push_back(i);
   }
-  for (size_t i : now) {
-    const size_t row = rows[samples[i].prompt_slot];
-    inputs.push_back({data.prompt(row), samples[i].text, samples[i].tokens, data.rows[row]});
-  }
-  if (!inputs.empty()) {
-    for (auto& reward : rewards_) {
-      std::vector<RewardOutcome> scored = reward->score(inputs);
-      for (size_t k = 0; k < now.size(); ++k) outcomes[now[k]].push_back(std::move(scored[k]));
-    }
+  if (!now.empty()) {
+    // On the scoring thread, while this one keeps the workers' heartbeats going.
+    begin_scoring(rows, data);
+    std::vector<ScoredSample> batch;
+    for (size_t i : now) batch.push_back({samples[i].prompt_slot, samples[i].sample_index, samples[i].tokens, samples[i].text, {}});
+    scoring_->submit(std::move(batch));
+    std::map<std::pair<size_t, int64_t>, ScoredSample> scored = finish_scoring();
+    for (size_t i : now) outcomes[i] = std::move(scored.at({samples[i].prompt_slot, samples[i].sample_index}).outcomes);
   }
 
   int64_t fallbacks = 0;
@@ -340,39 +355,31 @@ void TrainingLoop::run_step(int64_t step) {
   std::vector<std::vector<int32_t>> prompts;
   for (size_t row : rows) prompts.push_back(prompt_ids_[row]);
   // Samples that finish early are scored on another thread while the rest generate.
-  EarlyScoring* early = nullptr;
+  const bool early = c_.rollout.score_while_generating;
   std::function<void(std::vector<Sample>&&)> on_early;
-  if (c_.rollout.score_while_generating) {
-    if (!early_scoring_) early_scoring_ = std::make_unique<EarlyScoring>(rewards_);
-    early = early_scoring_.get();
-    std::vector<const std::string*> slot_prompts;
-    std::vector<const DataRow*> slot_rows;
-    for (size_t row : rows) {
-      slot_prompts.push_back(&data_.prompt(row));
-      slot_rows.push_back(&data_.rows[row]);
-    }
-    early->begin(std::move(slot_prompts), std::move(slot_rows));
+  if (early) {
+    begin_scoring(rows, data_);
     on_early = [&](std::vector<Sample>&& finished) {
       std::vector<ScoredSample> batch;
       for (Sample& s : finished) batch.push_back({s.prompt_slot, s.sample_index, s.tokens, decode_response(s.tokens), {}});
-      early->submit(std::move(batch));
+      scoring_->submit(std::move(batch));
     };
   }
   std::vector<Sample> samples;
   try {
     samples = generate(step, prompts, std::nullopt, on_early);
   } catch (...) {
-    if (early) early->finish();  // the scorers are this thread's again before anything else runs
+    if (early) scoring_->wait_idle_for(1e9);  // nothing of this step is scored behind the recovery
     throw;
   }
   const double rollout_s = seconds_since(step_start);
 
   Clock::time_point t = Clock::now();
   std::map<std::pair<size_t, int64_t>, ScoredSample> early_scores;
-  if (early) early_scores = early->finish();  // from here the scorers are this thread's again
+  if (early) early_scores = finish_scoring();
   // Scoring time that ran under generation: what the thread spent, less what it spent
   // after generation ended (while this thread waited for it).
-  const double hidden_reward_s = early ? std::max(0.0, early->busy_seconds() - seconds_since(t)) : 0.0;
+  const double hidden_reward_s = early ? std::max(0.0, scoring_->busy_seconds() - seconds_since(t)) : 0.0;
   const int64_t fallbacks = score(samples, rows, data_, &early_scores);
   const double reward_s = seconds_since(t);
 

@@ -169,6 +169,10 @@ class TrainingLoop {
   std::string decode_response(const std::vector<int32_t>& tokens) const;
   // Python reward calls killed for running past timeout_s, since the run started here.
   int64_t reward_timeouts() const;
+  // Starts a batch on the scoring thread: its slots are data.rows[rows[slot]].
+  void begin_scoring(const std::vector<size_t>& rows, const Dataset& data);
+  // Waits for the scoring thread while keeping the control plane alive (heartbeats).
+  std::map<std::pair<size_t, int64_t>, ScoredSample> finish_scoring();
   // training_loop_eval.cpp: every data.val prompt, eval.n responses each, scored; returns
   // the val/* metrics and appends the samples to val_samples.jsonl.
   MetricRow evaluate(int64_t step);
@@ -216,7 +220,8 @@ class TrainingLoop {
   std::vector<std::vector<int32_t>> val_prompt_ids_;
   int64_t skipped_long_prompts_ = 0;             // rows left out as too long (data.on_long_prompt: skip)
   std::vector<std::unique_ptr<RewardScorer>> rewards_;
-  std::unique_ptr<EarlyScoring> early_scoring_;  // rollout.score_while_generating: for the whole run
+  // The run's scoring thread (made at the first score): every reward runs on it.
+  std::unique_ptr<EarlyScoring> scoring_;
   std::optional<PromptOrder> order_;  // set once the workers are up
   std::string shm_name_;  // shm, cuda_ipc: the segment the learners publish to
   std::unique_ptr<MetricsWriter> metrics_;

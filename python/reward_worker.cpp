@@ -9,7 +9,9 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
@@ -26,6 +28,20 @@ FILE* claim_stdout() {
   const int reply_fd = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
   ::dup2(STDERR_FILENO, STDOUT_FILENO);
   return ::fdopen(reply_fd, "w");
+}
+
+// Points stdout (the user's print()) and stderr at `path`, appending.
+void redirect_output(const std::string& path) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    std::fprintf(stderr, "reward-worker: cannot open %s: %s\n", path.c_str(), std::strerror(errno));
+    return;
+  }
+  ::dup2(fd, STDOUT_FILENO);
+  ::dup2(fd, STDERR_FILENO);
+  ::close(fd);
 }
 
 void send(FILE* out, const nlohmann::json& message) {
@@ -202,6 +218,10 @@ int run_reward_worker(const std::string& file, const std::string& function, bool
     nlohmann::json request;
     try {
       request = nlohmann::json::parse(line);
+      if (request.contains("log")) {
+        redirect_output(request["log"].get<std::string>());
+        continue;
+      }
       const nlohmann::json& calls = request.at("calls");
       if (batched) {
         answer_batched(out, fn, calls, function);

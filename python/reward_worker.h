@@ -6,8 +6,9 @@
 // sys.path, so sibling modules import) and writes {"ready": true}, or {"error": TEXT} and
 // exits 1. Then for each request line {"calls": [{"data_source", "solution_str",
 // "ground_truth", "extra_info"}, ...]} it writes one line per call, in order, as soon as
-// that call returns: {"score": S, "parts": {NAME: VALUE}} or {"error": TEXT}. End of
-// input ends the worker (exit 0).
+// that call returns: {"score": S, "parts": {NAME: VALUE}} or {"error": TEXT}. A line
+// {"log": PATH} points the worker's stdout and stderr at PATH (appending; no reply). End
+// of input ends the worker (exit 0).
 //
 // The function has verl's signature, compute_score(data_source, solution_str,
 // ground_truth, extra_info=None), and returns a number (bool and numpy scalars too) or a
