@@ -91,11 +91,7 @@ void PythonRewardPool::set_log_path(const std::string& path) {
   // heartbeating its other workers for an import's time). No reply comes for this line.
   const std::string line = nlohmann::json{{"log", path}}.dump() + "\n";
   for (size_t slot = 0; slot < workers_.size(); ++slot) {
-    if (!write_all(workers_[slot].to_child, line)) {
-      workers_[slot].process.kill_and_reap();
-      stop_worker(workers_[slot]);
-      start_worker(slot);
-    }
+    if (!write_all(workers_[slot].to_child, line)) kill_and_start(slot);
   }
   wait_until_ready();
 }
@@ -129,6 +125,12 @@ void PythonRewardPool::start_worker(size_t slot) {
   worker.ready = false;
   worker.calls.clear();
   worker.answered = 0;
+}
+
+void PythonRewardPool::kill_and_start(size_t slot) {
+  workers_[slot].process.kill_and_reap();
+  stop_worker(workers_[slot]);
+  start_worker(slot);  // clears the slot's calls
 }
 
 void PythonRewardPool::stop_worker(Worker& worker) {
@@ -203,8 +205,7 @@ void PythonRewardPool::replace(size_t slot, const std::string& error, std::deque
   Worker& worker = workers_[slot];
   std::vector<size_t> unanswered(worker.calls.begin() + static_cast<std::ptrdiff_t>(worker.answered),
                                  worker.calls.end());
-  worker.process.kill_and_reap();
-  stop_worker(worker);
+  kill_and_start(slot);
   // A batched worker scores its whole chunk in one call: the error is every sample's.
   const size_t failed = config_.batched ? unanswered.size() : std::min<size_t>(1, unanswered.size());
   for (size_t k = 0; k < failed; ++k) {
@@ -212,7 +213,6 @@ void PythonRewardPool::replace(size_t slot, const std::string& error, std::deque
     done[unanswered[k]] = true;
   }
   for (size_t k = unanswered.size(); k > failed; --k) queue.push_front(unanswered[k - 1]);
-  start_worker(slot);
   wait_until_ready();
 }
 
@@ -223,9 +223,7 @@ void PythonRewardPool::restart_unfinished_workers() {
     if (worker.ready && worker.answered >= worker.calls.size()) continue;
     // Still scoring calls of a score() that ended in an exception, or not started: its
     // late replies would land on this call's samples.
-    worker.process.kill_and_reap();
-    stop_worker(worker);
-    start_worker(slot);
+    kill_and_start(slot);
     restarted = true;
   }
   if (restarted) wait_until_ready();
@@ -274,11 +272,7 @@ std::vector<RewardOutcome> PythonRewardPool::score(const std::vector<RewardInput
                   queue, outcomes, done);
         } else {
           for (size_t k = worker.calls.size(); k > 0; --k) queue.push_front(worker.calls[k - 1]);
-          worker.calls.clear();
-          worker.answered = 0;
-          worker.process.kill_and_reap();
-          stop_worker(worker);
-          start_worker(slot);
+          kill_and_start(slot);
           wait_until_ready();
         }
       }

@@ -53,6 +53,8 @@ class PythonRewardPool : public RewardScorer {
   // Replaces every worker that is not ready or still holds calls of an earlier score().
   void restart_unfinished_workers();
   void stop_worker(Worker& worker);
+  // SIGKILLs the slot's worker and starts a fresh one (not yet ready: wait_until_ready()).
+  void kill_and_start(size_t slot);
   void wait_until_ready();
   // Replaces worker `slot` after it died or timed out: its unanswered calls after the one
   // it was scoring go back to `queue`; that one gets `error`.

@@ -92,7 +92,7 @@ std::vector<Sample> TrainingLoop::read_samples(const CommandReply& reply) const 
 }
 
 void TrainingLoop::begin_scoring(const std::vector<size_t>& rows, const Dataset& data) {
-  if (!scoring_) scoring_ = std::make_unique<EarlyScoring>(rewards_);
+  if (!scoring_) scoring_ = std::make_unique<ScoringThread>(rewards_);
   std::vector<const std::string*> slot_prompts;
   std::vector<const DataRow*> slot_rows;
   for (size_t row : rows) {

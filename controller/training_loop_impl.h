@@ -10,7 +10,7 @@
 #include "actor/tokenizer.h"
 #include "controller/checkpoints.h"
 #include "controller/dataset.h"
-#include "controller/early_scoring.h"
+#include "controller/scoring_thread.h"
 #include "controller/metrics_writer.h"
 #include "controller/progress.h"
 #include "controller/run_inputs.h"
@@ -221,7 +221,7 @@ class TrainingLoop {
   int64_t skipped_long_prompts_ = 0;             // rows left out as too long (data.on_long_prompt: skip)
   std::vector<std::unique_ptr<RewardScorer>> rewards_;
   // The run's scoring thread (made at the first score): every reward runs on it.
-  std::unique_ptr<EarlyScoring> scoring_;
+  std::unique_ptr<ScoringThread> scoring_;
   std::optional<PromptOrder> order_;  // set once the workers are up
   std::string shm_name_;  // shm, cuda_ipc: the segment the learners publish to
   std::unique_ptr<MetricsWriter> metrics_;

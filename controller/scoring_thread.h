@@ -11,7 +11,7 @@
 // itself. Between begin() and finish() the scorers are this object's thread's; after
 // finish() returns they are the caller's again.
 //
-// One EarlyScoring (and one thread) lives for the whole run: reward worker processes it
+// One ScoringThread (and one thread) lives for the whole run: reward worker processes it
 // starts (a Python worker replaced after a timeout) die with the thread that started
 // them (PR_SET_PDEATHSIG), so that thread must not end while they are in use.
 #pragma once
@@ -42,12 +42,12 @@ struct ScoredSample {
   std::vector<RewardOutcome> outcomes;  // [reward entry]
 };
 
-class EarlyScoring {
+class ScoringThread {
  public:
-  explicit EarlyScoring(std::vector<std::unique_ptr<RewardScorer>>& rewards);
-  ~EarlyScoring();
-  EarlyScoring(const EarlyScoring&) = delete;
-  EarlyScoring& operator=(const EarlyScoring&) = delete;
+  explicit ScoringThread(std::vector<std::unique_ptr<RewardScorer>>& rewards);
+  ~ScoringThread();
+  ScoringThread(const ScoringThread&) = delete;
+  ScoringThread& operator=(const ScoringThread&) = delete;
 
   // A new batch: `prompts[slot]` and `rows[slot]` are the prompt text and dataset row of
   // its slots (they must outlive finish()). Clears the busy time.

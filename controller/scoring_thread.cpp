@@ -1,13 +1,13 @@
-#include "controller/early_scoring.h"
+#include "controller/scoring_thread.h"
 
 #include <chrono>
 
 namespace tandem {
 
-EarlyScoring::EarlyScoring(std::vector<std::unique_ptr<RewardScorer>>& rewards)
+ScoringThread::ScoringThread(std::vector<std::unique_ptr<RewardScorer>>& rewards)
     : rewards_(rewards), thread_([this] { run(); }) {}
 
-void EarlyScoring::begin(std::vector<const std::string*> prompts, std::vector<const DataRow*> rows) {
+void ScoringThread::begin(std::vector<const std::string*> prompts, std::vector<const DataRow*> rows) {
   std::lock_guard<std::mutex> lock(mutex_);
   prompts_ = std::move(prompts);
   rows_ = std::move(rows);
@@ -15,7 +15,7 @@ void EarlyScoring::begin(std::vector<const std::string*> prompts, std::vector<co
   busy_seconds_ = 0;
 }
 
-EarlyScoring::~EarlyScoring() {
+ScoringThread::~ScoringThread() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
@@ -25,7 +25,7 @@ EarlyScoring::~EarlyScoring() {
   thread_.join();
 }
 
-void EarlyScoring::submit(std::vector<ScoredSample> samples) {
+void ScoringThread::submit(std::vector<ScoredSample> samples) {
   if (samples.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -34,12 +34,12 @@ void EarlyScoring::submit(std::vector<ScoredSample> samples) {
   wake_.notify_all();
 }
 
-bool EarlyScoring::wait_idle_for(double seconds) {
+bool ScoringThread::wait_idle_for(double seconds) {
   std::unique_lock<std::mutex> lock(mutex_);
   return idle_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return queue_.empty() && !busy_; });
 }
 
-std::map<std::pair<size_t, int64_t>, ScoredSample> EarlyScoring::finish() {
+std::map<std::pair<size_t, int64_t>, ScoredSample> ScoringThread::finish() {
   std::unique_lock<std::mutex> lock(mutex_);
   idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
   if (error_) {
@@ -51,7 +51,7 @@ std::map<std::pair<size_t, int64_t>, ScoredSample> EarlyScoring::finish() {
   return std::move(done_);
 }
 
-void EarlyScoring::run() {
+void ScoringThread::run() {
   while (true) {
     std::vector<ScoredSample> batch;
     {

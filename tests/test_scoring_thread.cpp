@@ -1,7 +1,7 @@
-// Scoring during generation (controller/early_scoring.h): samples submitted while others
+// Scoring during generation (controller/scoring_thread.h): samples submitted while others
 // generate are scored on a thread of their own by the run's scorers, each reward once
 // per sample, and handed back keyed by (prompt slot, sample index).
-#include "controller/early_scoring.h"
+#include "controller/scoring_thread.h"
 
 #include <doctest/doctest.h>
 
@@ -29,7 +29,7 @@ TEST_CASE("submitted samples are scored on another thread by every reward, and h
   }, 1));
   const std::string p0 = "p0", p1 = "p1";
   const DataRow r0 = {{"answer", "10"}}, r1 = {{"answer", "11"}};
-  EarlyScoring early(rewards);
+  ScoringThread early(rewards);
   early.begin({&p0, &p1}, {&r0, &r1});
   early.submit({{0, 0, {1, 2}, "abc", {}}, {1, 0, {3}, "bad", {}}});
   early.submit({});
@@ -59,20 +59,29 @@ TEST_CASE("submitted samples are scored on another thread by every reward, and h
   CHECK(calls == 4);
 }
 
-TEST_CASE("an EarlyScoring destroyed with work queued ends: at most the batch in progress is scored") {
+TEST_CASE("a ScoringThread destroyed with work queued ends: only the batch in progress is scored") {
   std::vector<std::unique_ptr<RewardScorer>> rewards;
   std::atomic<int> calls{0};
+  std::atomic<bool> release{false};
   rewards.push_back(make_native_scorer([&](const RewardInput&) {
     ++calls;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // held until the test lets go
     return RewardResult{1.0, {}};
   }, 1));
   const std::string p = "p";
   const DataRow r;
+  std::thread letting_go;
   {
-    EarlyScoring early(rewards);
-    early.begin({&p}, {&r});
-    for (int64_t i = 0; i < 50; ++i) early.submit({{0, i, {1}, "x", {}}});
-  }  // returns after at most the batch in progress
-  CHECK(calls <= 50);  // what was queued behind the batch in progress was dropped, not scored
+    ScoringThread scoring(rewards);
+    scoring.begin({&p}, {&r});
+    scoring.submit({{0, 0, {1}, "x", {}}});
+    while (calls == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // that batch is in progress
+    for (int64_t i = 1; i < 50; ++i) scoring.submit({{0, i, {1}, "x", {}}});
+    letting_go = std::thread([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      release = true;
+    });
+  }  // the destructor drops the 49 queued samples and waits for the one in progress
+  letting_go.join();
+  CHECK(calls == 1);
 }
