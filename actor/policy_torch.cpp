@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <limits>
 
 namespace tandem {
 
@@ -29,6 +30,14 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
   at::Tensor x2 = x.narrow(-1, half, half);
   at::Tensor rotated = at::cat({-x2, x1}, -1);
   return x * cos + rotated * sin;
+}
+
+// Whether every row is segment 1 then padding (segment 0), never anything after padding.
+bool one_sequence_per_row(const at::Tensor& segments) {
+  if (segments.size(1) < 2) return segments.le(1).all().item<bool>();
+  at::Tensor later = segments.narrow(1, 1, segments.size(1) - 1);
+  at::Tensor earlier = segments.narrow(1, 0, segments.size(1) - 1);
+  return segments.le(1).all().item<bool>() && later.le(earlier).all().item<bool>();
 }
 
 }  // namespace
@@ -119,7 +128,7 @@ ModelWeights PolicyModel::to_weights() const {
 }
 
 at::Tensor PolicyModel::attention(const at::Tensor& x, int64_t layer, const at::Tensor& cos, const at::Tensor& sin,
-                                  const at::Tensor& mask) const {
+                                  const at::Tensor& bias) const {
   const ModelConfig& c = config_;
   const std::string p = "model.layers." + std::to_string(layer) + ".self_attn.";
   const int64_t batch = x.size(0), length = x.size(1);
@@ -143,8 +152,8 @@ at::Tensor PolicyModel::attention(const at::Tensor& x, int64_t layer, const at::
     k = k.repeat_interleave(group, 1);
     v = v.repeat_interleave(group, 1);
   }
-  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)).to(at::kFloat) / std::sqrt(static_cast<double>(c.head_dim));
-  scores = scores.masked_fill(mask.logical_not(), -std::numeric_limits<float>::infinity());
+  at::Tensor scores =
+      at::matmul(q, k.transpose(-2, -1)).to(at::kFloat).mul_(1.0 / std::sqrt(static_cast<double>(c.head_dim))).add_(bias);
   at::Tensor probs = at::softmax(scores, -1).to(v.scalar_type());
   at::Tensor out = at::matmul(probs, v).transpose(1, 2).reshape({batch, length, c.q_size()});
   at::Tensor o_bias = c.o_proj_bias() ? param(p + "o_proj.bias") : at::Tensor();
@@ -177,12 +186,21 @@ PolicyModel::LayerContext PolicyModel::layer_context(const TokenLayout& layout, 
   LayerContext context;
   context.cos = angles.cos().to(dtype);
   context.sin = angles.sin().to(dtype);
-  // mask[b, 1, i, j]: token i may attend to token j.
+  const float blocked = -std::numeric_limits<float>::infinity();
+  at::Tensor causal = at::ones({length, length}, at::kBool).tril();
+  if (one_sequence_per_row(layout.segment_ids)) {
+    // Padding only follows a row's sequence, so causality alone keeps every real token off
+    // it; a padding query reads real tokens before it, which is harmless (nothing reads
+    // padding outputs) and keeps its softmax finite.
+    context.bias = at::zeros({length, length}, at::kFloat).masked_fill_(causal.logical_not(), blocked);
+    return context;
+  }
+  // allowed[b, i, j]: token i may attend to token j (a padding token only to itself).
   at::Tensor seg_i = layout.segment_ids.unsqueeze(2);
   at::Tensor seg_j = layout.segment_ids.unsqueeze(1);
-  at::Tensor causal = at::ones({length, length}, at::kBool).tril();
   at::Tensor diagonal = at::eye(length, at::kBool);
-  context.mask = (seg_i.eq(seg_j).logical_and(seg_j.ne(0)).logical_and(causal)).logical_or(diagonal).unsqueeze(1);
+  at::Tensor allowed = (seg_i.eq(seg_j).logical_and(seg_j.ne(0)).logical_and(causal)).logical_or(diagonal);
+  context.bias = at::zeros(allowed.sizes(), at::kFloat).masked_fill_(allowed.logical_not(), blocked).unsqueeze(1);
   return context;
 }
 
@@ -190,7 +208,7 @@ at::Tensor PolicyModel::layer(int64_t layer, const at::Tensor& x, const LayerCon
   const ModelConfig& c = config_;
   const std::string p = "model.layers." + std::to_string(layer) + ".";
   at::Tensor y = x + attention(rms_norm(x, param(p + "input_layernorm.weight"), c.rms_norm_eps), layer, context.cos,
-                               context.sin, context.mask);
+                               context.sin, context.bias);
   at::Tensor h = rms_norm(y, param(p + "post_attention_layernorm.weight"), c.rms_norm_eps);
   at::Tensor gated =
       at::silu(at::linear(h, param(p + "mlp.gate_proj.weight"))) * at::linear(h, param(p + "mlp.up_proj.weight"));
@@ -203,14 +221,16 @@ at::Tensor PolicyModel::final_norm(const at::Tensor& x) const {
   return rms_norm(x, param("model.norm.weight"), config_.rms_norm_eps);
 }
 
-at::Tensor PolicyModel::lm_head(const at::Tensor& normed) const {
+at::Tensor PolicyModel::head_weight() const {
   const at::Tensor& weight =
       config_.tie_word_embeddings ? param("model.embed_tokens.weight") : param("lm_head.weight");
   // Padded ids (model_config.h, sampled_vocab) get no logit: softmax runs over the ids the
   // rollout engine can draw, so both compute the same distribution.
-  if (config_.sampled_vocab() == config_.vocab_size) return at::linear(normed, weight).to(at::kFloat);
-  return at::linear(normed, weight.narrow(0, 0, config_.sampled_vocab())).to(at::kFloat);
+  if (config_.sampled_vocab() == config_.vocab_size) return weight;
+  return weight.narrow(0, 0, config_.sampled_vocab());
 }
+
+at::Tensor PolicyModel::lm_head(const at::Tensor& normed) const { return at::linear(normed, head_weight()).to(at::kFloat); }
 
 TokenLogProbs token_logprobs(const at::Tensor& logits, const TokenLayout& layout, double temperature) {
   TANDEM_CHECK(temperature > 0, "temperature must be positive, got {}", temperature);

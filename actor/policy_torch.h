@@ -45,7 +45,10 @@ class PolicyModel {
   // head(layer(L-1, ... layer(0, embed(layout), context) ...)).
   struct LayerContext {
     at::Tensor cos, sin;  // [B, 1, L, head_dim] rotary tables
-    at::Tensor mask;      // [B, 1, L, L] bool: query i may attend to key j
+    // Added to the attention scores: 0 where query i may attend to key j, -inf elsewhere.
+    // [L, L] (causal, shared by every row) when each row holds one sequence followed by
+    // padding; [B, 1, L, L] for packed rows.
+    at::Tensor bias;
   };
   at::Tensor embed(const TokenLayout& layout) const;  // [B, L, hidden]
   LayerContext layer_context(const TokenLayout& layout, at::ScalarType dtype) const;
@@ -54,6 +57,8 @@ class PolicyModel {
   at::Tensor final_norm(const at::Tensor& x) const;  // the last hidden state a head reads [B, L, hidden]
   // Logits [B, L, config.sampled_vocab()] float32: padded ids (model_config.h) are left out.
   at::Tensor lm_head(const at::Tensor& normed) const;
+  // The weight lm_head multiplies by, [config.sampled_vocab(), hidden] (tied: a view of the embeddings).
+  at::Tensor head_weight() const;
   // The last layer's output, before the final norm: embed and every layer.
   at::Tensor trunk(const TokenLayout& layout) const;
 
@@ -67,7 +72,7 @@ class PolicyModel {
  private:
   const at::Tensor& param(const std::string& name) const;
   at::Tensor attention(const at::Tensor& x, int64_t layer, const at::Tensor& cos, const at::Tensor& sin,
-                       const at::Tensor& mask) const;
+                       const at::Tensor& bias) const;
 
   ModelConfig config_;
   std::vector<std::pair<std::string, at::Tensor>> parameters_;

@@ -1,14 +1,17 @@
 // `tandem`: one binary for every role. Parses the command line and dispatches.
 #include "controller/cli.h"
+#include "controller/openmp_waits.h"
 #include "core/error.h"
 #include "python/reward_worker.h"
 
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <string_view>
 
 int main(int argc, char** argv) {
   using namespace tandem;
+  if (argc > 1 && std::string_view(argv[1]) == "worker") reexec_with_passive_openmp_waits(argv);
   CLI::App app{"tandem: reinforcement learning for language-model policies"};
   app.require_subcommand(1);
   app.option_defaults()->always_capture_default();  // --help shows each option's default

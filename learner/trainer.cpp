@@ -1,5 +1,6 @@
 #include "learner/trainer.h"
 
+#include "learner/head_logprobs.h"
 #include "learner/trainer_impl.h"
 
 #include <c10/core/InferenceMode.h>
@@ -109,18 +110,29 @@ ModelWeights Trainer::Impl::full_weights(std::vector<WeightTensor>* value_head) 
   return weights;
 }
 
-std::pair<at::Tensor, at::Tensor> Trainer::Impl::response_logprobs(const at::Tensor& logits,
-                                                                   const MicroBatch& batch) const {
-  TokenLogProbs lp = token_logprobs(logits, batch.layout, options.temperature);
-  return {response_values(lp.logprobs, batch), response_values(lp.entropy, batch)};
+std::pair<at::Tensor, at::Tensor> Trainer::Impl::response_logprobs(const PolicyModel& policy, const at::Tensor& normed,
+                                                                   const MicroBatch& batch, double temperature) const {
+  const int64_t rows = normed.size(0), length = normed.size(1), responses = batch.mask.size(1);
+  // Response token t of row b sits at position p = response_position[b, t] and is
+  // predicted by the hidden state at p - 1. Cells past a row's response are left out.
+  const at::Tensor row_start = (at::arange(rows, at::kLong) * length).unsqueeze(1);
+  const at::Tensor cells = batch.mask.flatten().nonzero().squeeze(1);
+  const at::Tensor position = (row_start + batch.response_position).flatten().index_select(0, cells);
+  const at::Tensor hidden = normed.reshape({rows * length, normed.size(2)}).index_select(0, position - 1);
+  const at::Tensor targets = batch.layout.input_ids.flatten().index_select(0, position);
+  HeadLogProbs head = head_logprobs(hidden, policy.head_weight(), targets, temperature);
+  const at::Tensor zeros = at::zeros({rows * responses}, head.logprobs.options());
+  return {zeros.index_copy(0, cells, head.logprobs).view({rows, responses}),
+          zeros.index_copy(0, cells, head.entropy).view({rows, responses})};
 }
 
-ActorObjectiveInputs Trainer::Impl::objective_inputs(const at::Tensor& logits, const MicroBatch& batch) const {
-  auto [logprobs, entropy] = response_logprobs(logits, batch);
+ActorObjectiveInputs Trainer::Impl::objective_inputs(const at::Tensor& normed, const MicroBatch& batch) const {
+  auto [logprobs, entropy] = response_logprobs(model, normed, batch, options.temperature);
   ActorObjectiveInputs in{logprobs, batch.old_logprobs, batch.advantages, batch.mask, batch.ref_logprobs, entropy};
   if (reference && !in.ref_logprobs.defined()) {
     c10::InferenceMode guard;
-    in.ref_logprobs = response_logprobs(reference->forward(batch.layout), batch).first;
+    const at::Tensor reference_normed = reference->final_norm(reference->trunk(batch.layout));
+    in.ref_logprobs = response_logprobs(*reference, reference_normed, batch, options.temperature).first;
   }
   return in;
 }
@@ -131,9 +143,9 @@ at::Tensor Trainer::Impl::response_state_values(const at::Tensor& normed, const 
   return response_values(before, batch);
 }
 
-ObjectiveResult Trainer::Impl::supervised_objective(const at::Tensor& logits, const MicroBatch& batch,
+ObjectiveResult Trainer::Impl::supervised_objective(const at::Tensor& normed, const MicroBatch& batch,
                                                     const AggregationScale& scale) const {
-  const at::Tensor logprobs = response_values(token_logprobs(logits, batch.layout, 1.0).logprobs, batch);
+  const at::Tensor logprobs = response_logprobs(model, normed, batch, 1.0).first;
   ObjectiveResult result;
   result.loss = -(logprobs * batch.mask).sum() / std::max(1.0, scale.tokens);
   result.metrics.loss = result.loss.item<double>();
@@ -144,8 +156,8 @@ ObjectiveResult Trainer::Impl::supervised_objective(const at::Tensor& logits, co
 ObjectiveResult Trainer::Impl::objective_from_trunk(const at::Tensor& trunk, const MicroBatch& batch,
                                                     const AggregationScale& scale) {
   const at::Tensor normed = model.final_norm(trunk);
-  if (supervised) return supervised_objective(model.lm_head(normed), batch, scale);
-  ObjectiveResult result = actor_objective(objective_inputs(model.lm_head(normed), batch), objective, scale);
+  if (supervised) return supervised_objective(normed, batch, scale);
+  ObjectiveResult result = actor_objective(objective_inputs(normed, batch), objective, scale);
   if (!critic()) return result;
   TANDEM_CHECK(batch.returns.defined(),
                "advantage gae: every training sample needs old_values and returns (from Trainer::values and the "
@@ -406,7 +418,7 @@ std::vector<std::vector<float>> Trainer::values(const std::vector<TrainingSample
 std::vector<std::vector<float>> Trainer::response_logprobs(const std::vector<TrainingSample>& samples) {
   Impl& m = *impl_;
   return m.per_response_token(samples, [&m](const at::Tensor& trunk, const MicroBatch& batch) {
-    return m.response_logprobs(m.model.lm_head(m.model.final_norm(trunk)), batch).first;
+    return m.response_logprobs(m.model, m.model.final_norm(trunk), batch, m.options.temperature).first;
   });
 }
 

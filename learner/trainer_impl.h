@@ -25,13 +25,16 @@ enum class Strategy { ddp, zero2, fsdp };
 struct Trainer::Impl {
   Impl(const ModelConfig& config, const ModelWeights& weights, const TrainerOptions& o, Collectives& c);
 
-  // Log-probs and entropies [B, T] of the micro-batch's response tokens from logits [B, L, V].
-  std::pair<at::Tensor, at::Tensor> response_logprobs(const at::Tensor& logits, const MicroBatch& batch) const;
+  // Log-probs and entropies [B, T] of the micro-batch's response tokens under `policy`, from
+  // its final-normed hidden states [B, L, H]. Only the response tokens' rows reach the head,
+  // and their logits are never whole (learner/head_logprobs.h).
+  std::pair<at::Tensor, at::Tensor> response_logprobs(const PolicyModel& policy, const at::Tensor& normed,
+                                                      const MicroBatch& batch, double temperature) const;
   AggregationScale global_scale(const std::vector<TrainingSample>& share);
   // Forward and backward of one micro-batch; gradients land where the strategy keeps them.
   ObjectiveMetrics micro_batch(const MicroBatch& batch, const AggregationScale& scale);
   ObjectiveMetrics fsdp_micro_batch(const MicroBatch& batch, const AggregationScale& scale);  // trainer_fsdp.cpp
-  ActorObjectiveInputs objective_inputs(const at::Tensor& logits, const MicroBatch& batch) const;
+  ActorObjectiveInputs objective_inputs(const at::Tensor& normed, const MicroBatch& batch) const;
   // The micro-batch's loss from the last layer's output: the actor objective, plus the
   // weighted critic objective when there is a value head.
   ObjectiveResult objective_from_trunk(const at::Tensor& trunk, const MicroBatch& batch,
@@ -62,7 +65,7 @@ struct Trainer::Impl {
   double synchronise_and_step(AdamW& optimizer, double learning_rate);
   // The supervised warm-up's loss: token-mean cross-entropy of the response tokens
   // (temperature 1), its denominator counted over the whole batch across ranks.
-  ObjectiveResult supervised_objective(const at::Tensor& logits, const MicroBatch& batch,
+  ObjectiveResult supervised_objective(const at::Tensor& normed, const MicroBatch& batch,
                                        const AggregationScale& scale) const;
 
   // This rank's parameter values and gradients that the optimizer steps: ddp the whole
