@@ -1,14 +1,32 @@
-// bench/rollout_cpu: generation throughput of the rollout engine's CPU backend against
-// plain libtorch loops (no KV cache; a simple growing KV cache) on the same weights in
-// the same run, for the tiny and small presets at several batch sizes. Also times the
-// backend's matrix product (Eigen, split over our pool) against at::linear, the choice
-// between Eigen and libtorch ops the engine is built on.
+// bench/rollout_cpu: generation speed of the rollout engine's CPU backend against
+// llama.cpp's prebuilt CPU library on the same F32 weights, threads and batch sizes.
 //
-// Prints one JSON line per measurement and one per (preset, batch) with the ratios.
-// Usage: rollout_cpu [--presets tiny,small] [--batches 1,8,64] [--prompt-tokens 16]
-//                    [--new-tokens 32] [--threads 0] [--repeats 3]
+// For each model and batch size B: B prompts of --prompt-tokens fixed pseudo-random ids
+// (bench_prompt_token, the same ids for both), --new-tokens new tokens each, greedy,
+// every sequence running the full length. Prefill (all B prompts in one step, which also
+// samples each first token) and decode (the remaining --new-tokens - 1 steps of B tokens)
+// are timed separately, --repeats times after one short warm-up run; figures are medians
+// with the min and max over the repeats. The engine's side is timed around step(); its
+// decode line also carries the engine's own split of decode time: forward (the model,
+// logits included) and sample (host sampling, log-probs, stop checks); the rest is
+// scheduling. llama.cpp's side is bench/llama_cpp_decode.c, compiled with `cc` at bench
+// time against scripts/fetch_llama_cpp.sh's libraries, run on an F32 GGUF export of the
+// same weights (write_gguf_model): one llama_batch per step, llama_decode, argmax.
+//
+// One JSON line per (model, impl, batch, phase) and one per (model, batch) with the ratios
+// tandem / llama.cpp (above 1: tandem is faster) and the goal of issue 15 where it has one
+// (decode: 1x at batch 1, 2x at batch 32 and above). Each line carries the 1-minute load
+// average, so figures taken on a busy machine say so.
+// Options: `rollout_cpu --help`. The full comparison (both default models, 2 threads) takes
+// 30-40 minutes on 2 idle cores; measure on an idle machine: llama.cpp's threads spin
+// at barriers, and on a busy machine its 2-thread runs slow down by 10-100x.
+#include "actor/gguf_model.h"
+#include "actor/model_weights.h"
 #include "actor/policy_torch.h"
 #include "actor/presets.h"
+#include "core/error.h"
+#include "core/files.h"
+#include "core/process.h"
 #include "core/text.h"
 #include "rollout/cpu_ops.h"
 #include "rollout/engine.h"
@@ -18,58 +36,294 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
-#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
-#include <cstring>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
 #include <random>
-#include <thread>
+#include <set>
+#include <sstream>
 
 using namespace tandem;
 using Clock = std::chrono::steady_clock;
+using Json = nlohmann::ordered_json;
 
 namespace {
 
+constexpr const char* kUsage = R"(Usage: rollout_cpu [options]
+Generation speed (prefill and decode tokens/s, medians with min and max) of tandem's rollout
+engine on CPU against llama.cpp's prebuilt CPU library, on the same F32 weights.
+
+  --model M            a model tandem loads: a Hugging Face directory, a .gguf or llama2.c
+                       .bin file, builtin:tiny|small, or shape:qwen3-0.6b (random weights of
+                       Qwen3-0.6B's shape, made in memory). Repeat for several models.
+                       Default: builtin:small and shape:qwen3-0.6b.
+  --threads N          CPU threads for both engines (default 2)
+  --batches LIST       comma-separated batch sizes (default 1,8,32)
+  --prompt-tokens N    prompt length (default 16)
+  --new-tokens N       new tokens per sequence, at least 2 (default 64)
+  --repeats N          timed runs per (model, batch), after one warm-up (default 3)
+  --llama-cpp DIR      llama.cpp's lib/ and src/ (default $TANDEM_LLAMA_CPP, else
+                       build/test-assets/llama.cpp from scripts/fetch_llama_cpp.sh)
+  --no-llama-cpp       time tandem only
+  --torch              also time a plain libtorch loop with a growing KV cache (whole
+                       generation, prefill included) and Eigen's matrix product against
+                       at::linear on the small preset's MLP shape
+  --help               this text
+Output: JSON lines on stdout; progress on stderr.
+)";
+
+// Qwen3-0.6B's config.json (Hugging Face Qwen/Qwen3-0.6B), the shape of shape:qwen3-0.6b.
+constexpr const char* kQwen3_0_6B = R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+  "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16,
+  "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
+  "rope_theta": 1000000, "rms_norm_eps": 1e-06, "tie_word_embeddings": true, "hidden_act": "silu",
+  "bos_token_id": 151643, "eos_token_id": 151645, "torch_dtype": "float32"})";
+
 struct Args {
-  std::vector<std::string> presets = {"tiny", "small"};
-  std::vector<int64_t> batches = {1, 8, 64};
+  std::vector<std::string> models;  // empty: the defaults
+  int threads = 2;
+  std::vector<int64_t> batches = {1, 8, 32};
   int64_t prompt_tokens = 16;
-  int64_t new_tokens = 32;
-  int threads = 0;
+  int64_t new_tokens = 64;
   int repeats = 3;
+  std::string llama_cpp;
+  bool run_llama_cpp = true;
+  bool torch = false;
 };
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string key = argv[i], value = argv[i + 1];
-    if (key == "--presets") a.presets = split(value, ',');
+  const char* env = std::getenv("TANDEM_LLAMA_CPP");
+  a.llama_cpp = env && *env ? env : TANDEM_SOURCE_DIR "/build/test-assets/llama.cpp";
+  for (int i = 1; i < argc; ++i) {
+    const std::string key = argv[i];
+    if (key == "--no-llama-cpp") { a.run_llama_cpp = false; continue; }
+    if (key == "--torch") { a.torch = true; continue; }
+    static const std::set<std::string> kValued = {"--model",      "--threads", "--batches",  "--prompt-tokens",
+                                                  "--new-tokens", "--repeats", "--llama-cpp"};
+    if (!kValued.count(key)) throw Error(fmt::format("unknown option {} (see --help)", key));
+    if (i + 1 >= argc) throw Error(fmt::format("{} needs a value (see --help)", key));
+    const std::string value = argv[++i];
+    if (key == "--model") a.models.push_back(value);
+    else if (key == "--threads") a.threads = std::stoi(value);
     else if (key == "--batches") {
       a.batches.clear();
       for (const std::string& b : split(value, ',')) a.batches.push_back(std::stoll(b));
     } else if (key == "--prompt-tokens") a.prompt_tokens = std::stoll(value);
     else if (key == "--new-tokens") a.new_tokens = std::stoll(value);
-    else if (key == "--threads") a.threads = std::stoi(value);
     else if (key == "--repeats") a.repeats = std::stoi(value);
-    else throw std::runtime_error("unknown option " + key);
+    else a.llama_cpp = value;
   }
+  if (a.models.empty()) a.models = {"builtin:small", "shape:qwen3-0.6b"};
+  TANDEM_CHECK(a.threads > 0 && a.prompt_tokens > 0 && a.new_tokens >= 2 && a.repeats > 0 && !a.batches.empty(),
+               "--threads, --prompt-tokens and --repeats must be positive, --new-tokens at least 2");
+  for (int64_t b : a.batches) TANDEM_CHECK(b > 0, "batch sizes must be positive");
   return a;
 }
 
-// Best of `repeats` wall times: the least disturbed run on a shared machine.
-template <class Fn>
-double best_seconds(int repeats, Fn fn) {
-  double best = 1e300;
-  for (int r = 0; r < repeats; ++r) {
-    auto start = Clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+double load_average() {
+  double one_minute = -1;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &one_minute) != 1) one_minute = -1;
+    std::fclose(f);
   }
-  return best;
+  return one_minute;
+}
+
+void emit(Json line) {
+  line["loadavg_1m"] = load_average();
+  std::printf("%s\n", line.dump().c_str());
+  std::fflush(stdout);
+}
+
+// `x` to `decimals` places: the figures are not that precise, and the lines stay readable.
+double rounded(double x, int decimals) {
+  const double scale = std::pow(10.0, decimals);
+  return std::round(x * scale) / scale;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+double median_rate(double tokens, const std::vector<double>& seconds) {
+  std::vector<double> rates;
+  for (double s : seconds) rates.push_back(tokens / s);
+  return median_of(rates);
+}
+
+// {"median", "min", "max"} of tokens / seconds[i].
+Json rate_spread(double tokens, const std::vector<double>& seconds) {
+  const auto [fastest, slowest] = std::minmax_element(seconds.begin(), seconds.end());
+  return Json{{"median", rounded(median_rate(tokens, seconds), 1)},
+              {"min", rounded(tokens / *slowest, 1)},
+              {"max", rounded(tokens / *fastest, 1)}};
+}
+
+// splitmix64 of (b, t): fixed pseudo-random prompt ids, the same in bench/llama_cpp_decode.c.
+int32_t bench_prompt_token(int64_t b, int64_t t, int64_t vocab) {
+  uint64_t z = (static_cast<uint64_t>(b) << 32 | static_cast<uint64_t>(t)) + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<int32_t>(z % static_cast<uint64_t>(vocab));
+}
+
+struct BenchModel {
+  std::string name;
+  ModelConfig config;
+  ModelWeights weights;
+};
+
+BenchModel load_bench_model(const std::string& spec) {
+  BenchModel m;
+  m.name = spec;
+  if (spec == "shape:qwen3-0.6b") {
+    m.config = parse_model_config(kQwen3_0_6B, "Qwen3-0.6B's config.json");
+    m.weights = random_model_weights(m.config, 1);
+    return m;
+  }
+  const std::string dir = resolve_model_path(spec);
+  m.config = read_model_config(dir + "/config.json");
+  m.weights = load_model_weights(dir, m.config);
+  return m;
+}
+
+// Per-repeat wall times of one implementation at one batch size.
+struct Timings {
+  int64_t prefill_tokens = 0, decode_tokens = 0;  // per run
+  std::vector<double> prefill_s, decode_s;
+  std::vector<double> decode_forward_s, decode_sample_s;  // tandem only: the engine's split of decode_s
+};
+
+// ---- llama.cpp ------------------------------------------------------------------------
+
+std::string compile_llama_cpp_harness(const std::string& root, const std::string& build_dir) {
+  if (!std::filesystem::exists(root + "/lib/libllama.so") || !std::filesystem::exists(root + "/src/include/llama.h")) {
+    throw Error(fmt::format("llama.cpp is absent from {}: run scripts/fetch_llama_cpp.sh (npm and the network), "
+                            "pass --llama-cpp DIR, or --no-llama-cpp",
+                            root));
+  }
+  const std::string out = build_dir + "/llama_cpp_decode", log = build_dir + "/cc.log";
+  ChildProcess cc = ChildProcess::spawn(
+      {"/usr/bin/env", "cc", "-O2", "-o", out, TANDEM_SOURCE_DIR "/bench/llama_cpp_decode.c", "-I" + root + "/src/include",
+       "-I" + root + "/src/ggml/include", "-L" + root + "/lib", "-lllama", "-lggml", "-lggml-base",
+       "-Wl,-rpath," + root + "/lib", "-lm"},
+      {log, false});
+  const auto status = cc.wait_for(300);
+  if (!status || !status->success()) {
+    throw Error(fmt::format("compiling bench/llama_cpp_decode.c failed: {}", read_file(log).value_or("")));
+  }
+  return out;
+}
+
+// Runs the harness on `gguf` for every batch size; timings by batch size.
+std::map<int64_t, Timings> run_llama_cpp(const std::string& harness, const std::string& root, const std::string& gguf,
+                                         const Args& args, const std::string& work_dir) {
+  std::string batches;
+  for (int64_t b : args.batches) batches += (batches.empty() ? "" : ",") + std::to_string(b);
+  const std::string log = work_dir + "/llama_cpp.out";
+  std::filesystem::remove(log);
+  ChildProcess run = ChildProcess::spawn({harness, root + "/lib", gguf, std::to_string(args.threads), batches,
+                                          std::to_string(args.prompt_tokens), std::to_string(args.new_tokens),
+                                          std::to_string(args.repeats)},
+                                         {log, false});
+  const auto status = run.wait_for(24 * 3600);
+  const std::string out = read_file(log).value_or("");
+  if (!status || !status->success()) throw Error(fmt::format("llama.cpp on {}: {}", gguf, out));
+  std::map<int64_t, Timings> by_batch;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("{\"impl\"", 0) != 0) continue;
+    const Json j = Json::parse(line);
+    Timings& t = by_batch[j.at("batch").get<int64_t>()];
+    t.prefill_tokens = j.at("prefill_tokens").get<int64_t>();
+    t.decode_tokens = j.at("decode_tokens").get<int64_t>();
+    t.prefill_s = j.at("prefill_seconds").get<std::vector<double>>();
+    t.decode_s = j.at("decode_seconds").get<std::vector<double>>();
+  }
+  return by_batch;
+}
+
+// ---- tandem ---------------------------------------------------------------------------
+
+std::vector<GenerationRequest> bench_requests(int64_t batch, int64_t prompt_tokens, int64_t new_tokens, int64_t vocab) {
+  std::vector<GenerationRequest> requests;
+  for (int64_t b = 0; b < batch; ++b) {
+    GenerationRequest r;
+    r.id = static_cast<uint64_t>(b);
+    for (int64_t t = 0; t < prompt_tokens; ++t) r.prompt.push_back(bench_prompt_token(b, t, vocab));
+    r.max_new_tokens = new_tokens;
+    r.ignore_eos = true;         // every sequence runs the full length, as in llama.cpp's loop
+    r.sampling.temperature = 0;  // greedy, against llama.cpp's argmax
+    r.seed = static_cast<uint64_t>(b);
+    requests.push_back(std::move(r));
+  }
+  return requests;
+}
+
+// One run to completion; a step that runs any prompt token counts as prefill, the rest as
+// decode. Appends this run's times to `t` (token counts are per run).
+void tandem_run(RolloutEngine& engine, const std::vector<GenerationRequest>& requests, Timings& t) {
+  for (const GenerationRequest& r : requests) engine.add_request(r);
+  double prefill = 0, decode = 0, forward = 0, sample = 0;
+  int64_t prefill_tokens = 0, decode_tokens = 0;
+  while (engine.has_unfinished()) {
+    const EngineStats before = engine.stats();
+    const auto start = Clock::now();
+    engine.step();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const EngineStats& after = engine.stats();
+    if (after.prefill_tokens != before.prefill_tokens) {
+      prefill += seconds;
+      prefill_tokens += after.prefill_tokens - before.prefill_tokens;
+    } else {
+      decode += seconds;
+      decode_tokens += after.decode_tokens - before.decode_tokens;
+      forward += after.forward_seconds - before.forward_seconds;
+      sample += after.sample_seconds - before.sample_seconds;
+    }
+  }
+  t.prefill_tokens = prefill_tokens;
+  t.decode_tokens = decode_tokens;
+  t.prefill_s.push_back(prefill);
+  t.decode_s.push_back(decode);
+  t.decode_forward_s.push_back(forward);
+  t.decode_sample_s.push_back(sample);
+}
+
+Timings time_tandem(RolloutEngine& engine, const Args& args, int64_t batch, int64_t vocab) {
+  Timings warm, t;
+  tandem_run(engine, bench_requests(batch, args.prompt_tokens, std::min<int64_t>(args.new_tokens, 4), vocab), warm);
+  const std::vector<GenerationRequest> requests = bench_requests(batch, args.prompt_tokens, args.new_tokens, vocab);
+  for (int r = 0; r < args.repeats; ++r) tandem_run(engine, requests, t);
+  return t;
+}
+
+// ---- libtorch (--torch) ---------------------------------------------------------------
+
+// Median of `repeats` wall times.
+template <class Fn>
+double median_seconds(int repeats, Fn fn) {
+  std::vector<double> seconds;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = Clock::now();
+    fn();
+    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return median_of(seconds);
 }
 
 void bench_linear(ThreadPool& pool, int repeats) {
-  // The small preset's MLP up-projection: [batch, 256] x [768, 256]^T.
+  // The small preset's MLP up-projection: [rows, 256] x [768, 256]^T.
   const int64_t in = 256, out = 768;
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
@@ -81,73 +335,130 @@ void bench_linear(ThreadPool& pool, int repeats) {
     for (float& v : x) v = normal(rng);
     at::Tensor x_t = at::from_blob(x.data(), {rows, in}, at::kFloat);
     const int calls = static_cast<int>(std::max<int64_t>(20, 20000 / rows));
-    double ours = best_seconds(repeats, [&] {
+    const double ours = median_seconds(repeats, [&] {
       for (int i = 0; i < calls; ++i) cpu::linear(pool, x.data(), rows, in, w.data(), nullptr, out, y.data());
     }) / calls;
-    double torch = best_seconds(repeats, [&] {
+    const double torch = median_seconds(repeats, [&] {
       c10::InferenceMode guard;
       for (int i = 0; i < calls; ++i) at::linear(x_t, w_t);
     }) / calls;
     const double flops = 2.0 * rows * in * out;
-    fmt::print("{{\"bench\":\"rollout_cpu\",\"op\":\"linear\",\"rows\":{},\"in\":{},\"out\":{},\"eigen_us\":{:.2f},"
-               "\"torch_us\":{:.2f},\"eigen_gflops\":{:.2f},\"torch_gflops\":{:.2f},\"speedup_vs_torch\":{:.2f}}}\n",
-               rows, in, out, ours * 1e6, torch * 1e6, flops / ours / 1e9, flops / torch / 1e9, torch / ours);
+    emit({{"bench", "rollout_cpu"}, {"op", "linear"}, {"rows", rows}, {"in", in}, {"out", out},
+          {"eigen_us", rounded(ours * 1e6, 2)}, {"torch_us", rounded(torch * 1e6, 2)},
+          {"eigen_gflops", rounded(flops / ours / 1e9, 2)}, {"torch_gflops", rounded(flops / torch / 1e9, 2)},
+          {"speedup_vs_torch", rounded(torch / ours, 2)}});
+  }
+}
+
+// ---- the comparison -------------------------------------------------------------------
+
+void emit_phase(const std::string& model, const char* impl, int64_t batch, const char* phase, int64_t tokens,
+                const std::vector<double>& seconds, const Args& args, Json extra = Json::object()) {
+  Json line = {{"bench", "rollout_cpu"}, {"model", model},     {"impl", impl},
+               {"batch", batch},         {"phase", phase},     {"threads", args.threads},
+               {"tokens", tokens},       {"repeats", args.repeats},
+               {"tokens_per_s", rate_spread(static_cast<double>(tokens), seconds)}};
+  line.update(extra);
+  emit(line);
+}
+
+void bench_model(const std::string& spec, const Args& args, const std::string& harness, const std::string& work_dir) {
+  std::fprintf(stderr, "rollout_cpu: loading %s\n", spec.c_str());
+  BenchModel m = load_bench_model(spec);
+  const ModelConfig config = m.config;
+  emit({{"bench", "rollout_cpu"}, {"model", m.name}, {"model_type", config.model_type},
+        {"parameters", parameter_count(config)}, {"weight_mib_f32", rounded(parameter_count(config) * 4.0 / (1 << 20), 1)},
+        {"threads", args.threads}, {"prompt_tokens", args.prompt_tokens}, {"new_tokens", args.new_tokens}});
+
+  std::map<int64_t, Timings> llama;
+  if (!harness.empty()) {
+    const std::string gguf = work_dir + "/model-f32.gguf";
+    std::fprintf(stderr, "rollout_cpu: writing %s, running llama.cpp\n", gguf.c_str());
+    write_gguf_model(gguf, config, m.weights, "", GgufTensorType::gguf_f32);  // token ids only, no tokenizer
+    llama = run_llama_cpp(harness, args.llama_cpp, gguf, args, work_dir);
+    std::filesystem::remove(gguf);
+  }
+
+  std::unique_ptr<PolicyModel> torch_model;
+  if (args.torch) torch_model = std::make_unique<PolicyModel>(config, m.weights, at::kFloat);
+  const int64_t max_batch = *std::max_element(args.batches.begin(), args.batches.end());
+  EngineOptions options;
+  options.threads = args.threads;
+  // Room for every sequence of the largest batch, and its whole prefill in one step, as
+  // llama.cpp gets (its n_ubatch is sized the same way).
+  const int64_t blocks_per_sequence = (args.prompt_tokens + args.new_tokens + options.block_size - 1) / options.block_size;
+  const int64_t kv_bytes_per_token = 2 * config.num_hidden_layers * config.kv_size() * int64_t{sizeof(float)};
+  options.kv_cache_bytes = std::max(options.kv_cache_bytes,
+                                    (max_batch * blocks_per_sequence + 2) * options.block_size * kv_bytes_per_token);
+  options.max_batch_tokens = std::max(options.max_batch_tokens, max_batch * args.prompt_tokens);
+  options.max_running = std::max(options.max_running, max_batch);
+  std::fprintf(stderr, "rollout_cpu: running tandem\n");
+  RolloutEngine engine(config, std::move(m.weights), options);
+
+  for (int64_t batch : args.batches) {
+    const Timings t = time_tandem(engine, args, batch, config.vocab_size);
+    emit_phase(m.name, "tandem", batch, "prefill", t.prefill_tokens, t.prefill_s, args);
+    emit_phase(m.name, "tandem", batch, "decode", t.decode_tokens, t.decode_s, args,
+               {{"decode_seconds_median", rounded(median_of(t.decode_s), 6)},
+                {"forward_seconds_median", rounded(median_of(t.decode_forward_s), 6)},
+                {"sample_seconds_median", rounded(median_of(t.decode_sample_s), 6)}});
+    Json ratio = {{"bench", "rollout_cpu"}, {"model", m.name}, {"batch", batch}, {"threads", args.threads}};
+    if (const auto it = llama.find(batch); it != llama.end()) {
+      const Timings& l = it->second;
+      emit_phase(m.name, "llama.cpp", batch, "prefill", l.prefill_tokens, l.prefill_s, args);
+      emit_phase(m.name, "llama.cpp", batch, "decode", l.decode_tokens, l.decode_s, args,
+                 {{"decode_seconds_median", rounded(median_of(l.decode_s), 6)}});
+      const double decode_ratio = median_rate(t.decode_tokens, t.decode_s) / median_rate(l.decode_tokens, l.decode_s);
+      ratio["decode_ratio_vs_llama_cpp"] = rounded(decode_ratio, 3);
+      ratio["prefill_ratio_vs_llama_cpp"] =
+          rounded(median_rate(t.prefill_tokens, t.prefill_s) / median_rate(l.prefill_tokens, l.prefill_s), 3);
+      // Issue 15's goal: at least llama.cpp's decode speed at batch 1, twice it at 32 and above.
+      if (batch == 1 || batch >= 32) {
+        const double goal = batch == 1 ? 1.0 : 2.0;
+        ratio["decode_goal"] = goal;
+        ratio["decode_meets_goal"] = decode_ratio >= goal;
+      }
+    }
+    if (torch_model) {
+      std::vector<std::vector<int32_t>> prompts;
+      for (const GenerationRequest& r : bench_requests(batch, args.prompt_tokens, 1, config.vocab_size)) {
+        prompts.push_back(r.prompt);
+      }
+      const double seconds = median_seconds(args.repeats, [&] {
+        bench::torch_generate_kv_cache(*torch_model, prompts, args.new_tokens, 1);
+      });
+      const double tandem_seconds = median_of(t.prefill_s) + median_of(t.decode_s);
+      emit({{"bench", "rollout_cpu"}, {"model", m.name}, {"impl", "torch_kv_cache"}, {"batch", batch},
+            {"phase", "generate"}, {"seconds_median", rounded(seconds, 6)},
+            {"tokens_per_s", rounded(static_cast<double>(batch * args.new_tokens) / seconds, 1)}});
+      ratio["generate_ratio_vs_torch_kv_cache"] = rounded(seconds / tandem_seconds, 3);
+    }
+    emit(ratio);
   }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  Args args = parse(argc, argv);
-  const int threads = args.threads > 0 ? args.threads : static_cast<int>(std::thread::hardware_concurrency());
-  at::set_num_threads(threads);
-  ThreadPool pool(threads);
-  fmt::print("{{\"bench\":\"rollout_cpu\",\"threads\":{},\"torch_threads\":{},\"prompt_tokens\":{},\"new_tokens\":{}}}\n",
-             threads, at::get_num_threads(), args.prompt_tokens, args.new_tokens);
-  bench_linear(pool, args.repeats);
-
-  for (const std::string& preset : args.presets) {
-    const ModelConfig config = model_preset_config(preset);
-    const ModelWeights weights = random_model_weights(config, 1);
-    PolicyModel torch_model(config, weights, at::kFloat);
-    EngineOptions options;
-    options.threads = threads;
-    RolloutEngine engine(config, weights, options);
-    std::mt19937_64 rng(7);
-    for (int64_t batch : args.batches) {
-      std::vector<std::vector<int32_t>> prompts(batch);
-      std::vector<GenerationRequest> requests;
-      for (int64_t b = 0; b < batch; ++b) {
-        for (int64_t t = 0; t < args.prompt_tokens; ++t) prompts[b].push_back(static_cast<int32_t>(rng() % 256));
-        GenerationRequest r;
-        r.id = static_cast<uint64_t>(b);
-        r.prompt = prompts[b];
-        r.max_new_tokens = args.new_tokens;
-        r.ignore_eos = true;  // every sample runs the full length, as in the baselines
-        r.seed = static_cast<uint64_t>(b);
-        requests.push_back(r);
-      }
-      const double tokens = static_cast<double>(batch * args.new_tokens);
-      engine.generate(requests);  // warm-up: workspaces, page faults
-      const double engine_s = best_seconds(args.repeats, [&] { engine.generate(requests); });
-      const double kv_s = best_seconds(args.repeats, [&] { bench::torch_generate_kv_cache(torch_model, prompts, args.new_tokens, 1); });
-      const double no_cache_s = best_seconds(std::min(args.repeats, 2), [&] {
-        bench::torch_generate_no_cache(torch_model, prompts, args.new_tokens, 1);
-      });
-      // Same math, same generator: the two baselines must draw the same tokens.
-      const bool baselines_agree = bench::torch_generate_kv_cache(torch_model, prompts, 8, 3) ==
-                                   bench::torch_generate_no_cache(torch_model, prompts, 8, 3);
-      for (auto [name, seconds] : {std::pair<const char*, double>{"tandem_engine", engine_s},
-                                   {"torch_kv_cache", kv_s}, {"torch_no_cache", no_cache_s}}) {
-        fmt::print("{{\"bench\":\"rollout_cpu\",\"preset\":\"{}\",\"batch\":{},\"impl\":\"{}\",\"seconds\":{:.4f},"
-                   "\"tokens_per_s\":{:.1f}}}\n",
-                   preset, batch, name, seconds, tokens / seconds);
-      }
-      fmt::print("{{\"bench\":\"rollout_cpu\",\"preset\":\"{}\",\"batch\":{},\"ratio_vs_torch_kv_cache\":{:.2f},"
-                 "\"ratio_vs_torch_no_cache\":{:.2f},\"baselines_agree\":{}}}\n",
-                 preset, batch, kv_s / engine_s, no_cache_s / engine_s, baselines_agree ? "true" : "false");
-      std::fflush(stdout);
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
     }
   }
-  return 0;
+  try {
+    const Args args = parse(argc, argv);
+    TempDir work("tandem-rollout-cpu-");
+    const std::string harness = args.run_llama_cpp ? compile_llama_cpp_harness(args.llama_cpp, work.path()) : "";
+    if (args.torch) {
+      at::set_num_threads(args.threads);
+      ThreadPool pool(args.threads);
+      bench_linear(pool, args.repeats);
+    }
+    for (const std::string& model : args.models) bench_model(model, args, harness, work.path());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rollout_cpu: %s\n", e.what());
+    return 1;
+  }
 }
