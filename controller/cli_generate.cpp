@@ -77,9 +77,13 @@ int cli_generate(const GenerateArgs& args) {
                   prompt_texts[s.request_id].c_str(), text.c_str());
     }
   }
-  std::fprintf(stderr, "generated %lld tokens in %.2f s (%.0f tokens/s, %lld engine steps, %lld preemptions, %s)\n",
+  const EngineStats& stats = engine.stats();
+  std::fprintf(stderr,
+               "generated %lld tokens in %.2f s (%.0f tokens/s, %lld engine steps, %lld preemptions, %lld prompt "
+               "tokens prefilled, %lld shared, %s)\n",
                static_cast<long long>(generated), seconds, generated / std::max(seconds, 1e-9),
-               static_cast<long long>(engine.stats().steps), static_cast<long long>(engine.stats().preemptions),
+               static_cast<long long>(stats.steps), static_cast<long long>(stats.preemptions),
+               static_cast<long long>(stats.prefill_tokens), static_cast<long long>(stats.prefill_tokens_saved),
                engine.backend_name().c_str());
   return 0;
 }

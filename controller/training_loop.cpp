@@ -51,8 +51,12 @@ std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::
   WorkerPool::ProgressHandler on_progress;
   if (on_early) on_progress = [&](CommandReply&& progress) { on_early(read_samples(progress)); };
   std::vector<Sample> samples;
+  last_prefill_ = {};
   for (const CommandReply& reply : collect(std::move(all), on_progress)) {
     for (Sample& sample : read_samples(reply)) samples.push_back(std::move(sample));
+    const nlohmann::json stats = nlohmann::json::parse(reply.reply.body).value("stats", nlohmann::json::object());
+    last_prefill_.computed += stats.value("prefill_tokens", int64_t{0});
+    last_prefill_.saved += stats.value("prefill_tokens_saved", int64_t{0});
   }
   TANDEM_CHECK(samples.size() == prompts.size() * static_cast<size_t>(n),
                "the rollout workers returned {} samples for {} prompts x {}", samples.size(), prompts.size(), n);
@@ -373,6 +377,7 @@ void TrainingLoop::run_step(int64_t step) {
     throw;
   }
   const double rollout_s = seconds_since(step_start);
+  const PrefillCounts prefill = last_prefill_;  // before evaluation generates again
 
   Clock::time_point t = Clock::now();
   std::map<std::pair<size_t, int64_t>, ScoredSample> early_scores;
@@ -441,6 +446,8 @@ void TrainingLoop::run_step(int64_t step) {
                          {"time/sync_s", sync_s},
                          {"time/step_s", step_s},
                          {"perf/rollout_tokens_per_s", static_cast<double>(response_tokens) / rollout_s},
+                         {"rollout/prefill_tokens", static_cast<double>(prefill.computed)},
+                         {"rollout/prefill_tokens_saved", static_cast<double>(prefill.saved)},
                          {"perf/train_tokens_per_s", static_cast<double>(response_tokens) / train_s},
                          {"perf/worker_restarts", static_cast<double>(restarts_)}});
   if (!std::isnan(probe_diff)) row.emplace_back("sync/probe_logprob_max_diff", probe_diff);

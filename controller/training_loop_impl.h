@@ -243,6 +243,13 @@ class TrainingLoop {
   std::optional<WeightGroup> group_;
   int64_t groups_made_ = 0;
   int64_t restarts_ = 0;            // worker restarts so far (launcher.max_restarts)
+  // The rollout engines' prompt work in the latest generate(), summed over the workers'
+  // replies: tokens prefilled, and prompt tokens not run thanks to rollout.prefix_sharing.
+  struct PrefillCounts {
+    int64_t computed = 0;
+    int64_t saved = 0;
+  };
+  PrefillCounts last_prefill_;
 };
 
 inline int64_t host_cores() { return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())); }

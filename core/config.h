@@ -103,6 +103,7 @@ struct RolloutConfig {
   bool score_while_generating = true;  // stream finished samples to the rewards during generation
   std::string dtype = "bf16";        // cuda: weights, activations and KV cache ("bf16" | "fp32")
   double gpu_memory_fraction = 0.85;  // cuda: share of the GPU memory free after weights and workspace for the KV cache
+  bool prefix_sharing = true;  // the samples of a prompt prefill it once and share its KV blocks
 };
 
 struct OptimizerConfig {

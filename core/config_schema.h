@@ -134,6 +134,9 @@ template <class V> void describe(V& v, RolloutConfig& c) {
   v.field("gpu_memory_fraction", c.gpu_memory_fraction, strictly_between(0.0, 1.0),
           "CUDA backend: fraction of the GPU memory free after weights and workspace given to the KV cache "
           "(kv_cache_mb applies to the CPU backend only)");
+  v.field("prefix_sharing", c.prefix_sharing,
+          "the samples of a prompt prefill it once and share its KV blocks, copy-on-write (same tokens and "
+          "log-probs; rollout/prefill_tokens_saved); false: each sample prefills its prompt");
 }
 
 template <class V> void describe(V& v, OptimizerConfig& c) {

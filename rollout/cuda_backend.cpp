@@ -67,6 +67,7 @@ class CudaBackend final : public ModelBackend {
   void update_weights(const ModelWeights& update) override;
   int64_t kv_blocks() const override { return num_blocks_; }
   void forward(const ForwardBatch& batch, std::vector<float>& logits) override;
+  void copy_kv_blocks(const std::vector<KvBlockCopy>& copies) override;
   std::string name() const override { return fmt::format("cuda {} ({})", dtype_name<T>(), device_name_); }
 
  private:
@@ -529,6 +530,30 @@ void CudaBackend<T>::final_rows(std::vector<float>& logits) {
                                static_cast<size_t>(count * vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream),
                "copying logits to the host", "cudaMemcpyAsync");
   }
+}
+
+template <typename T>
+void CudaBackend<T>::copy_kv_blocks(const std::vector<KvBlockCopy>& copies) {
+  use_device();
+  const ModelConfig& c = config_;
+  // A block's keys (or values) of one layer are contiguous: one copy per layer and kind.
+  // (One 2D copy over the 2 x num_layers planes would do, but a plane can exceed the 2 GiB
+  // pitch limit of 2D copies on a large cache; copies happen once per shared prompt block.)
+  const int64_t block_elements = block_size_ * c.num_key_value_heads * c.head_dim;
+  const size_t block_bytes = static_cast<size_t>(block_elements) * sizeof(T);
+  for (const KvBlockCopy& copy : copies) {
+    TANDEM_CHECK(copy.from >= 0 && copy.from < num_blocks_ && copy.to >= 0 && copy.to < num_blocks_,
+                 "rollout cuda backend: KV block copy {} -> {} outside the cache's {} blocks", copy.from, copy.to,
+                 num_blocks_);
+    for (const kernels::PagedKvCache<T>& layer : cache_layers_) {
+      for (T* plane : {layer.key, layer.value}) {
+        cuda_check(cudaMemcpyAsync(plane + copy.to * block_elements, plane + copy.from * block_elements, block_bytes,
+                                   cudaMemcpyDeviceToDevice, stream_.get()),
+                   "copy-on-write of a shared KV block", "cudaMemcpyAsync");
+      }
+    }
+  }
+  // No synchronisation: the step's forward runs after the copies on the same stream.
 }
 
 template <typename T>

@@ -29,6 +29,7 @@ EngineOptions engine_options(const RolloutConfig& rollout) {
   o.device = rollout.device;
   o.dtype = rollout.dtype;
   o.gpu_memory_fraction = rollout.gpu_memory_fraction;
+  o.prefix_sharing = rollout.prefix_sharing;
   return o;
 }
 
@@ -66,7 +67,8 @@ struct RolloutEngine::Impl {
       : options(checked(options)),
         model(make_model_backend(config, std::move(weights), options)),
         blocks(model->kv_blocks()),
-        scheduler(blocks, SchedulerOptions{options.block_size, options.max_batch_tokens, options.max_running}),
+        scheduler(blocks, SchedulerOptions{options.block_size, options.max_batch_tokens, options.max_running,
+                                           options.prefix_sharing}),
         detokenize(std::move(detokenize)) {}
 
   static const EngineOptions& checked(const EngineOptions& o) {
@@ -173,9 +175,9 @@ void RolloutEngine::add_request(const GenerationRequest& r) {
 
 std::vector<GeneratedSample> RolloutEngine::step() {
   Impl& m = *impl_;
-  std::vector<ScheduledChunk> chunks = m.scheduler.plan();
+  const ScheduledStep plan = m.scheduler.plan();
   std::vector<GeneratedSample> finished;
-  if (chunks.empty()) return finished;
+  if (plan.chunks.empty()) return finished;
   ++stats_.steps;
   stats_.preemptions = m.scheduler.preemptions();
   stats_.kv_blocks_peak = std::max(stats_.kv_blocks_peak, m.blocks.total() - m.blocks.free_count());
@@ -184,15 +186,27 @@ std::vector<GeneratedSample> RolloutEngine::step() {
   batch.tokens.clear();
   batch.sequences.clear();
   batch.logit_rows.clear();
-  std::vector<SampleState*> sampling;  // in logit-row order
-  for (const ScheduledChunk& chunk : chunks) {
+  std::vector<SampleState*> sampling;   // samples drawing a token this step
+  std::vector<int64_t> sampling_rows;   // ... and the logit row each draws from
+  const Sequence* last_drawing = nullptr;  // the latest chunk with a logit row, for its prompt's sharers
+  for (const ScheduledChunk& chunk : plan.chunks) {
     auto* s = static_cast<SampleState*>(chunk.sequence);
+    if (chunk.logits_of) {  // a sharer: no tokens, the prefill's logits
+      TANDEM_CHECK(chunk.logits_of == last_drawing, "a sharer's chunk does not follow its prompt's prefill");
+      sampling.push_back(s);
+      sampling_rows.push_back(static_cast<int64_t>(batch.logit_rows.size()) - 1);
+      s->cached = chunk.end;
+      stats_.prefill_tokens_saved += chunk.end;
+      continue;
+    }
     const int64_t begin = static_cast<int64_t>(batch.tokens.size());
     batch.tokens.insert(batch.tokens.end(), s->tokens.begin() + chunk.begin, s->tokens.begin() + chunk.end);
     batch.sequences.push_back({begin, static_cast<int64_t>(batch.tokens.size()), chunk.begin, s->block_table.data()});
     if (chunk.end == static_cast<int64_t>(s->tokens.size())) {
       batch.logit_rows.push_back(static_cast<int64_t>(batch.tokens.size()) - 1);
       sampling.push_back(s);
+      sampling_rows.push_back(static_cast<int64_t>(batch.logit_rows.size()) - 1);
+      last_drawing = s;
     }
     s->cached = chunk.end;
     // A started sample running one token is decoding; anything else fills the cache
@@ -200,6 +214,7 @@ std::vector<GeneratedSample> RolloutEngine::step() {
     if (!(s->started && chunk.end - chunk.begin == 1)) stats_.prefill_tokens += chunk.end - chunk.begin;
   }
   const auto forward_start = std::chrono::steady_clock::now();
+  if (!plan.copies.empty()) m.model->copy_kv_blocks(plan.copies);
   m.model->forward(batch, m.logits);
   const auto sample_start = std::chrono::steady_clock::now();
   stats_.forward_seconds += std::chrono::duration<double>(sample_start - forward_start).count();
@@ -213,7 +228,7 @@ std::vector<GeneratedSample> RolloutEngine::step() {
     const int64_t position = static_cast<int64_t>(s->tokens.size());  // where the new token goes
     const double u = uniform_from_counter(s->seed, static_cast<uint64_t>(position));
     // Rows are vocab_size wide; only the ids a tokenizer has are drawn (model_config.h).
-    m.drawn[r] = sampler.sample(&m.logits[r * c.vocab_size], c.sampled_vocab(), s->request->request.sampling, u);
+    m.drawn[r] = sampler.sample(&m.logits[sampling_rows[r] * c.vocab_size], c.sampled_vocab(), s->request->request.sampling, u);
   };
   const int64_t rows = static_cast<int64_t>(sampling.size());
   if (rows > 1 && rows * c.vocab_size >= kParallelSamplingValues) {
@@ -273,6 +288,7 @@ std::vector<GeneratedSample> RolloutEngine::step() {
       m.samples.erase(s->self);
     }
   }
+  stats_.kv_blocks_used = m.blocks.total() - m.blocks.free_count();
   stats_.sample_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - sample_start).count();
   return finished;
 }

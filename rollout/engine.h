@@ -38,6 +38,10 @@ struct EngineOptions {
   // cuda only: at most this many KV blocks; 0: no cap beyond what max_running sequences of
   // max_position_embeddings tokens can use. Tests set it to force preemption.
   int64_t max_kv_blocks = 0;
+  // Samples with the same prompt (a request's n, or identical prompts) prefill it once and
+  // share its KV blocks, copy-on-write (rollout.prefix_sharing; rollout/scheduler.h).
+  // Results are bit-identical either way; off only to measure what it saves.
+  bool prefix_sharing = true;
 };
 
 // The engine options a rollout config asks for (rollout.kv_cache_mb, rollout.device, ...).
@@ -46,10 +50,12 @@ EngineOptions engine_options(const RolloutConfig& rollout);
 struct EngineStats {
   int64_t steps = 0;
   int64_t prefill_tokens = 0;  // tokens run to fill the cache (prompts, recomputation after preemption)
+  int64_t prefill_tokens_saved = 0;  // prompt tokens not run: another sample of the same prompt prefilled them
   int64_t decode_tokens = 0;   // tokens sampled
   int64_t preemptions = 0;
   int64_t kv_blocks_total = 0;
   int64_t kv_blocks_peak = 0;  // most blocks in use at once
+  int64_t kv_blocks_used = 0;  // blocks in use after the latest step (0 once all samples are done)
   double forward_seconds = 0;  // wall time in the backend's forward, logits on the host included
   double sample_seconds = 0;   // wall time sampling and checking stops on the host
 };

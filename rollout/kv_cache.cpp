@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 
+#include <algorithm>
+
 namespace tandem {
 
 int64_t kv_cache_blocks_for_budget(int64_t budget_bytes, const KvCacheShape& shape) {
@@ -23,7 +25,18 @@ KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
   values_.assign(static_cast<size_t>(shape.num_layers), std::vector<float>(per_layer));
 }
 
-BlockAllocator::BlockAllocator(int64_t num_blocks) : total_(num_blocks), in_use_(static_cast<size_t>(num_blocks)) {
+void KvCache::copy_block(int32_t from, int32_t to) {
+  TANDEM_CHECK(from >= 0 && from < shape_.num_blocks && to >= 0 && to < shape_.num_blocks,
+               "KV block copy {} -> {} outside the cache's {} blocks", from, to, shape_.num_blocks);
+  const int64_t count = shape_.block_size * shape_.num_kv_heads * shape_.head_dim;
+  for (int64_t layer = 0; layer < shape_.num_layers; ++layer) {
+    std::copy_n(key(layer, from, 0), count, key(layer, to, 0));
+    std::copy_n(value(layer, from, 0), count, value(layer, to, 0));
+  }
+}
+
+BlockAllocator::BlockAllocator(int64_t num_blocks)
+    : total_(num_blocks), references_(static_cast<size_t>(num_blocks)) {
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
 }
 
@@ -31,14 +44,18 @@ int32_t BlockAllocator::allocate() {
   if (free_.empty()) return -1;
   int32_t block = free_.back();
   free_.pop_back();
-  in_use_[block] = true;
+  references_[block] = 1;
   return block;
 }
 
+void BlockAllocator::share(int32_t block) {
+  TANDEM_CHECK(block >= 0 && block < total_ && references_[block] > 0, "sharing block {} that is not allocated", block);
+  ++references_[block];
+}
+
 void BlockAllocator::release(int32_t block) {
-  TANDEM_CHECK(block >= 0 && block < total_ && in_use_[block], "releasing block {} that is not allocated", block);
-  in_use_[block] = false;
-  free_.push_back(block);
+  TANDEM_CHECK(block >= 0 && block < total_ && references_[block] > 0, "releasing block {} that is not allocated", block);
+  if (--references_[block] == 0) free_.push_back(block);
 }
 
 }  // namespace tandem

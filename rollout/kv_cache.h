@@ -3,6 +3,10 @@
 // sits in block table[p / block_size], slot p % block_size. Blocks of any sequence can be
 // anywhere, so memory is never fragmented and a finished or preempted sequence frees
 // whole blocks for the next one. The CUDA backend uses the same plan with device memory.
+//
+// Blocks are reference-counted so that sequences with the same prompt (the samples of a
+// group) can list the same prompt blocks: a block is written only by a sequence that holds
+// the one reference to it, so a shared block is copied first (copy-on-write, KvBlockCopy).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +40,8 @@ class KvCache {
   const float* value(int64_t layer, int64_t block, int64_t slot) const {
     return values_[layer].data() + offset(block, slot);
   }
+  // Keys and values of every slot of block `from`, all layers, into block `to`.
+  void copy_block(int32_t from, int32_t to);
 
  private:
   int64_t offset(int64_t block, int64_t slot) const {
@@ -46,20 +52,32 @@ class KvCache {
   std::vector<std::vector<float>> values_;  // same layout
 };
 
-// Free-list of block ids. Allocation order is deterministic (lowest id first).
+// A copy-on-write the scheduler plans: block `to` (fresh) gets all of block `from`'s keys
+// and values before the step's forward writes into it.
+struct KvBlockCopy {
+  int32_t from = 0;
+  int32_t to = 0;
+};
+
+// Free-list of block ids with a reference count per block. Allocation order is
+// deterministic (lowest id first).
 class BlockAllocator {
  public:
   explicit BlockAllocator(int64_t num_blocks);
   int64_t total() const { return total_; }
   int64_t free_count() const { return static_cast<int64_t>(free_.size()); }
-  // -1 when none is free.
+  // A block with one reference; -1 when none is free.
   int32_t allocate();
+  // One more sequence lists this allocated block.
+  void share(int32_t block);
+  // Drops one reference; the block is free again when none is left.
   void release(int32_t block);
+  int32_t references(int32_t block) const { return references_[block]; }
 
  private:
   int64_t total_;
   std::vector<int32_t> free_;  // a stack: the next block to hand out is at the back
-  std::vector<bool> in_use_;
+  std::vector<int32_t> references_;  // per block; 0: free
 };
 
 }  // namespace tandem

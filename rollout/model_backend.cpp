@@ -25,6 +25,9 @@ class CpuBackend final : public ModelBackend {
   void update_weights(const ModelWeights& update) override { model_.update_weights(update); }
   int64_t kv_blocks() const override { return cache_.shape().num_blocks; }
   void forward(const ForwardBatch& batch, std::vector<float>& logits) override { model_.forward(batch, cache_, logits); }
+  void copy_kv_blocks(const std::vector<KvBlockCopy>& copies) override {
+    for (const KvBlockCopy& c : copies) cache_.copy_block(c.from, c.to);
+  }
   std::string name() const override { return "cpu"; }
 
  private:

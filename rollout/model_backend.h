@@ -13,6 +13,7 @@
 
 #include "actor/model_config.h"
 #include "actor/model_weights.h"
+#include "rollout/kv_cache.h"
 
 #include <cstdint>
 #include <memory>
@@ -50,6 +51,10 @@ class ModelBackend {
   // positions the block tables give, and writes host fp32 logits [logit_rows.size(), vocab]
   // to `logits` (resized).
   virtual void forward(const ForwardBatch& batch, std::vector<float>& logits) = 0;
+  // Copies whole blocks (keys and values of every slot and layer), in order: the
+  // scheduler's copy-on-write of blocks that sequences shared, run before the step's
+  // forward. Exact copies, so sharing changes no result.
+  virtual void copy_kv_blocks(const std::vector<KvBlockCopy>& copies) = 0;
   // "cpu", or "cuda bf16 (<device name>)": for logs and errors.
   virtual std::string name() const = 0;
 };

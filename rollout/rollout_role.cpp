@@ -113,11 +113,16 @@ struct RolloutState {
         last_sent = Clock::now();
       };
     }
+    const EngineStats before = e.stats();
     const std::vector<GeneratedSample> samples = e.generate(requests, stream);
     SampleFrames frames = encode_samples(samples);
-    const EngineStats& stats = e.stats();
+    const EngineStats& after = e.stats();
     nlohmann::json reply = {{"samples", frames.index},
-                            {"stats", {{"decode_tokens", stats.decode_tokens}, {"preemptions", stats.preemptions}}}};
+                            {"stats",
+                             {{"decode_tokens", after.decode_tokens - before.decode_tokens},
+                              {"prefill_tokens", after.prefill_tokens - before.prefill_tokens},
+                              {"prefill_tokens_saved", after.prefill_tokens_saved - before.prefill_tokens_saved},
+                              {"preemptions", after.preemptions - before.preemptions}}}};
     return {reply.dump(), {frames.tokens, frames.logprobs}};
   }
 

@@ -10,6 +10,9 @@ namespace {
 
 bool by_arrival(const Sequence* a, const Sequence* b) { return a->arrival < b->arrival; }
 
+// Nothing of it is cached and it has drawn no token: it can share a prompt's prefill.
+bool is_new(const Sequence* s) { return s->cached == 0 && static_cast<int64_t>(s->tokens.size()) == s->prompt_length; }
+
 }  // namespace
 
 Scheduler::Scheduler(BlockAllocator& blocks, const SchedulerOptions& options) : blocks_(blocks), options_(options) {
@@ -24,6 +27,17 @@ void Scheduler::add(Sequence* sequence) {
 }
 
 bool Scheduler::grow(Sequence* sequence, int64_t tokens) {
+  // Copy-on-write. Blocks before the one holding position `cached` are full and never
+  // written again, so only those from it on are checked.
+  std::vector<int32_t>& table = sequence->block_table;
+  for (size_t i = static_cast<size_t>(sequence->cached / options_.block_size); i < table.size(); ++i) {
+    if (blocks_.references(table[i]) == 1) continue;
+    const int32_t copy = blocks_.allocate();
+    if (copy < 0) return false;
+    copies_.push_back({table[i], copy});
+    blocks_.release(table[i]);  // still held by its other sharers
+    table[i] = copy;
+  }
   while (static_cast<int64_t>(sequence->block_table.size()) < blocks_needed(tokens)) {
     int32_t block = blocks_.allocate();
     if (block < 0) return false;
@@ -33,11 +47,57 @@ bool Scheduler::grow(Sequence* sequence, int64_t tokens) {
 }
 
 void Scheduler::release_blocks(Sequence* sequence) {
-  for (int32_t block : sequence->block_table) blocks_.release(block);
+  for (int32_t block : sequence->block_table) {
+    blocks_.release(block);
+    if (blocks_.references(block) == 0) {
+      // A copy planned into it this step (a sequence preempted right after its
+      // copy-on-write) has no reader left.
+      copies_.erase(std::remove_if(copies_.begin(), copies_.end(), [&](const KvBlockCopy& c) { return c.to == block; }),
+                    copies_.end());
+    }
+  }
   sequence->block_table.clear();
 }
 
+void Scheduler::attach_sharers(Sequence* leader) {
+  std::vector<Sequence*> sharers;
+  int64_t room = options_.max_running - holding();
+  for (auto it = waiting_.begin(); it != waiting_.end() && room > 0;) {
+    Sequence* s = *it;
+    if (is_new(s) && s->tokens == leader->tokens) {
+      sharers.push_back(s);
+      it = waiting_.erase(it);
+      --room;
+    } else {
+      ++it;
+    }
+  }
+  if (sharers.empty()) return;
+  sharers_waiting_ += static_cast<int64_t>(sharers.size());
+  sharers_[leader] = std::move(sharers);
+}
+
+void Scheduler::fork_sharers(Sequence* leader, std::vector<ScheduledChunk>& chunks, std::vector<Sequence*>& running) {
+  auto it = sharers_.find(leader);
+  if (it == sharers_.end()) return;
+  for (Sequence* s : it->second) {
+    s->block_table = leader->block_table;
+    for (int32_t block : s->block_table) blocks_.share(block);
+    s->cached = leader->prompt_length;
+    chunks.push_back({s, s->cached, s->cached, leader});
+    running.push_back(s);
+  }
+  sharers_waiting_ -= static_cast<int64_t>(it->second.size());
+  sharers_.erase(it);
+}
+
 void Scheduler::preempt(Sequence* sequence) {
+  // Its sharers wait again, and share the prefill of whichever of them is admitted first.
+  if (auto it = sharers_.find(sequence); it != sharers_.end()) {
+    for (Sequence* s : it->second) add(s);
+    sharers_waiting_ -= static_cast<int64_t>(it->second.size());
+    sharers_.erase(it);
+  }
   release_blocks(sequence);
   sequence->cached = 0;
   running_.erase(std::find(running_.begin(), running_.end(), sequence));
@@ -46,16 +106,19 @@ void Scheduler::preempt(Sequence* sequence) {
 }
 
 void Scheduler::finish(Sequence* sequence) {
+  TANDEM_CHECK(sharers_.count(sequence) == 0, "a sequence finished before its prompt's sharers started");
   release_blocks(sequence);
   auto it = std::find(running_.begin(), running_.end(), sequence);
   TANDEM_CHECK(it != running_.end(), "finishing a sequence that is not running");
   running_.erase(it);
 }
 
-std::vector<ScheduledChunk> Scheduler::plan() {
+ScheduledStep Scheduler::plan() {
   std::vector<ScheduledChunk> chunks;
+  copies_.clear();
   int64_t budget = options_.max_batch_tokens;
   const int64_t preemptions_before = preemptions_;
+  std::vector<Sequence*> forked;
 
   // 1. Running sequences continue: a decode token, or the next chunk of an unfinished
   //    prefill. Out of blocks: preempt from the latest arrival until this one fits.
@@ -73,24 +136,29 @@ std::vector<ScheduledChunk> Scheduler::plan() {
     }
     chunks.push_back({s, s->cached, end});
     budget -= end - s->cached;
+    // Joining running_ after this loop: they run nothing more this step.
+    if (end == static_cast<int64_t>(s->tokens.size())) fork_sharers(s, chunks, forked);
     ++i;
   }
+  running_.insert(running_.end(), forked.begin(), forked.end());
 
   // 2. Admit waiting sequences in arrival order while budget, blocks and the running cap
   //    allow. The first that does not fit stops admission (no overtaking: fairness).
   //    After a preemption nothing is admitted this step: memory is what ran out.
-  while (preemptions_ == preemptions_before && !waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < options_.max_running) {
+  while (preemptions_ == preemptions_before && !waiting_.empty() && budget > 0 && holding() < options_.max_running) {
     Sequence* s = waiting_.front();
     const int64_t end = std::min<int64_t>(static_cast<int64_t>(s->tokens.size()), s->cached + budget);
     if (blocks_.free_count() < blocks_needed(end)) break;
     TANDEM_CHECK(grow(s, end), "block accounting is inconsistent");
     waiting_.pop_front();
     running_.push_back(s);
+    if (options_.prefix_sharing && is_new(s)) attach_sharers(s);
     chunks.push_back({s, s->cached, end});
     budget -= end - s->cached;
+    if (end == static_cast<int64_t>(s->tokens.size())) fork_sharers(s, chunks, running_);
   }
   std::sort(running_.begin(), running_.end(), by_arrival);
-  return chunks;
+  return {std::move(chunks), std::move(copies_)};
 }
 
 }  // namespace tandem

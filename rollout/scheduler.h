@@ -7,12 +7,25 @@
 // preempted: its blocks are freed and it waits to be recomputed (prompt + tokens so far),
 // which gives the same tokens because sampling is counter-based. Nothing here touches
 // model math: plan() only decides and allocates, the engine then runs the plan.
+//
+// Prefix sharing (SchedulerOptions::prefix_sharing): when a new sequence is admitted, the
+// waiting new sequences with the same prompt (the other samples of its group) become its
+// sharers. They wait, outside the queue but counted as running, until its prompt is
+// prefilled; in that step each sharer gets a chunk of no tokens that lists the same KV
+// blocks (reference-counted) and draws its first token from the same logits. The blocks a
+// step writes into must be the writer's alone, so grow() first replaces a shared block by
+// a planned copy (copy-on-write; only a prompt's last, partly filled block is ever written
+// after sharing). Bit-identical to prefilling each sample: the forward is batch-invariant,
+// and a sample's draws depend only on its seed and position. A preempted sample releases
+// its references and is recomputed alone (unless it had drawn no token yet: then it is new
+// again and may share again).
 #pragma once
 
 #include "rollout/kv_cache.h"
 
 #include <cstdint>
 #include <deque>
+#include <unordered_map>
 #include <vector>
 
 namespace tandem {
@@ -29,12 +42,24 @@ struct ScheduledChunk {
   Sequence* sequence = nullptr;
   int64_t begin = 0;  // runs tokens[begin, end); samples a next token when end == tokens.size()
   int64_t end = 0;
+  // A sharer: the chunk of `logits_of`, listed earlier in the same step, prefills their
+  // common prompt. This one runs no tokens (begin == end == prompt_length) and draws its
+  // first token from that chunk's last logits.
+  const Sequence* logits_of = nullptr;
+};
+
+struct ScheduledStep {
+  std::vector<ScheduledChunk> chunks;
+  // Copy-on-write block copies, to run in this order before the step's forward (a block
+  // freed after being copied from may be a later copy's destination).
+  std::vector<KvBlockCopy> copies;
 };
 
 struct SchedulerOptions {
   int64_t block_size = 16;
   int64_t max_batch_tokens = 2048;  // tokens per step, prefill chunks and decodes together
-  int64_t max_running = 256;        // sequences holding KV blocks at once
+  int64_t max_running = 256;        // sequences holding KV blocks at once (sharers waiting on a prefill included)
+  bool prefix_sharing = true;       // samples with the same prompt prefill it once
 };
 
 class Scheduler {
@@ -42,8 +67,8 @@ class Scheduler {
   Scheduler(BlockAllocator& blocks, const SchedulerOptions& options);
 
   void add(Sequence* sequence);  // joins the waiting queue
-  // The next step's work; blocks for it are allocated. Empty when nothing is left.
-  std::vector<ScheduledChunk> plan();
+  // The next step's work; blocks for it are allocated. No chunks when nothing is left.
+  ScheduledStep plan();
   // The sequence is done: its blocks are freed and it leaves the running set.
   void finish(Sequence* sequence);
 
@@ -52,14 +77,26 @@ class Scheduler {
   int64_t blocks_needed(int64_t tokens) const { return (tokens + options_.block_size - 1) / options_.block_size; }
 
  private:
-  bool grow(Sequence* sequence, int64_t tokens);  // blocks for `tokens` positions; false if out of blocks
+  // Blocks for `tokens` positions, the ones written from `cached` on unshared first;
+  // false if out of blocks.
+  bool grow(Sequence* sequence, int64_t tokens);
   void preempt(Sequence* sequence);
   void release_blocks(Sequence* sequence);
+  // Waiting new sequences with the new `leader`'s prompt become its sharers, while the
+  // running cap allows.
+  void attach_sharers(Sequence* leader);
+  // The leader's prompt is prefilled this step: its sharers get its blocks, a chunk each,
+  // and join `running`.
+  void fork_sharers(Sequence* leader, std::vector<ScheduledChunk>& chunks, std::vector<Sequence*>& running);
+  int64_t holding() const { return static_cast<int64_t>(running_.size()) + sharers_waiting_; }
 
   BlockAllocator& blocks_;
   SchedulerOptions options_;
   std::deque<Sequence*> waiting_;  // by arrival
   std::vector<Sequence*> running_;  // by arrival
+  std::unordered_map<const Sequence*, std::vector<Sequence*>> sharers_;  // leader -> sharers waiting for its prefill
+  int64_t sharers_waiting_ = 0;     // all of sharers_' lists
+  std::vector<KvBlockCopy> copies_;  // of the plan being made
   int64_t preemptions_ = 0;
 };
 

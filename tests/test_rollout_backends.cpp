@@ -3,6 +3,8 @@
 // - its forward against the independent float64 forward (tests/reference_model.h);
 // - steps of different shapes (incremental decoding, decode and prefill sequences mixed in
 //   one step, scattered blocks) against one full prefill of the same tokens;
+// - KV block copies (prefix sharing's copy-on-write): decoding on copies of a prefill's
+//   blocks against one full prefill;
 // - the engine's greedy tokens and log-probs against the float64 reference;
 // - continuous batching, chunked prefill and preemption against each request run alone;
 // - weight updates: full, partial (inside the CUDA backend's stacked q|k|v and gate|up
@@ -228,6 +230,38 @@ TEST_CASE("incremental and mixed decode/prefill steps equal one full prefill") {
       }
       check_close("mixed steps", got, want, {b.consistency, 0});
     }
+  }
+}
+
+TEST_CASE("copied KV blocks hold what their sources held (prefix sharing's copy-on-write)") {
+  auto rng = kernel_test_rng(8);
+  for (const BackendUnderTest& b : kBackends) {
+    const TestModel& m = test_models()[3];
+    INFO(b.name << ": " << m.name);
+    const int64_t vocab = m.config.vocab_size;
+    std::unique_ptr<ModelBackend> backend =
+        make_model_backend(m.config, weights_for(b, m.config, rng(), 0.15), options_for(b, 3));
+    REQUIRE(backend->kv_blocks() >= 64);
+    // 11 tokens: the reference, one prefill of all of them into other blocks.
+    const std::vector<int32_t> tokens = prompt_tokens(rng, 11, vocab);
+    const std::vector<float> full = prefill_logits(*backend, tokens, scattered_blocks(40, 4));
+    // The first 10 into blocks {5, 1, 8, 3}; those copied to {20, 31, 22, 27} (the last
+    // one, partly filled, as copy-on-write does); then token 10 on the copies alone. The
+    // sources are overwritten after copying: the copies must not depend on them.
+    const std::vector<int32_t> source = {5, 1, 8, 3}, copy = {20, 31, 22, 27};
+    prefill_logits(*backend, std::vector<int32_t>(tokens.begin(), tokens.begin() + 10), source);
+    std::vector<KvBlockCopy> copies;
+    for (size_t i = 0; i < source.size(); ++i) copies.push_back({source[i], copy[i]});
+    backend->copy_kv_blocks(copies);
+    prefill_logits(*backend, prompt_tokens(rng, 12, vocab), source);
+    ForwardBatch batch;
+    batch.tokens = {tokens[10]};
+    batch.sequences.push_back({0, 1, 10, copy.data()});
+    batch.logit_rows = {0};
+    std::vector<float> logits;
+    backend->forward(batch, logits);
+    check_close("decoding on copied blocks", to_double(logits),
+                std::vector<double>(full.begin() + 10 * vocab, full.begin() + 11 * vocab), {b.consistency, 0});
   }
 }
 

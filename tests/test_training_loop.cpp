@@ -83,6 +83,11 @@ TEST_CASE("a run trains over real workers in both placements and leaves metrics,
       CHECK(lines[i]["step"].get<int>() == static_cast<int>(i) + 1);
       CHECK(lines[i]["weight_version"].get<int>() == static_cast<int>(i) + 1);
       CHECK(lines[i]["response/length_mean"].get<double>() > 0);
+      // rollout.prefix_sharing (on): each prompt is prefilled once for its group of 4 (a
+      // cache of 8 MB preempts nothing here); more is saved if a batch repeats a prompt.
+      const double computed = lines[i].at("rollout/prefill_tokens"), saved = lines[i].at("rollout/prefill_tokens_saved");
+      CHECK(computed > 0);
+      CHECK(saved >= 3 * computed);
     }
     // keep_checkpoints 1: only the newest, whole.
     CHECK_FALSE(fs::exists(run + "/checkpoints/step_2"));
