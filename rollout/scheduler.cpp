@@ -60,6 +60,8 @@ void Scheduler::release_blocks(Sequence* sequence) {
 }
 
 void Scheduler::attach_sharers(Sequence* leader) {
+  // A scan of the queue per new admission: a few thousand length compares at most (token
+  // lists are compared only when lengths match), nothing next to the step's forward.
   std::vector<Sequence*> sharers;
   int64_t room = options_.max_running - holding();
   for (auto it = waiting_.begin(); it != waiting_.end() && room > 0;) {
