@@ -27,6 +27,15 @@ std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::
                                            const std::optional<EvalSampling>& eval,
                                            const std::function<void(std::vector<Sample>&&)>& on_early) {
   log::debug("step {}: generating{}", step, eval ? " (evaluation)" : "");
+  WorkerPool::ProgressHandler on_progress;
+  if (on_early) on_progress = [&](CommandReply&& progress) { on_early(read_samples(progress)); };
+  const int64_t n = eval ? eval->n : c_.algorithm.group_size;
+  return samples_from(collect(rollout_requests(step, prompts, eval, static_cast<bool>(on_early)), on_progress),
+                      prompts.size() * static_cast<size_t>(n));
+}
+
+std::vector<Request> TrainingLoop::rollout_requests(int64_t step, const std::vector<std::vector<int32_t>>& prompts,
+                                                    const std::optional<EvalSampling>& eval, bool stream) {
   const int64_t n = eval ? eval->n : c_.algorithm.group_size;
   // Evaluation draws from its own seeds: it never repeats the training samples' draws.
   const uint64_t seed = eval ? mix(static_cast<uint64_t>(c_.experiment.seed), 0xe7a1) : static_cast<uint64_t>(c_.experiment.seed);
@@ -45,21 +54,23 @@ std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::
     }
     const WorkerId worker = rollout_worker(c_, static_cast<int64_t>(w));
     nlohmann::json body = {{"requests", requests}};
-    if (on_early) body["stream"] = true;
+    if (stream) body["stream"] = true;
     all.push_back(request(worker, "rollout_generate", body.dump(), {tokens}));
   }
-  WorkerPool::ProgressHandler on_progress;
-  if (on_early) on_progress = [&](CommandReply&& progress) { on_early(read_samples(progress)); };
+  return all;
+}
+
+std::vector<Sample> TrainingLoop::samples_from(const std::vector<CommandReply>& replies, size_t expected) {
   std::vector<Sample> samples;
   last_prefill_ = {};
-  for (const CommandReply& reply : collect(std::move(all), on_progress)) {
+  for (const CommandReply& reply : replies) {
     for (Sample& sample : read_samples(reply)) samples.push_back(std::move(sample));
     const nlohmann::json stats = nlohmann::json::parse(reply.reply.body).value("stats", nlohmann::json::object());
     last_prefill_.computed += stats.value("prefill_tokens", int64_t{0});
     last_prefill_.saved += stats.value("prefill_tokens_saved", int64_t{0});
   }
-  TANDEM_CHECK(samples.size() == prompts.size() * static_cast<size_t>(n),
-               "the rollout workers returned {} samples for {} prompts x {}", samples.size(), prompts.size(), n);
+  TANDEM_CHECK(samples.size() == expected, "the rollout workers returned {} samples, expected {}", samples.size(),
+               expected);
   // Group order: the samples of prompt i are [i * group_size, (i + 1) * group_size).
   std::stable_sort(samples.begin(), samples.end(),
                    [](const Sample& a, const Sample& b) { return a.prompt_slot < b.prompt_slot; });
@@ -293,7 +304,7 @@ std::vector<std::vector<std::vector<TrainingSample>>> TrainingLoop::rank_shares(
   return shares;
 }
 
-nlohmann::json TrainingLoop::train(std::vector<TrainingSample>& batch) {
+nlohmann::json TrainingLoop::train(std::vector<TrainingSample>& batch, int64_t step) {
   const auto shares = rank_shares(batch);
   std::vector<Request> requests;
   for (int64_t r = 0; r < c_.learner.workers; ++r) {
@@ -301,7 +312,19 @@ nlohmann::json TrainingLoop::train(std::vector<TrainingSample>& batch) {
     const WorkerId worker = learner_worker(c_, r);
     requests.push_back(request(worker, "learner_train", encoded.header, encoded.attachments));
   }
-  return nlohmann::json::parse(collect(std::move(requests)).at(0).reply.body);
+  if (!prefetches_after(step)) return nlohmann::json::parse(collect(std::move(requests)).at(0).reply.body);
+  // Asynchronous: the next step's rollout runs on the rollout workers' current weights
+  // while the learners train, in one wait.
+  StepPrompts next = next_prompts();
+  const size_t learner_requests = requests.size();
+  for (Request& r : rollout_requests(step + 1, next.prompts, std::nullopt, false)) requests.push_back(std::move(r));
+  const std::vector<CommandReply> replies = collect(std::move(requests));
+  PrefetchedRollout rollout{step + 1, std::move(next), {}, {}};
+  rollout.samples = samples_from({replies.begin() + static_cast<std::ptrdiff_t>(learner_requests), replies.end()},
+                                 rollout.prompts.prompts.size() * static_cast<size_t>(c_.algorithm.group_size));
+  rollout.prefill = last_prefill_;
+  prefetched_ = std::move(rollout);
+  return nlohmann::json::parse(replies.at(0).reply.body);
 }
 
 // The supervised warm-up (sft:): each step one batch of prompts with their gold
@@ -353,38 +376,61 @@ void TrainingLoop::warm_up() {
   progress.finish();
 }
 
+TrainingLoop::StepPrompts TrainingLoop::next_prompts() {
+  StepPrompts out;
+  out.rows = order_->next(static_cast<size_t>(c_.data.batch_size));
+  for (size_t row : out.rows) out.prompts.push_back(prompt_ids_[row]);
+  return out;
+}
+
 void TrainingLoop::run_step(int64_t step) {
   const Clock::time_point step_start = Clock::now();
-  const std::vector<size_t> rows = order_->next(static_cast<size_t>(c_.data.batch_size));
-  std::vector<std::vector<int32_t>> prompts;
-  for (size_t row : rows) prompts.push_back(prompt_ids_[row]);
-  // Samples that finish early are scored on another thread while the rest generate.
-  const bool early = c_.rollout.score_while_generating;
-  std::function<void(std::vector<Sample>&&)> on_early;
-  if (early) {
-    begin_scoring(rows, data_);
-    on_early = [&](std::vector<Sample>&& finished) {
-      std::vector<ScoredSample> batch;
-      for (Sample& s : finished) batch.push_back({s.prompt_slot, s.sample_index, s.tokens, decode_response(s.tokens), {}});
-      scoring_->submit(std::move(batch));
-    };
-  }
+  // This step's prompts and samples: generated now, or (asynchronous) during the previous
+  // step's training, on the weights the rollout workers held then.
+  StepPrompts step_prompts;
   std::vector<Sample> samples;
-  try {
-    samples = generate(step, prompts, std::nullopt, on_early);
-  } catch (...) {
-    if (early) scoring_->wait_idle_for(1e9);  // nothing of this step is scored behind the recovery
-    throw;
-  }
-  const double rollout_s = seconds_since(step_start);
-  const PrefillCounts prefill = last_prefill_;  // before evaluation generates again
-
-  Clock::time_point t = Clock::now();
+  PrefillCounts prefill;
+  double rollout_s = 0, hidden_reward_s = 0;
   std::map<std::pair<size_t, int64_t>, ScoredSample> early_scores;
-  if (early) early_scores = finish_scoring();
-  // Scoring time that ran under generation: what the thread spent, less what it spent
-  // after generation ended (while this thread waited for it).
-  const double hidden_reward_s = early ? std::max(0.0, scoring_->busy_seconds() - seconds_since(t)) : 0.0;
+  const bool prefetched = prefetched_ && prefetched_->step == step;
+  Clock::time_point t = Clock::now();
+  if (prefetched) {
+    step_prompts = std::move(prefetched_->prompts);
+    samples = std::move(prefetched_->samples);
+    prefill = prefetched_->prefill;
+    prefetched_.reset();
+  } else {
+    prefetched_.reset();
+    step_prompts = next_prompts();
+    // Samples that finish early are scored on another thread while the rest generate.
+    const bool early = c_.rollout.score_while_generating;
+    std::function<void(std::vector<Sample>&&)> on_early;
+    if (early) {
+      begin_scoring(step_prompts.rows, data_);
+      on_early = [&](std::vector<Sample>&& finished) {
+        std::vector<ScoredSample> batch;
+        for (Sample& s : finished) batch.push_back({s.prompt_slot, s.sample_index, s.tokens, decode_response(s.tokens), {}});
+        scoring_->submit(std::move(batch));
+      };
+    }
+    try {
+      samples = generate(step, step_prompts.prompts, std::nullopt, on_early);
+    } catch (...) {
+      if (early) scoring_->wait_idle_for(1e9);  // nothing of this step is scored behind the recovery
+      throw;
+    }
+    rollout_s = seconds_since(step_start);
+    prefill = last_prefill_;  // before evaluation generates again
+    t = Clock::now();
+    if (early) {
+      early_scores = finish_scoring();
+      // Scoring time that ran under generation: what the thread spent, less what it spent
+      // after generation ended (while this thread waited for it).
+      hidden_reward_s = std::max(0.0, scoring_->busy_seconds() - seconds_since(t));
+    }
+  }
+  const std::vector<size_t>& rows = step_prompts.rows;
+  const std::vector<std::vector<int32_t>>& prompts = step_prompts.prompts;
   const int64_t fallbacks = score(samples, rows, data_, &early_scores);
   const double reward_s = seconds_since(t);
 
@@ -402,13 +448,17 @@ void TrainingLoop::run_step(int64_t step) {
     for (size_t i = 0; i < batch.size(); ++i) batch[i].old_values = std::move(values[i]);
   }
   double probe_diff = NAN;
-  if (c_.weight_sync.probe_every > 0 && (step - 1) % c_.weight_sync.probe_every == 0) {
+  // The probe compares the rollout's log-probs with the learner's on the same weights:
+  // samples of an older version have none to compare with.
+  if (!prefetched && c_.weight_sync.probe_every > 0 && (step - 1) % c_.weight_sync.probe_every == 0) {
     probe_diff = probe_logprobs(batch, step - 1);
   }
+  const MetricRow staleness = c_.algorithm.async.max_staleness > 0 ? correct_for_staleness(samples, batch, step)
+                                                                   : MetricRow{};
   compute_advantages(samples, batch);
   log::debug("step {}: training", step);
   trained_since_sync_ = true;  // from the first train command on, the learners may be ahead of the rollout workers
-  const nlohmann::json update = train(batch);
+  const nlohmann::json update = train(batch, step);
   const double train_s = seconds_since(t);
 
   t = Clock::now();
@@ -445,11 +495,14 @@ void TrainingLoop::run_step(int64_t step) {
                          {"time/train_s", train_s},
                          {"time/sync_s", sync_s},
                          {"time/step_s", step_s},
-                         {"perf/rollout_tokens_per_s", static_cast<double>(response_tokens) / rollout_s},
+
                          {"rollout/prefill_tokens", static_cast<double>(prefill.computed)},
                          {"rollout/prefill_tokens_saved", static_cast<double>(prefill.saved)},
                          {"perf/train_tokens_per_s", static_cast<double>(response_tokens) / train_s},
                          {"perf/worker_restarts", static_cast<double>(restarts_)}});
+  // A prefetched rollout ran during the previous step: it has no time of its own here.
+  if (rollout_s > 0) row.emplace_back("perf/rollout_tokens_per_s", static_cast<double>(response_tokens) / rollout_s);
+  row.insert(row.end(), staleness.begin(), staleness.end());
   if (!std::isnan(probe_diff)) row.emplace_back("sync/probe_logprob_max_diff", probe_diff);
   if (c_.experiment.eval_every > 0 && step % c_.experiment.eval_every == 0) {
     const MetricRow val = evaluate(step);  // the policy this step trained (the rollout workers hold it now)

@@ -147,6 +147,12 @@ class TrainingLoop {
   int64_t restore(const std::optional<CheckpointRef>& checkpoint);
   void warm_up();
   void run_step(int64_t step);
+  // The dataset rows of the next step's prompts (advancing the order) and their token ids.
+  struct StepPrompts {
+    std::vector<size_t> rows;
+    std::vector<std::vector<int32_t>> prompts;
+  };
+  StepPrompts next_prompts();
   // How evaluation samples (eval: n, temperature; no top-p/top-k).
   struct EvalSampling {
     int64_t n = 1;
@@ -159,6 +165,18 @@ class TrainingLoop {
   std::vector<Sample> generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts,
                                const std::optional<EvalSampling>& eval = std::nullopt,
                                const std::function<void(std::vector<Sample>&&)>& on_early = {});
+  // rollout_generate for every rollout worker (their shares of `prompts`); `stream`: with
+  // progress messages carrying finished samples.
+  std::vector<Request> rollout_requests(int64_t step, const std::vector<std::vector<int32_t>>& prompts,
+                                        const std::optional<EvalSampling>& eval, bool stream);
+  // The samples of rollout_generate replies in group order (`expected` of them); sets last_prefill_.
+  std::vector<Sample> samples_from(const std::vector<CommandReply>& replies, size_t expected);
+  // training_loop_async.cpp: whether step + 1's rollout runs during step's training.
+  bool prefetches_after(int64_t step) const;
+  // training_loop_async.cpp: the learners' log-probs become the samples' old log-probs
+  // and min(their ratio to the rollout's, is_cap) each token's importance weight, when
+  // some sample is of older weights than the learners'. Returns the async/* metrics.
+  MetricRow correct_for_staleness(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch, int64_t step);
   // The samples a rollout_generate reply (or progress message) carries.
   std::vector<Sample> read_samples(const CommandReply& reply) const;
   // Scores samples of data.rows[rows[prompt_slot]]: those in `early` (scored during
@@ -180,7 +198,9 @@ class TrainingLoop {
                                                          const std::vector<TrainingSample>& samples);
   double probe_logprobs(const std::vector<TrainingSample>& batch, int64_t version);
   void compute_advantages(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch);
-  nlohmann::json train(std::vector<TrainingSample>& batch);
+  // One learner_train of step's batch; when prefetches_after(step), the next step's
+  // rollout runs meanwhile and lands in prefetched_.
+  nlohmann::json train(std::vector<TrainingSample>& batch, int64_t step);
   // Every rollout worker gets the learners' weights as `version`. `rewind`: after a
   // restore the version may go back (rollout workers may be ahead).
   void sync_weights(int64_t version, bool rewind = false);
@@ -250,6 +270,14 @@ class TrainingLoop {
     int64_t saved = 0;
   };
   PrefillCounts last_prefill_;
+  // Asynchronous RL: a step's rollout generated during the previous step's training.
+  struct PrefetchedRollout {
+    int64_t step = 0;
+    StepPrompts prompts;
+    std::vector<Sample> samples;
+    PrefillCounts prefill;
+  };
+  std::optional<PrefetchedRollout> prefetched_;
 };
 
 inline int64_t host_cores() { return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())); }

@@ -163,6 +163,7 @@ void TrainingLoop::checkpoint(int64_t step) {
 
 int64_t TrainingLoop::restore(const std::optional<CheckpointRef>& checkpoint) {
   int64_t step = 0;
+  prefetched_.reset();  // generated for a step that is now redone from the checkpoint
   order_.emplace(data_.rows.size(), static_cast<uint64_t>(c_.experiment.seed), c_.data.shuffle);
   if (checkpoint) {
     call_learners("learner_load", nlohmann::json{{"dir", checkpoint->dir}}.dump());

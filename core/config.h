@@ -67,6 +67,12 @@ struct KlConfig {
   double target = 0.01;
 };
 
+// Asynchronous RL: rollout of the next step runs while the learners train this one.
+struct AsyncConfig {
+  int64_t max_staleness = 0;  // how many versions a sample's weights may lag the learner's; 0: synchronous
+  double is_cap = 2.0;        // truncation of the importance weight pi_learner / pi_rollout
+};
+
 // The critic of PPO with GAE: a value head on the policy's last hidden state (shared trunk).
 struct ValueConfig {
   double coef = 0.5;  // weight of the value loss in the learner's loss
@@ -86,6 +92,7 @@ struct AlgorithmConfig {
   double entropy_coef = 0.0;
   ValueConfig value;  // advantage: gae only
   std::string plugin;  // shared library registering more advantage estimators / policy losses
+  AsyncConfig async;
 };
 
 struct RolloutConfig {

@@ -120,6 +120,20 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
       only(r.batch_size != defaults.batch_size, "batch_size", "http");
     }
   }
+  if (c.algorithm.async.max_staleness > 0 && c.placement != "disaggregated") {
+    problem_at({"algorithm.async.max_staleness", "placement"},
+               "asynchronous rollout needs placement: disaggregated (colocated worker slots run rollout and "
+               "training one after the other)");
+  }
+  const std::string& sync_method = c.weight_sync.method;
+  if (c.algorithm.async.max_staleness > 0 && sync_method != "auto" && sync_method != "shm" &&
+      sync_method != "cuda_ipc") {
+    problem_at({"algorithm.async.max_staleness", "weight_sync.method"},
+               fmt::format("asynchronous rollout with {} is not implemented yet (allowed: auto, shm, cuda_ipc: a rollout "
+                           "worker restarted while the learners train reloads the last published weights from the "
+                           "mailbox; {} would need the busy learners to send them)",
+                           sync_method, sync_method));
+  }
   if (c.data.val.empty() && c.experiment.eval_every > 0) {
     problem("experiment.eval_every", "evaluation needs validation prompts: set data.val");
   }

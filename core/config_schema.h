@@ -86,6 +86,14 @@ template <class V> void describe(V& v, KlConfig& c) {
   v.field("target", c.target, positive(), "KL target per token for the adaptive coefficient");
 }
 
+template <class V> void describe(V& v, AsyncConfig& c) {
+  v.field("max_staleness", c.max_staleness, at_least(0),
+          "versions a sample's weights may lag the learner's: the next step's rollout runs during this step's "
+          "training; 0: synchronous");
+  v.field("is_cap", c.is_cap, positive(),
+          "truncation of the importance weight between the learner's old log-probs and the rollout's");
+}
+
 template <class V> void describe(V& v, ValueConfig& c) {
   v.field("coef", c.coef, non_negative(), "weight of the clipped value loss in the learner's loss");
   v.field("clip", c.clip, non_negative(), "value clip range around the rollout-time values; 0: off");
@@ -107,6 +115,7 @@ template <class V> void describe(V& v, AlgorithmConfig& c) {
   v.section("kl", c.kl, "KL penalty to the reference policy");
   v.field("entropy_coef", c.entropy_coef, non_negative(), "entropy bonus coefficient");
   v.section("value", c.value, "the critic (advantage: gae): a value head on the policy's trunk");
+  v.section("async", c.async, "asynchronous RL: rollout overlapped with training");
   v.field("plugin", c.plugin, text(),
           "shared library (include/tandem/plugin.h, relative to the config file's directory) registering more "
           "advantage estimators and policy losses");

@@ -42,7 +42,12 @@ ObjectiveResult actor_objective(const ActorObjectiveInputs& in, const ActorObjec
   PolicyLossResult policy = find_policy_loss(params.policy_loss)({in.logprobs, in.old_logprobs, in.advantages, in.mask},
                                                                   params.clip);
   at::Tensor valid = mask_to_bool(in.mask);
-  at::Tensor pg_loss = aggregate_loss(policy.loss, in.mask, params.aggregation, scale);
+  at::Tensor per_token = policy.loss;
+  if (in.is_weights.defined()) {
+    check_token_tensor(in.is_weights, in.mask, "is_weights");
+    per_token = per_token * in.is_weights.to(per_token.scalar_type());
+  }
+  at::Tensor pg_loss = aggregate_loss(per_token, in.mask, params.aggregation, scale);
   at::Tensor loss = pg_loss;
 
   // Metric scalars are gathered into one tensor: one device → host copy per call.

@@ -10,7 +10,7 @@ MicroBatch make_micro_batch(const std::vector<TrainingSample>& samples, size_t b
   TANDEM_CHECK(begin < end && end <= samples.size(), "micro-batch [{}, {}) of {} samples", begin, end, samples.size());
   const int64_t rows = static_cast<int64_t>(end - begin);
   int64_t longest = 1;
-  bool all_have_ref = true, all_have_values = true;
+  bool all_have_ref = true, all_have_values = true, any_is_weights = false;
   std::vector<std::vector<int32_t>> sequences;
   for (size_t i = begin; i < end; ++i) {
     const TrainingSample& s = samples[i];
@@ -24,6 +24,9 @@ MicroBatch make_micro_batch(const std::vector<TrainingSample>& samples, size_t b
     TANDEM_CHECK(s.old_values.size() == s.returns.size() && (s.returns.empty() || s.returns.size() == n),
                  "training sample {}: {} response tokens but {} old values and {} returns", i, n, s.old_values.size(),
                  s.returns.size());
+    TANDEM_CHECK(s.is_weights.empty() || s.is_weights.size() == n,
+                 "training sample {}: {} response tokens but {} importance weights", i, n, s.is_weights.size());
+    any_is_weights = any_is_weights || !s.is_weights.empty();
     all_have_ref = all_have_ref && !s.ref_logprobs.empty();
     all_have_values = all_have_values && (n == 0 || !s.returns.empty());
     longest = std::max<int64_t>(longest, static_cast<int64_t>(n));
@@ -35,7 +38,8 @@ MicroBatch make_micro_batch(const std::vector<TrainingSample>& samples, size_t b
   batch.layout = padded_layout(sequences);
   std::vector<int64_t> position(rows * longest, 0);
   const size_t cells = static_cast<size_t>(rows * longest);
-  std::vector<float> mask(cells, 0), old_lp(cells, 0), adv(cells, 0), ref(cells, 0), old_v(cells, 0), ret(cells, 0);
+  std::vector<float> mask(cells, 0), old_lp(cells, 0), adv(cells, 0), ref(cells, 0), old_v(cells, 0), ret(cells, 0),
+      is_weights(cells, 1);
   for (int64_t r = 0; r < rows; ++r) {
     const TrainingSample& s = samples[begin + r];
     for (size_t t = 0; t < s.response.size(); ++t) {
@@ -45,6 +49,7 @@ MicroBatch make_micro_batch(const std::vector<TrainingSample>& samples, size_t b
       old_lp[k] = s.old_logprobs[t];
       adv[k] = s.advantages[t];
       if (all_have_ref) ref[k] = s.ref_logprobs[t];
+      if (!s.is_weights.empty()) is_weights[k] = s.is_weights[t];
       if (all_have_values) {
         old_v[k] = s.old_values[t];
         ret[k] = s.returns[t];
@@ -57,6 +62,7 @@ MicroBatch make_micro_batch(const std::vector<TrainingSample>& samples, size_t b
   batch.old_logprobs = floats(old_lp);
   batch.advantages = floats(adv);
   if (all_have_ref) batch.ref_logprobs = floats(ref);
+  if (any_is_weights) batch.is_weights = floats(is_weights);
   if (all_have_values) {
     batch.old_values = floats(old_v);
     batch.returns = floats(ret);

@@ -20,6 +20,10 @@ struct TrainingSample {
   // The critic's (advantage: gae), per response token, both or neither:
   std::vector<float> old_values;  // the value head when the rollout was scored (Trainer::values)
   std::vector<float> returns;     // value targets (AdvantageResult::returns)
+  // Per response token, optional: the truncated importance weight of an off-policy sample
+  // (algorithm.async): min(pi_learner_old / pi_rollout, is_cap). Multiplies the token's
+  // policy loss; empty means 1.
+  std::vector<float> is_weights;
 };
 
 struct MicroBatch {
@@ -31,6 +35,7 @@ struct MicroBatch {
   at::Tensor ref_logprobs;       // [B, T] float, undefined unless every sample has them
   at::Tensor old_values;         // [B, T] float, undefined unless every sample has them
   at::Tensor returns;            // [B, T] float, likewise
+  at::Tensor is_weights;         // [B, T] float, undefined unless some sample has them (1 where one has none)
 };
 
 // Samples [begin, end) of `samples`; T is their longest response. Errors name the sample

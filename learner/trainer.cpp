@@ -128,7 +128,8 @@ std::pair<at::Tensor, at::Tensor> Trainer::Impl::response_logprobs(const PolicyM
 
 ActorObjectiveInputs Trainer::Impl::objective_inputs(const at::Tensor& normed, const MicroBatch& batch) const {
   auto [logprobs, entropy] = response_logprobs(model, normed, batch, options.temperature);
-  ActorObjectiveInputs in{logprobs, batch.old_logprobs, batch.advantages, batch.mask, batch.ref_logprobs, entropy};
+  ActorObjectiveInputs in{logprobs, batch.old_logprobs, batch.advantages, batch.mask, batch.ref_logprobs, entropy,
+                          batch.is_weights};
   if (reference && !in.ref_logprobs.defined()) {
     c10::InferenceMode guard;
     const at::Tensor reference_normed = reference->final_norm(reference->trunk(batch.layout));

@@ -75,6 +75,15 @@ TEST_CASE("validate and run refuse, before anything starts, what run cannot do (
        "c.yaml:8:12: launcher.kind: slurm is not implemented yet (allowed today: local)"},
       {"cuda learner", with(&SmallConfig::learner, "{workers: 1, micro_batch_size: 8, device: cuda}").text(),
        "c.yaml:6:44: learner.device: cuda training is not implemented yet"},
+      {"async colocated", with(&SmallConfig::algorithm, "{group_size: 2, async: {max_staleness: 1}}").text(),
+       "c.yaml:4:36: algorithm.async.max_staleness: asynchronous rollout needs placement: disaggregated"},
+      {"async over a group transport",
+       [] {
+         SmallConfig c = with(&SmallConfig::algorithm, "{group_size: 2, async: {max_staleness: 1}}");
+         c.extra = "placement: disaggregated\nweight_sync: {method: collective}\n";
+         return c.text();
+       }(),
+       "algorithm.async.max_staleness: asynchronous rollout with collective is not implemented yet"},
       {"missing dataset", with(&SmallConfig::data, "{train: data/missing.jsonl}").text(),
        "c.yaml:3:8: data.train: cannot read " + d + "/data/missing.jsonl: No such file or directory"},
       {"malformed line", with(&SmallConfig::data, "{train: data/malformed.jsonl}").text(),

@@ -475,7 +475,7 @@ TEST_CASE("KL bounds at edge gaps: k3 at most 10 with no gradient where bounded,
   CHECK(bounded_tokens >= 2 * 5);  // k3 at gaps +3.5, +-25, +-100, in each dtype
 }
 
-TEST_CASE("actor objective: pg loss + kl_coef * kl - entropy_coef * entropy, and its metrics") {
+TEST_CASE("actor objective: pg loss (times importance weights) + kl_coef * kl - entropy_coef * entropy, and its metrics") {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   Random rng(seed);
@@ -493,12 +493,22 @@ TEST_CASE("actor objective: pg loss + kl_coef * kl - entropy_coef * entropy, and
     at::Tensor logprobs;
     PolicyLossInputs p = policy_inputs(x, logprobs);
     ActorObjectiveInputs in{p.logprobs, p.old_logprobs, p.advantages, p.mask, tensor(x.ref_logprobs), tensor(x.entropy)};
+    // Half of the trials weight each token's policy loss (async RL's truncated importance weights).
+    Matrix is_weights(x.rows(), Row(x.valid[0].size(), 1.0));
+    if (trial % 4 >= 2) {
+      for (Row& row : is_weights)
+        for (double& w : row) w = rng.uniform(0.1, 2.0);
+      in.is_weights = tensor(is_weights);
+    }
     const AggregationScale scale = aggregation_scale(in.mask, max_length);
     ObjectiveResult got = actor_objective(in, params, scale);
 
     RefPolicy policy = ref_policy(x, params.clip, params.policy_loss == "gspo");
     const Matrix kl = ref_kl(x, params.kl_estimator);
-    const double pg = ref_aggregate(x, policy.loss, params.aggregation, max_length);
+    Matrix weighted_loss = policy.loss;
+    for (int64_t b = 0; b < x.rows(); ++b)
+      for (size_t t = 0; t < weighted_loss[b].size(); ++t) weighted_loss[b][t] *= is_weights[b][t];
+    const double pg = ref_aggregate(x, weighted_loss, params.aggregation, max_length);
     const double total = pg + params.kl_coef * ref_aggregate(x, kl, params.aggregation, max_length) -
                          params.entropy_coef * ref_aggregate(x, x.entropy, params.aggregation, max_length);
     check_scalar(got.loss.item<double>(), total, kFloat, "loss");
@@ -540,6 +550,7 @@ TEST_CASE("actor objective: pg loss + kl_coef * kl - entropy_coef * entropy, and
       auto rows = [&](const at::Tensor& t) { return t.slice(0, begin, end); };
       ActorObjectiveInputs part{rows(in.logprobs), rows(in.old_logprobs), rows(in.advantages),
                                 rows(in.mask),     rows(in.ref_logprobs), rows(in.entropy)};
+      if (in.is_weights.defined()) part.is_weights = rows(in.is_weights);
       ObjectiveResult r = actor_objective(part, params, scale);
       r.loss.backward();
       sum += r.loss.item<double>();

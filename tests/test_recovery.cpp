@@ -325,3 +325,66 @@ TEST_CASE("with collective weight sync, killed rollout workers and a killed lear
   CHECK(groups >= 4);  // the first, then at least one after each death
   CHECK(log.find("new collective group of 2 ranks") != std::string::npos);  // to the worker killed while generating
 }
+
+TEST_CASE("asynchronous RL: stale steps carry importance weights; interrupted, learner-killed and rollout-killed "
+          "runs end with the uninterrupted run's metrics") {
+  const std::vector<std::string> async = {"algorithm.async.max_staleness=1", "algorithm.async.is_cap=1.5"};
+  TempDir reference_dir;
+  const std::string expected = finished_run(reference_dir, async);
+  const auto rows = metric_rows(expected);
+  REQUIRE(rows.size() == 12);
+  for (const auto& row : rows) {
+    const int step = row.at("step").get<int>();
+    INFO("step ", step);
+    // Step 1 and each step after a checkpoint (every 3) generate on the newest weights;
+    // the others were generated during the step before, one version behind.
+    const bool fresh = step == 1 || (step - 1) % 3 == 0;
+    CHECK(row.at("async/staleness_mean").get<double>() == (fresh ? 0.0 : 1.0));
+    const double weight = row.at("async/is_weight_mean").get<double>();
+    const double clipped = row.at("async/is_clipped_share").get<double>();
+    if (fresh) {
+      CHECK(weight == 1.0);
+      CHECK(clipped == 0.0);
+      CHECK(row.contains("perf/rollout_tokens_per_s"));
+    } else {
+      CHECK(weight > 0.0);
+      CHECK(weight <= 1.5);
+      CHECK(weight != 1.0);  // the learners' weights moved since the rollout's
+      CHECK(clipped >= 0.0);
+      CHECK(clipped <= 1.0);
+      CHECK_FALSE(row.contains("perf/rollout_tokens_per_s"));  // it ran during the step before
+    }
+    CHECK(row.at("response/count").get<double>() == 8 * 4);
+  }
+
+  {
+    TempDir dir;
+    ChildProcess controller = start_run_until_step(dir, 5, async);
+    controller.send_signal(SIGTERM);
+    const auto status = controller.wait_for(30);
+    REQUIRE(status.has_value());
+    CHECK(status->exit_code == 143);
+    const std::string out = dir.path() + "/resume.txt";
+    const ExitStatus resumed = run_tandem({"resume", dir.path() + "/run"}, out, 120);
+    INFO(read_text(out));
+    REQUIRE(resumed.exit_code == 0);
+    check_same_metrics(expected, dir.path() + "/run");
+  }
+  {
+    TempDir dir;
+    ChildProcess controller = start_run_until_step(dir, 5, async);
+    REQUIRE(::kill(worker_pid(controller.pid(), "learner", 0), SIGKILL) == 0);
+    const std::string out = output_at_exit(controller, dir, 0);
+    INFO(out);
+    check_same_metrics(expected, dir.path() + "/run");
+  }
+  {
+    TempDir dir;
+    ChildProcess controller = start_run_until_step(dir, 4, async);
+    REQUIRE(::kill(worker_pid(controller.pid(), "rollout", 1), SIGKILL) == 0);
+    const std::string out = output_at_exit(controller, dir, 0);
+    INFO(out);
+    check_same_metrics(expected, dir.path() + "/run");
+    check_every_response_once(dir.path() + "/run", 1);
+  }
+}

@@ -1,0 +1,62 @@
+// Asynchronous RL (algorithm.async): which steps prefetch the next step's rollout, and the
+// truncated importance weights that correct the loss for samples of older weights.
+#include "controller/training_loop_impl.h"
+
+#include "core/error.h"
+#include "core/log.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tandem::training {
+
+bool TrainingLoop::prefetches_after(int64_t step) const {
+  if (c_.algorithm.async.max_staleness <= 0 || step >= c_.experiment.steps) return false;
+  // A checkpoint holds nothing in flight: the step after one generates on the weights it
+  // saved, so a resumed run repeats exactly what the uninterrupted one did.
+  return !(c_.experiment.checkpoint_every > 0 && step % c_.experiment.checkpoint_every == 0);
+}
+
+MetricRow TrainingLoop::correct_for_staleness(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch,
+                                              int64_t step) {
+  // Training step `step` starts from the learners' version step - 1.
+  const int64_t learner_version = step - 1;
+  double staleness_sum = 0;
+  bool any_stale = false;
+  for (const Sample& s : samples) {
+    const int64_t staleness = learner_version - s.version;
+    TANDEM_CHECK(staleness >= 0 && staleness <= c_.algorithm.async.max_staleness,
+                 "step {}: a sample of weight version {} is {} versions behind the learners' {} "
+                 "(algorithm.async.max_staleness {})",
+                 step, s.version, staleness, learner_version, c_.algorithm.async.max_staleness);
+    staleness_sum += static_cast<double>(staleness);
+    any_stale = any_stale || staleness > 0;
+  }
+  const double staleness_mean = samples.empty() ? 0.0 : staleness_sum / static_cast<double>(samples.size());
+  if (!any_stale) return {{"async/staleness_mean", 0.0}, {"async/is_weight_mean", 1.0}, {"async/is_clipped_share", 0.0}};
+
+  // Decoupled PPO: the ratio is taken against the learners' own (proximal) log-probs, and
+  // each token's loss is weighted by min(pi_proximal / pi_rollout, is_cap), which corrects
+  // for the rollout's older policy without letting a rare token's weight explode.
+  const std::vector<std::vector<float>> proximal = per_token_from_learners("learner_logprobs", batch);
+  const double cap = c_.algorithm.async.is_cap;
+  double weight_sum = 0, tokens = 0, clipped = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    TrainingSample& sample = batch[i];
+    sample.is_weights.resize(sample.response.size());
+    for (size_t t = 0; t < sample.response.size(); ++t) {
+      const double weight = std::exp(static_cast<double>(proximal[i][t]) - sample.old_logprobs[t]);
+      TANDEM_CHECK(!std::isnan(weight), "step {}: sample {} token {}: the importance weight is NaN", step, i, t);
+      clipped += weight > cap ? 1 : 0;
+      sample.is_weights[t] = static_cast<float>(std::min(weight, cap));
+      sample.old_logprobs[t] = proximal[i][t];
+      weight_sum += sample.is_weights[t];
+      tokens += 1;
+    }
+  }
+  return {{"async/staleness_mean", staleness_mean},
+          {"async/is_weight_mean", tokens > 0 ? weight_sum / tokens : 1.0},
+          {"async/is_clipped_share", tokens > 0 ? clipped / tokens : 0.0}};
+}
+
+}  // namespace tandem::training
