@@ -1,11 +1,15 @@
-// bench/learner_cpu: training tokens/s and per-rank memory of the learner (Trainer over
-// Gloo: 1 rank, and 2 ranks with ddp, zero2 and fsdp) on the small preset, against a plain
-// single-process libtorch loop (PolicyModel + torch::optim::AdamW, same loss shape) of the
-// same model and batch in the same run. Rank runs are separate processes (this binary
-// re-executed with `--rank`), each reporting its own peak RSS and state bytes.
+// bench/learner_cpu: the learner's training tokens/s (tandem's Trainer, one rank) against
+// eager PyTorch (bench/torch_grpo.py --train-only, Debian's python3-torch: the same
+// libtorch 1.13 and OpenBLAS) on the same model, micro-batches and threads in the same
+// run; with --ranks also 2 ranks over Gloo with ddp, zero2 and fsdp, each rank a separate
+// process (this binary re-executed with --rank) reporting its own peak RSS.
 //
-// Usage: learner_cpu [--steps 4] [--samples 16] [--prompt-tokens 16] [--response-tokens 32] [--threads N]
+// Prints one JSON line per configuration (per-step times: median, min, max) and the
+// ratio line. `learner_cpu --help` for the options.
+#include "actor/model_config.h"
+#include "actor/model_weights.h"
 #include "actor/presets.h"
+#include "core/error.h"
 #include "core/files.h"
 #include "core/process.h"
 #include "core/text.h"
@@ -16,9 +20,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <sys/resource.h>
-#include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <random>
 #include <sstream>
 
@@ -27,31 +32,72 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+const char* kUsage = R"(learner_cpu: tandem's learner against eager PyTorch on the same micro-batches.
+
+Options (defaults in brackets):
+  --model M            model directory, .gguf, llama2.c .bin or builtin:PRESET [builtin:small]
+  --threads N          intra-op threads of each side [2]
+  --samples N          samples per optimizer step [128]
+  --prompt-tokens N    prompt tokens per sample [4]
+  --response-tokens N  response tokens per sample [16]
+  --micro-batch N      samples per forward/backward [32]
+  --steps N            measured optimizer steps [5]
+  --warmup N           optimizer steps run first, not measured [1]
+  --python PATH        the Python with torch for the reference [/usr/bin/python3]
+  --no-torch           skip the PyTorch reference
+  --ranks              also 2 ranks with ddp, zero2 and fsdp (separate processes over Gloo)
+  --help               this text
+)";
+
 struct Args {
-  int steps = 4;
-  int samples = 16;  // per optimizer step, all ranks together
-  int prompt_tokens = 16;
-  int response_tokens = 32;
-  int threads = 0;  // libtorch intra-op threads of the single-process runs; 0: all cores
-  // rank mode
+  std::string model = "builtin:small";
+  int threads = 2;
+  int samples = 128;
+  int prompt_tokens = 4;
+  int response_tokens = 16;
+  int micro_batch = 32;
+  int steps = 5;
+  int warmup = 1;
+  std::string python = "/usr/bin/python3";
+  bool torch = true;
+  bool ranks = false;
+  // rank mode (internal)
   int rank = -1, world = 1;
   std::string rendezvous, sharding = "ddp";
 };
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string key = argv[i], value = argv[i + 1];
-    if (key == "--steps") a.steps = std::stoi(value);
+  for (int i = 1; i < argc; ++i) {
+    const std::string key = argv[i];
+    if (key == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (key == "--no-torch") {
+      a.torch = false;
+      continue;
+    }
+    if (key == "--ranks") {
+      a.ranks = true;
+      continue;
+    }
+    if (i + 1 >= argc) throw std::runtime_error(key + " needs a value (learner_cpu --help)");
+    const std::string value = argv[++i];
+    if (key == "--model") a.model = value;
+    else if (key == "--threads") a.threads = std::stoi(value);
     else if (key == "--samples") a.samples = std::stoi(value);
     else if (key == "--prompt-tokens") a.prompt_tokens = std::stoi(value);
     else if (key == "--response-tokens") a.response_tokens = std::stoi(value);
-    else if (key == "--threads") a.threads = std::stoi(value);
+    else if (key == "--micro-batch") a.micro_batch = std::stoi(value);
+    else if (key == "--steps") a.steps = std::stoi(value);
+    else if (key == "--warmup") a.warmup = std::stoi(value);
+    else if (key == "--python") a.python = value;
     else if (key == "--rank") a.rank = std::stoi(value);
     else if (key == "--world") a.world = std::stoi(value);
     else if (key == "--rendezvous") a.rendezvous = value;
     else if (key == "--sharding") a.sharding = value;
-    else throw std::runtime_error("unknown option " + key);
+    else throw std::runtime_error("unknown option " + key + " (learner_cpu --help)");
   }
   return a;
 }
@@ -62,117 +108,125 @@ double peak_rss_mb() {
   return static_cast<double>(usage.ru_maxrss) / 1024.0;
 }
 
-std::vector<TrainingSample> synthetic_batch(const Args& a, int vocab, uint64_t seed) {
+std::vector<TrainingSample> synthetic_batch(const Args& a, int64_t vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
-  std::vector<TrainingSample> batch(a.samples);
+  std::vector<TrainingSample> batch(static_cast<size_t>(a.samples));
   for (TrainingSample& s : batch) {
     for (int i = 0; i < a.prompt_tokens; ++i) s.prompt.push_back(static_cast<int32_t>(rng() % vocab));
+    const float advantage = (rng() % 2) ? 1.0f : -1.0f;
     for (int i = 0; i < a.response_tokens; ++i) {
       s.response.push_back(static_cast<int32_t>(rng() % vocab));
       s.old_logprobs.push_back(-5.5f);
-      s.advantages.push_back((rng() % 2) ? 1.0f : -1.0f);
+      s.advantages.push_back(advantage);
     }
   }
   return batch;
 }
 
-TrainerOptions trainer_options(const std::string& sharding) {
+TrainerOptions trainer_options(const Args& a) {
   TrainerOptions o;
-  o.learner.sharding = sharding;
-  o.learner.micro_batch_size = 4;
-  o.learner.optimizer.lr = 1e-4;
-  o.algorithm.kl.coef = 0;  // no reference model: the baseline has none either
-  o.max_response_length = 32;
+  o.learner.sharding = a.sharding;
+  o.learner.micro_batch_size = std::max(1, a.micro_batch / a.world);
+  o.learner.optimizer.lr = 1e-3;
+  o.learner.optimizer.weight_decay = 0.0;
+  o.algorithm.kl.coef = 0;  // no reference model: the PyTorch loop has none either
+  o.max_response_length = a.response_tokens;
   o.total_optimizer_steps = 1000;
   return o;
 }
 
-int run_rank(const Args& a) {
-  const int cores = a.threads > 0 ? a.threads : static_cast<int>(std::thread::hardware_concurrency());
-  at::set_num_threads(std::max(1, cores / a.world));
-  const ModelConfig config = model_preset_config("small");
-  const ModelWeights weights = random_model_weights(config, 1);
-  auto collectives = Collectives::create({a.rendezvous, a.rank, a.world, 300.0});
-  Trainer trainer(config, weights, trainer_options(a.sharding), *collectives);
-  const std::vector<TrainingSample> global = synthetic_batch(a, static_cast<int>(config.vocab_size), 3);
-  const size_t begin = global.size() * a.rank / a.world, end = global.size() * (a.rank + 1) / a.world;
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+
+Spread spread(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  const double median = n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+  return {median, values.front(), values.back()};
+}
+
+// One rank's loop: its JSON line. world 1 runs in this process.
+nlohmann::json run_rank(const Args& a, const std::string& model_dir) {
+  at::set_num_threads(std::max(1, a.threads / a.world));
+  const ModelConfig config = read_model_config(model_dir + "/config.json");
+  const ModelWeights weights = load_model_weights(model_dir, config);
+  auto collectives = Collectives::create({a.rendezvous, std::max(0, a.rank), a.world, 300.0});
+  Trainer trainer(config, weights, trainer_options(a), *collectives);
+  const std::vector<TrainingSample> global = synthetic_batch(a, config.sampled_vocab(), 3);
+  const int rank = std::max(0, a.rank);
+  const size_t begin = global.size() * rank / a.world, end = global.size() * (rank + 1) / a.world;
   const std::vector<std::vector<TrainingSample>> share = {{global.begin() + begin, global.begin() + end}};
-  trainer.train(share);  // warm-up step
-  collectives->barrier();
-  auto start = Clock::now();
-  int64_t tokens = 0;
-  for (int step = 0; step < a.steps; ++step) tokens += trainer.train(share).tokens;
-  collectives->barrier();
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  const int64_t params = weights.parameter_count();
-  // At rest per rank: fsdp shards everything; zero2 the optimizer state (its gradient
-  // buffer stays whole for the backward pass); ddp nothing.
-  const bool fsdp = a.sharding == "fsdp";
-  const double moments = a.sharding == "ddp" ? 2.0 * params : 2.0 * params / a.world;
-  const double resident_params = fsdp ? 1.0 * params / a.world : 1.0 * params;
-  fmt::print("{{\"rank\":{},\"world\":{},\"sharding\":\"{}\",\"tokens_per_s\":{:.1f},\"peak_rss_mb\":{:.1f},"
-             "\"param_mb\":{:.2f},\"grad_mb\":{:.2f},\"optimizer_state_mb\":{:.2f}}}\n",
-             a.rank, a.world, a.sharding, static_cast<double>(tokens) / seconds, peak_rss_mb(),
-             resident_params * 4 / 1048576.0, resident_params * 4 / 1048576.0, moments * 4 / 1048576.0);
-  return 0;
+  for (int i = 0; i < a.warmup; ++i) trainer.train(share);
+  std::vector<double> seconds;
+  for (int step = 0; step < a.steps; ++step) {
+    collectives->barrier();
+    const auto start = Clock::now();
+    trainer.train(share);
+    collectives->barrier();
+    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  const Spread s = spread(seconds);
+  const double tokens = static_cast<double>(a.samples) * a.response_tokens;
+  nlohmann::json line = {{"bench", "learner_cpu"}, {"impl", "tandem_trainer"}, {"model", a.model},
+                         {"rank", rank},           {"world", a.world},         {"sharding", a.sharding},
+                         {"threads", a.threads},   {"samples", a.samples},     {"micro_batch", a.micro_batch},
+                         {"median_step_s", s.median}, {"min_step_s", s.min}, {"max_step_s", s.max},
+                         {"train_tokens_per_s", tokens / s.median}, {"peak_rss_mb", peak_rss_mb()},
+                         {"parameters", weights.parameter_count()}};
+  return line;
 }
 
-// The plain loop: one process, PolicyModel, PPO-clip token-mean loss in a few lines,
-// torch::optim::AdamW. What a libtorch user would write first.
-double plain_libtorch_tokens_per_s(const Args& a) {
-  const ModelConfig config = model_preset_config("small");
-  PolicyModel model(config, random_model_weights(config, 1), at::kFloat);
-  torch::optim::AdamW optimizer(model.parameters(), torch::optim::AdamWOptions(1e-4).weight_decay(0.0));
-  const std::vector<TrainingSample> batch = synthetic_batch(a, static_cast<int>(config.vocab_size), 3);
-  auto step = [&] {
-    optimizer.zero_grad();
-    for (size_t begin = 0; begin < batch.size(); begin += 4) {
-      std::vector<std::vector<int32_t>> sequences;
-      for (size_t i = begin; i < begin + 4 && i < batch.size(); ++i) {
-        std::vector<int32_t> s = batch[i].prompt;
-        s.insert(s.end(), batch[i].response.begin(), batch[i].response.end());
-        sequences.push_back(s);
-      }
-      TokenLayout layout = padded_layout(sequences);
-      TokenLogProbs lp = token_logprobs(model.forward(layout), layout);
-      at::Tensor response = lp.logprobs.narrow(1, a.prompt_tokens, a.response_tokens);
-      at::Tensor ratio = (response + 5.5).exp();
-      at::Tensor advantage = at::ones_like(ratio);
-      at::Tensor loss = -at::min(ratio * advantage, ratio.clamp(0.8, 1.28) * advantage).sum() /
-                        static_cast<double>(batch.size() * a.response_tokens);
-      loss.backward();
-    }
-    torch::nn::utils::clip_grad_norm_(model.parameters(), 1.0);
-    optimizer.step();
-  };
-  step();  // warm-up
-  auto start = Clock::now();
-  for (int i = 0; i < a.steps; ++i) step();
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  return static_cast<double>(a.steps) * a.samples * a.response_tokens / seconds;
+void print(const nlohmann::json& line) {
+  std::printf("%s\n", line.dump().c_str());
+  std::fflush(stdout);
 }
 
-int free_port() {
-  // Port 0 is not allowed for a TCPStore server here; derive one from the pid instead.
-  return 20000 + static_cast<int>(::getpid() % 20000);
-}
-
-std::vector<nlohmann::json> run_ranks(const char* self, const Args& a, int world, const std::string& sharding,
-                                      int attempt) {
+// bench/torch_grpo.py --train-only on the same model and shapes: its summary line.
+nlohmann::json torch_reference(const Args& a, const std::string& model_dir) {
   TempDir dir;
-  const std::string rendezvous = fmt::format("tcp://127.0.0.1:{}", free_port() + attempt);
+  const std::string out = dir.path() + "/torch.out";
+  const int group = 8;  // torch_grpo makes prompts x group_size samples
+  TANDEM_CHECK(a.samples % group == 0, "--samples must be a multiple of {} for the PyTorch reference", group);
+  ChildProcess child = ChildProcess::spawn(
+      {a.python, std::string(TANDEM_SOURCE_DIR) + "/bench/torch_grpo.py", "--train-only", "--model", model_dir,
+       "--threads", std::to_string(a.threads), "--prompts", std::to_string(a.samples / group), "--group-size",
+       std::to_string(group), "--prompt-len", std::to_string(a.prompt_tokens), "--new-tokens",
+       std::to_string(a.response_tokens), "--micro-batch", std::to_string(a.micro_batch), "--steps",
+       std::to_string(a.steps), "--warmup", std::to_string(a.warmup)},
+      {out, false});
+  const auto status = child.wait_for(3600);
+  const std::string text = read_file(out).value_or("");
+  if (!status || !status->success()) throw std::runtime_error("torch_grpo.py failed: " + text);
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("{", 0) == 0 && line.find("\"summary\": true") != std::string::npos) return nlohmann::json::parse(line);
+  }
+  throw std::runtime_error("torch_grpo.py printed no summary: " + text);
+}
+
+int free_port(int attempt) {
+  // Port 0 is not allowed for a TCPStore server here; derive one from the pid instead.
+  return 20000 + static_cast<int>(::getpid() % 20000) + attempt;
+}
+
+std::vector<nlohmann::json> run_ranks(const char* self, const Args& a, const std::string& model_dir, int world,
+                                      const std::string& sharding, int attempt) {
+  TempDir dir;
+  const std::string rendezvous = fmt::format("tcp://127.0.0.1:{}", free_port(attempt));
   std::vector<ChildProcess> children;
   for (int r = 0; r < world; ++r) {
     children.push_back(ChildProcess::spawn(
-        {self, "--rank", std::to_string(r), "--world", std::to_string(world), "--rendezvous", rendezvous, "--sharding",
-         sharding, "--steps", std::to_string(a.steps), "--samples", std::to_string(a.samples), "--prompt-tokens",
-         std::to_string(a.prompt_tokens), "--response-tokens", std::to_string(a.response_tokens), "--threads",
-         std::to_string(a.threads)},
+        {self, "--rank", std::to_string(r), "--world", std::to_string(world), "--rendezvous", rendezvous,
+         "--sharding", sharding, "--model", model_dir, "--steps", std::to_string(a.steps), "--warmup",
+         std::to_string(a.warmup), "--samples", std::to_string(a.samples), "--prompt-tokens",
+         std::to_string(a.prompt_tokens), "--response-tokens", std::to_string(a.response_tokens), "--micro-batch",
+         std::to_string(a.micro_batch), "--threads", std::to_string(a.threads)},
         {dir.path() + "/rank" + std::to_string(r) + ".out", false}));
   }
   std::vector<nlohmann::json> out;
   for (int r = 0; r < world; ++r) {
-    auto status = children[r].wait_for(600);
+    auto status = children[r].wait_for(1800);
     const std::string text = read_file(dir.path() + "/rank" + std::to_string(r) + ".out").value_or("");
     if (!status || !status->success()) throw std::runtime_error(fmt::format("rank {} failed: {}", r, text));
     std::istringstream lines(text);
@@ -185,24 +239,40 @@ std::vector<nlohmann::json> run_ranks(const char* self, const Args& a, int world
 }  // namespace
 
 int main(int argc, char** argv) {
-  Args a = parse(argc, argv);
-  if (a.rank >= 0) return run_rank(a);
-  at::set_num_threads(a.threads > 0 ? a.threads : static_cast<int>(std::thread::hardware_concurrency()));
-  const double baseline = plain_libtorch_tokens_per_s(a);
-  fmt::print("{{\"bench\":\"learner_cpu\",\"impl\":\"plain_libtorch\",\"preset\":\"small\",\"tokens_per_s\":{:.1f},"
-             "\"peak_rss_mb\":{:.1f}}}\n",
-             baseline, peak_rss_mb());
-  int attempt = 0;
-  for (auto [world, sharding] : {std::pair<int, const char*>{1, "ddp"}, {2, "ddp"}, {2, "zero2"}, {2, "fsdp"}}) {
-    for (const nlohmann::json& r : run_ranks(argv[0], a, world, sharding, attempt++)) {
-      nlohmann::json line = r;
-      line["bench"] = "learner_cpu";
-      line["impl"] = "tandem_trainer";
-      line["preset"] = "small";
-      line["ratio_vs_plain_libtorch"] = r["tokens_per_s"].get<double>() / baseline;
-      fmt::print("{}\n", line.dump());
+  // The learner's workers run with passive OpenMP waits (controller/openmp_waits.h); so do
+  // this benchmark and its rank processes (the PyTorch reference keeps libgomp's default).
+  const bool passive = std::getenv("OMP_WAIT_POLICY") != nullptr;
+  if (!passive) {
+    ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    ::execv("/proc/self/exe", argv);
+  }
+  const Args a = parse(argc, argv);
+  const std::string model_dir = resolve_model_path(a.model);
+  if (a.rank >= 0) {
+    print(run_rank(a, model_dir));
+    return 0;
+  }
+
+  const nlohmann::json tandem = run_rank(a, model_dir);  // one rank, in this process
+  print(tandem);
+  if (a.torch) {
+    ::unsetenv("OMP_WAIT_POLICY");
+    nlohmann::json reference = torch_reference(a, model_dir);
+    ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    reference["bench"] = "learner_cpu";
+    reference["impl"] = "pytorch_eager";
+    print(reference);
+    const double ratio = tandem.at("train_tokens_per_s").get<double>() / reference.at("train_tokens_per_s").get<double>();
+    print({{"bench", "learner_cpu"}, {"ratio", "tandem_trainer / pytorch_eager train tokens/s"}, {"model", a.model},
+           {"threads", a.threads}, {"value", ratio}, {"goal", 1.5}, {"meets_goal", ratio >= 1.5}});
+  }
+  if (a.ranks) {
+    int attempt = 0;
+    for (const char* sharding : {"ddp", "zero2", "fsdp"}) {
+      Args sharded = a;
+      sharded.world = 2;
+      for (const nlohmann::json& line : run_ranks(argv[0], sharded, model_dir, 2, sharding, attempt++)) print(line);
     }
-    std::fflush(stdout);
   }
   return 0;
 }

@@ -164,6 +164,27 @@ def train(model, opt, seq, old_logp, adv, prompt_len, micro_batch):
     opt.zero_grad(set_to_none=True)
 
 
+def train_only(args, c, model, opt, weights):
+    """Training steps alone on one fixed batch of random sequences: train tokens/s."""
+    B, P, N = args.prompts * args.group_size, args.prompt_len, args.new_tokens
+    seq = torch.randint(c["vocab_size"], (B, P + N))
+    old_logp = torch.full((B, N), -5.5)
+    adv = torch.randint(2, (B,)).float() * 2 - 1
+    times = []
+    for step in range(args.warmup + args.steps):
+        t0 = time.perf_counter()
+        train(model, opt, seq, old_logp, adv, P, args.micro_batch)
+        if step >= args.warmup:
+            times.append(time.perf_counter() - t0)
+    print(json.dumps({"bench": "torch_grpo", "summary": True, "train_only": True, "model": args.model,
+                      "weights": weights, "threads": args.threads, "samples": B, "prompt_len": P,
+                      "new_tokens": N, "micro_batch": args.micro_batch, "steps_measured": len(times),
+                      "median_train_s": round(statistics.median(times), 5), "min_train_s": round(min(times), 5),
+                      "max_train_s": round(max(times), 5),
+                      "train_tokens_per_s": round(B * N / statistics.median(times), 1), "torch": torch.__version__}),
+          flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, help="model directory (config.json, optional model.safetensors)")
@@ -176,6 +197,8 @@ def main():
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--steps", type=int, default=7, help="measured steps")
     p.add_argument("--warmup", type=int, default=2, help="steps run before the measured ones")
+    p.add_argument("--train-only", action="store_true",
+                   help="time only the training step, on fixed random sequences (bench/learner_cpu's reference)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
@@ -191,6 +214,8 @@ def main():
         if unexpected or set(missing) - {"lm_head.weight"}:  # lm_head is absent when tied
             raise SystemExit(f"torch_grpo: {weights_file}: missing {missing}, unexpected {unexpected}")
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    if args.train_only:
+        return train_only(args, c, model, opt, weights)
     G = args.group_size
     rows = []
     for step in range(args.warmup + args.steps):
