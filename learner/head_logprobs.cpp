@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <limits>
 
 namespace tandem {
 
@@ -14,30 +15,73 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-int64_t rows_per_chunk(int64_t vocab, int64_t chunk_elements) { return std::max<int64_t>(1, chunk_elements / vocab); }
+// Calls visit(row_begin, row_count, vocab_begin, vocab_count) for every tile, vocabulary
+// innermost: a block of rows meets the whole vocabulary before the next block starts.
+template <class Visit>
+void for_each_tile(int64_t rows, int64_t vocab, const HeadTiles& tiles, const Visit& visit) {
+  for (int64_t r = 0; r < rows; r += tiles.rows) {
+    const int64_t row_count = std::min(tiles.rows, rows - r);
+    for (int64_t v = 0; v < vocab; v += tiles.vocab) visit(r, row_count, v, std::min(tiles.vocab, vocab - v));
+  }
+}
 
-// Forward without autograd: per row, the log-sum-exp of the scaled logits (kept for
-// backward), the target's log-prob and the entropy.
+// The scaled logits of one tile: hidden[r0 : r0+n] · weight[v0 : v0+m]ᵀ / T, [n, m].
+at::Tensor tile_logits(const at::Tensor& hidden32, const at::Tensor& weight32, int64_t r0, int64_t n, int64_t v0,
+                       int64_t m, double inverse_temperature) {
+  return at::mm(hidden32.narrow(0, r0, n), weight32.narrow(0, v0, m).t()).mul_(inverse_temperature);
+}
+
+// Per row: where the target falls in the tile's columns (clamped into it) and whether it does.
+struct TileTargets {
+  at::Tensor column;  // [n, 1] int64
+  at::Tensor inside;  // [n] bool
+};
+
+TileTargets tile_targets(const at::Tensor& targets, int64_t r0, int64_t n, int64_t v0, int64_t m) {
+  const at::Tensor local = targets.narrow(0, r0, n) - v0;
+  return {local.clamp(0, m - 1).unsqueeze(1), local.ge(0).logical_and(local.lt(m))};
+}
+
+// Forward without autograd. Over the vocabulary chunks of a row block each row keeps a
+// running maximum `top`, sum = Σ exp(z - top) and moment = Σ exp(z - top) (z - top); then
+// log-sum-exp = top + log(sum) and entropy = log(sum) - moment / sum. Both terms of the
+// entropy are small for a peaked distribution, where lse - E[z] would cancel in float32.
 struct HeadForward {
   at::Tensor logprobs, entropy, log_normaliser;
 };
 
 HeadForward head_forward(const at::Tensor& hidden32, const at::Tensor& weight32, const at::Tensor& targets,
-                         double temperature, int64_t chunk_elements) {
+                         double temperature, const HeadTiles& tiles) {
   const int64_t rows = hidden32.size(0), vocab = weight32.size(0);
   const at::TensorOptions f32 = hidden32.options().dtype(at::kFloat);
-  HeadForward out{at::empty({rows}, f32), at::empty({rows}, f32), at::empty({rows}, f32)};
-  const int64_t step = rows_per_chunk(vocab, chunk_elements);
-  for (int64_t begin = 0; begin < rows; begin += step) {
-    const int64_t n = std::min(step, rows - begin);
-    at::Tensor log_p = at::mm(hidden32.narrow(0, begin, n), weight32.t()).mul_(1.0 / temperature);  // [n, V]
-    at::Tensor lse = at::logsumexp(log_p, 1);
-    log_p.sub_(lse.unsqueeze(1));
-    at::Tensor chunk_targets = targets.narrow(0, begin, n).unsqueeze(1);
-    out.logprobs.narrow(0, begin, n).copy_(log_p.gather(1, chunk_targets).squeeze(1));
-    out.entropy.narrow(0, begin, n).copy_(log_p.exp().mul_(log_p).sum(1).neg_());
-    out.log_normaliser.narrow(0, begin, n).copy_(lse);
-  }
+  at::Tensor top = at::full({rows}, -std::numeric_limits<float>::infinity(), f32);
+  at::Tensor sum = at::zeros({rows}, f32), moment = at::zeros({rows}, f32), picked = at::zeros({rows}, f32);
+  for_each_tile(rows, vocab, tiles, [&](int64_t r0, int64_t n, int64_t v0, int64_t m) {
+    at::Tensor z = tile_logits(hidden32, weight32, r0, n, v0, m, 1.0 / temperature);
+    const TileTargets target = tile_targets(targets, r0, n, v0, m);
+    at::Tensor picked_rows = picked.narrow(0, r0, n);
+    picked_rows.copy_(at::where(target.inside, z.gather(1, target.column).squeeze(1), picked_rows));
+    at::Tensor old_top = top.narrow(0, r0, n);
+    const at::Tensor new_top = at::maximum(old_top, std::get<0>(z.max(1)));
+    // Rescale what earlier chunks summed relative to the old maximum: z - new = (z - old) + (old - new).
+    // Before the first chunk old_top is -inf: the shift becomes the lowest float, its
+    // scale 0, and the sums (0) stay 0.
+    const at::Tensor shift = (old_top - new_top).nan_to_num_(0.0);
+    const at::Tensor scale = shift.exp();
+    at::Tensor sum_rows = sum.narrow(0, r0, n), moment_rows = moment.narrow(0, r0, n);
+    moment_rows.add_(sum_rows * shift).mul_(scale);
+    sum_rows.mul_(scale);
+    z.sub_(new_top.unsqueeze(1));  // z - top
+    const at::Tensor e = z.exp();
+    sum_rows.add_(e.sum(1));
+    moment_rows.add_(e.mul_(z).sum(1));
+    old_top.copy_(new_top);
+  });
+  const at::Tensor log_sum = sum.log();
+  HeadForward out;
+  out.log_normaliser = top + log_sum;
+  out.logprobs = picked - out.log_normaliser;
+  out.entropy = log_sum - moment / sum;
   return out;
 }
 
@@ -45,12 +89,14 @@ HeadForward head_forward(const at::Tensor& hidden32, const at::Tensor& weight32,
 // where z = logits / temperature; the chain rule then goes through z = hidden · weightᵀ / T.
 struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
-                               const at::Tensor& targets, double temperature, int64_t chunk_elements) {
+                               const at::Tensor& targets, double temperature, int64_t tile_rows, int64_t tile_vocab) {
     ctx->set_materialize_grads(false);
-    HeadForward f = head_forward(hidden.to(at::kFloat), weight.to(at::kFloat), targets, temperature, chunk_elements);
+    const HeadTiles tiles{tile_rows, tile_vocab};
+    HeadForward f = head_forward(hidden.to(at::kFloat), weight.to(at::kFloat), targets, temperature, tiles);
     ctx->save_for_backward({hidden, weight, targets, f.log_normaliser, f.entropy});
     ctx->saved_data["temperature"] = temperature;
-    ctx->saved_data["chunk_elements"] = chunk_elements;
+    ctx->saved_data["tile_rows"] = tile_rows;
+    ctx->saved_data["tile_vocab"] = tile_vocab;
     return {f.logprobs, f.entropy};
   }
 
@@ -62,56 +108,63 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
     const at::Tensor& lse = saved[3];
     const at::Tensor& entropy = saved[4];
     const double inverse_temperature = 1.0 / ctx->saved_data["temperature"].toDouble();
+    const HeadTiles tiles{ctx->saved_data["tile_rows"].toInt(), ctx->saved_data["tile_vocab"].toInt()};
     const at::Tensor& grad_logprobs = grads[0];
     const at::Tensor& grad_entropy = grads[1];
-    if (!grad_logprobs.defined() && !grad_entropy.defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    const variable_list none(6);
+    if (!grad_logprobs.defined() && !grad_entropy.defined()) return none;
 
     const at::Tensor hidden32 = hidden.to(at::kFloat), weight32 = weight.to(at::kFloat);
     const int64_t rows = hidden32.size(0), vocab = weight32.size(0);
-    at::Tensor grad_hidden = at::empty_like(hidden32);
+    at::Tensor grad_hidden = at::zeros_like(hidden32);
     at::Tensor grad_weight = at::zeros_like(weight32);
-    const int64_t step = rows_per_chunk(vocab, ctx->saved_data["chunk_elements"].toInt());
-    for (int64_t begin = 0; begin < rows; begin += step) {
-      const int64_t n = std::min(step, rows - begin);
-      const at::Tensor h = hidden32.narrow(0, begin, n);
-      at::Tensor log_p = at::mm(h, weight32.t()).mul_(inverse_temperature).sub_(lse.narrow(0, begin, n).unsqueeze(1));
+    for_each_tile(rows, vocab, tiles, [&](int64_t r0, int64_t n, int64_t v0, int64_t m) {
+      at::Tensor log_p = tile_logits(hidden32, weight32, r0, n, v0, m, inverse_temperature)
+                             .sub_(lse.narrow(0, r0, n).unsqueeze(1));
       at::Tensor grad_z = log_p.exp();  // p, then -p * (g_lp + g_H (log p + H)) in place
       if (grad_entropy.defined()) {
-        log_p.add_(entropy.narrow(0, begin, n).unsqueeze(1)).mul_(grad_entropy.narrow(0, begin, n).unsqueeze(1));
-        if (grad_logprobs.defined()) log_p.add_(grad_logprobs.narrow(0, begin, n).unsqueeze(1));
+        log_p.add_(entropy.narrow(0, r0, n).unsqueeze(1)).mul_(grad_entropy.narrow(0, r0, n).unsqueeze(1));
+        if (grad_logprobs.defined()) log_p.add_(grad_logprobs.narrow(0, r0, n).unsqueeze(1));
         grad_z.mul_(log_p).neg_();
       } else {
-        grad_z.mul_(grad_logprobs.narrow(0, begin, n).unsqueeze(1)).neg_();
+        grad_z.mul_(grad_logprobs.narrow(0, r0, n).unsqueeze(1)).neg_();
       }
       if (grad_logprobs.defined()) {
-        grad_z.scatter_add_(1, targets.narrow(0, begin, n).unsqueeze(1), grad_logprobs.narrow(0, begin, n).unsqueeze(1));
+        const TileTargets target = tile_targets(targets, r0, n, v0, m);
+        // Rows whose target is outside the tile add 0 at the clamped column.
+        grad_z.scatter_add_(1, target.column,
+                            grad_logprobs.narrow(0, r0, n).mul(target.inside.to(at::kFloat)).unsqueeze(1));
       }
       grad_z.mul_(inverse_temperature);
-      grad_hidden.narrow(0, begin, n).copy_(at::mm(grad_z, weight32));
-      grad_weight.addmm_(grad_z.t(), h);
-    }
-    return {grad_hidden.to(hidden.scalar_type()), grad_weight.to(weight.scalar_type()), at::Tensor(), at::Tensor(),
-            at::Tensor()};
+      const at::Tensor h = hidden32.narrow(0, r0, n);
+      grad_hidden.narrow(0, r0, n).addmm_(grad_z, weight32.narrow(0, v0, m));
+      grad_weight.narrow(0, v0, m).addmm_(grad_z.t(), h);
+    });
+    variable_list out = none;
+    out[0] = grad_hidden.to(hidden.scalar_type());
+    out[1] = grad_weight.to(weight.scalar_type());
+    return out;
   }
 };
 
 }  // namespace
 
 HeadLogProbs head_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                           double temperature, int64_t chunk_elements) {
+                           double temperature, HeadTiles tiles) {
   TANDEM_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
                "head_logprobs: hidden [N, H] and weight [V, H], got {} and {}", c10::str(hidden.sizes()),
                c10::str(weight.sizes()));
   TANDEM_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0) && targets.scalar_type() == at::kLong,
                "head_logprobs: targets must be [N] int64 with N = {}", hidden.size(0));
   TANDEM_CHECK(temperature > 0, "temperature must be positive, got {}", temperature);
-  TANDEM_CHECK(chunk_elements > 0, "chunk_elements must be positive, got {}", chunk_elements);
+  TANDEM_CHECK(tiles.rows > 0 && tiles.vocab > 0, "head_logprobs: tiles must be positive, got {} x {}", tiles.rows,
+               tiles.vocab);
   const bool needs_graph = at::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
   if (!needs_graph) {
-    HeadForward f = head_forward(hidden.to(at::kFloat), weight.to(at::kFloat), targets, temperature, chunk_elements);
+    HeadForward f = head_forward(hidden.to(at::kFloat), weight.to(at::kFloat), targets, temperature, tiles);
     return {f.logprobs, f.entropy};
   }
-  variable_list out = FusedHeadLogProbs::apply(hidden, weight, targets, temperature, chunk_elements);
+  variable_list out = FusedHeadLogProbs::apply(hidden, weight, targets, temperature, tiles.rows, tiles.vocab);
   return {out[0], out[1]};
 }
 

@@ -1,12 +1,16 @@
-// The LM head's log-probs and entropies for chosen tokens, computed a chunk of rows at a
-// time so that the [tokens, vocab] float32 logits and their gradient never exist whole.
+// The LM head's log-probs and entropies for chosen tokens, computed a tile of rows x
+// vocabulary at a time so that the [tokens, vocab] float32 logits and their gradient
+// never exist whole.
 //
 // With a 151k-token vocabulary, one 512-token micro-batch's logits are 310 MB, and
 // autograd would keep them, their softmax and their gradient alive at once. Here forward
-// keeps only each row's log-sum-exp and entropy; backward recomputes each chunk's logits
-// from the hidden states and turns them straight into the gradients of the hidden states
-// and of the head's weight. The idea is Liger's fused linear cross-entropy, extended to
-// the entropy (which RL objectives read and may train on).
+// keeps only each row's log-sum-exp and entropy (accumulated over vocabulary chunks as a
+// running maximum, sum and first moment); backward recomputes each tile's logits from the
+// hidden states and turns them straight into the gradients of the hidden states and of
+// the head's weight. The idea is Liger's fused linear cross-entropy, extended to the
+// entropy (which RL objectives read and may train on). Chunking the vocabulary inside a
+// large block of rows reads the head's weight once per block and writes each slice of its
+// gradient once per block, instead of once per small row chunk.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -20,10 +24,15 @@ struct HeadLogProbs {
   at::Tensor entropy;   // [N] float32: entropy of that distribution
 };
 
+// The tile of logits held at once: `rows` hidden states x `vocab` ids (defaults: 16 MB).
+struct HeadTiles {
+  int64_t rows = 1024;
+  int64_t vocab = 4096;
+};
+
 // hidden [N, H] and weight [V, H] (any float dtype; the logits are float32), targets [N]
-// int64 in [0, V). Differentiable in `hidden` and `weight`. `chunk_elements` bounds the
-// logits held at once (rows x vocabulary); at least one row is always taken.
+// int64 in [0, V). Differentiable in `hidden` and `weight`.
 HeadLogProbs head_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                           double temperature, int64_t chunk_elements = int64_t{1} << 22);
+                           double temperature, HeadTiles tiles = {});
 
 }  // namespace tandem

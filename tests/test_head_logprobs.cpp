@@ -1,7 +1,7 @@
 // learner/head_logprobs against float64 references written with plain loops: the
 // chosen tokens' log-probs and the entropies, and the gradients of a random weighting of
 // both by central differences of that float64 forward (not by the formulas the fused
-// backward uses). Chunks are made small so that rows straddle several chunks.
+// backward uses). Tiles are made small so that rows and the vocabulary straddle several.
 #include "learner/head_logprobs.h"
 
 #include "core/error.h"
@@ -110,11 +110,13 @@ TEST_CASE("head_logprobs matches float64 log-softmax and entropy over chunks") {
       at::Tensor targets = at::tensor(p.targets, at::kLong);
       std::vector<double> lp(p.rows), h(p.rows);
       for (int64_t i = 0; i < p.rows; ++i) reference_row(p, p.hidden, p.weight, i, &lp[i], &h[i]);
-      for (int64_t chunk : {int64_t{1}, 2 * p.vocab, int64_t{1} << 22}) {  // 1 row, 2 rows, all rows per chunk
+      // Tiles of 1 x 1, uneven ones that split rows and vocabulary, and the default (one tile).
+      for (HeadTiles tiles : {HeadTiles{1, 1}, HeadTiles{3, 10}, HeadTiles{2, 36}, HeadTiles{}}) {
         CAPTURE(seed);
         CAPTURE(scale);
-        CAPTURE(chunk);
-        HeadLogProbs out = head_logprobs(hidden, weight, targets, p.temperature, chunk);
+        CAPTURE(tiles.rows);
+        CAPTURE(tiles.vocab);
+        HeadLogProbs out = head_logprobs(hidden, weight, targets, p.temperature, tiles);
         check_close(out.logprobs, lp, 2e-5, 2e-5);
         check_close(out.entropy, h, 2e-5, 2e-5);
       }
@@ -137,7 +139,7 @@ TEST_CASE("head_logprobs gradients match central differences of the float64 forw
     }
     at::Tensor hidden = float_tensor(p.hidden, {p.rows, p.hidden_size}).set_requires_grad(true);
     at::Tensor weight = float_tensor(p.weight, {p.vocab, p.hidden_size}).set_requires_grad(true);
-    HeadLogProbs out = head_logprobs(hidden, weight, at::tensor(p.targets, at::kLong), p.temperature, 2 * p.vocab);
+    HeadLogProbs out = head_logprobs(hidden, weight, at::tensor(p.targets, at::kLong), p.temperature, HeadTiles{4, 7});
     at::Tensor loss = at::zeros({}, at::kFloat);
     if (uses & 1) loss = loss + (out.logprobs * float_tensor(a, {p.rows})).sum();
     if (uses & 2) loss = loss + (out.entropy * float_tensor(b, {p.rows})).sum();
@@ -152,11 +154,11 @@ TEST_CASE("head_logprobs without autograd gives the same values, and bad shapes 
   at::Tensor hidden = float_tensor(p.hidden, {p.rows, p.hidden_size}).set_requires_grad(true);
   at::Tensor weight = float_tensor(p.weight, {p.vocab, p.hidden_size});
   at::Tensor targets = at::tensor(p.targets, at::kLong);
-  HeadLogProbs with_graph = head_logprobs(hidden, weight, targets, 1.0, 19);
+  HeadLogProbs with_graph = head_logprobs(hidden, weight, targets, 1.0, HeadTiles{3, 5});
   HeadLogProbs without;
   {
     at::NoGradGuard no_grad;
-    without = head_logprobs(hidden, weight, targets, 1.0, 19);
+    without = head_logprobs(hidden, weight, targets, 1.0, HeadTiles{3, 5});
   }
   CHECK(with_graph.logprobs.requires_grad());
   CHECK_FALSE(without.logprobs.requires_grad());
