@@ -1,8 +1,7 @@
 #include "rollout/cpu_ops.h"
 
+#include "rollout/cpu_gemm.h"
 #include "rollout/thread_pool.h"
-
-#include <Eigen/Core>
 
 #include <algorithm>
 #include <cmath>
@@ -11,12 +10,8 @@ namespace tandem::cpu {
 
 namespace {
 
-// Below these sizes splitting costs more than it saves (a chunk hand-off is microseconds).
-constexpr int64_t kParallelMultiplyAdds = int64_t{1} << 19;
+// Below this size splitting costs more than it saves (a chunk hand-off is microseconds).
 constexpr int64_t kParallelElements = int64_t{1} << 16;
-
-using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using ConstMatrixMap = Eigen::Map<const RowMajor>;
 
 // Splits [0, count) into ranges of at least `grain`, several per thread for balance,
 // and runs body(begin, end) on each.
@@ -37,23 +32,7 @@ void parallel_ranges(ThreadPool& pool, int64_t count, int64_t grain, bool worth_
 
 void linear(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const float* w, const float* bias, int64_t out,
             float* y) {
-  // Batch invariance: every row is its own matrix-vector product over fixed-width column
-  // chunks, so a token's outputs are bit-identical whichever other tokens share the step
-  // (a GEMM's blocking, and with it the rounding, changes with the row count: batched
-  // and solo samples then drew different tokens about once in 300 runs of the tests).
-  constexpr int64_t kColumns = 64;
-  const int64_t chunks = (out + kColumns - 1) / kColumns;
-  parallel_ranges(pool, rows * chunks, 1, rows * in * out >= kParallelMultiplyAdds, [&](int64_t begin, int64_t end) {
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t r = item / chunks, first = (item % chunks) * kColumns;
-      const int64_t width = std::min(kColumns, out - first);
-      ConstMatrixMap w_map(w + first * in, width, in);
-      Eigen::Map<const Eigen::VectorXf> x_row(x + r * in, in);
-      Eigen::Map<Eigen::VectorXf> y_row(y + r * out + first, width);
-      y_row.noalias() = w_map * x_row;
-      if (bias) y_row += Eigen::Map<const Eigen::VectorXf>(bias + first, width);
-    }
-  });
+  gemm_nt(pool, x, rows, in, w, bias, out, y);
 }
 
 void rms_norm(ThreadPool& pool, const float* x, int64_t rows, int64_t dim, const float* weight, double eps, float* y) {

@@ -11,8 +11,10 @@ class ThreadPool;
 
 namespace tandem::cpu {
 
-// y[rows, out] = x[rows, in] * w[out, in]^T (+ bias[out]). Output features are split
-// across threads, so a single-row product (decode at batch 1) uses every core too.
+// y[rows, out] = x[rows, in] * w[out, in]^T (+ bias[out]), batch-invariant: a row's
+// outputs are bit-identical whatever other rows share the call (rollout/cpu_gemm.h).
+// Output features are split across threads, so a single-row product (decode at batch 1)
+// uses every core too.
 void linear(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const float* w, const float* bias, int64_t out, float* y);
 
 // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, for `rows` rows of `dim` (in place allowed).

@@ -1,0 +1,46 @@
+// The CPU backend's matrix product: a register- and cache-blocked kernel whose every
+// output element is computed by one fixed sequence of float operations, so the rollout
+// engine stays batch-invariant (a token's logits do not depend on what else is in the step).
+//
+// Why not Eigen's or a BLAS GEMM: their blocking, and with it the rounding of each output,
+// changes with the number of rows, so a sequence sampled alone and the same sequence
+// sampled in a batch drew different tokens now and then. Why not one matrix-vector
+// product per row (what cpu::linear did before): at batch 32 that reads the whole weight
+// matrix 32 times per step, and decode stopped scaling with the batch.
+#pragma once
+
+#include <cstdint>
+
+namespace tandem {
+class ThreadPool;
+}
+
+namespace tandem::cpu {
+
+// y[rows, out] = x[rows, in] · w[out, in]^T (+ bias[out]).
+//
+// The invariant: y[r, o] is the same float, bit for bit, whatever `rows` is, which other
+// rows are in the call, where row r falls in the call, and how many threads the pool has.
+// Each (r, o) owns one vector accumulator of gemm_nt_lanes() lanes; lane l accumulates
+// x[r, k] * w[o, k] for k = l, l + lanes, ... in increasing k (the last partial vector is
+// zero-padded), then the lanes are summed in one fixed tree, then the bias is added. The
+// kernel computes tiles of several rows by several outputs so that each loaded weight
+// vector serves several rows, but the tile shape only decides which accumulators live in
+// registers together, never the operations on one of them; the threads split the outputs,
+// never k.
+void gemm_nt(ThreadPool& pool,
+             const float* x,     // [rows, in], row-major
+             int64_t rows,
+             int64_t in,
+             const float* w,     // [out, in], row-major
+             const float* bias,  // [out], or null
+             int64_t out,
+             float* y);          // [rows, out], row-major; must not overlap x, w or bias
+
+// The instruction set gemm_nt was compiled for ("avx512f", "avx2+fma" or "generic", chosen
+// from the build's -march once, so every call in a process rounds the same way) and its
+// accumulator width in floats.
+const char* gemm_nt_isa();
+int gemm_nt_lanes();
+
+}  // namespace tandem::cpu
