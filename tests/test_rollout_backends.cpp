@@ -236,7 +236,7 @@ TEST_CASE("incremental and mixed decode/prefill steps equal one full prefill") {
 TEST_CASE("copied KV blocks hold what their sources held (prefix sharing's copy-on-write)") {
   auto rng = kernel_test_rng(8);
   for (const BackendUnderTest& b : kBackends) {
-    const TestModel& m = test_models()[3];
+    const TestModel m = test_models()[3];
     INFO(b.name << ": " << m.name);
     const int64_t vocab = m.config.vocab_size;
     std::unique_ptr<ModelBackend> backend =
