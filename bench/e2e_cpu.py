@@ -309,6 +309,25 @@ def tandem_summary(args, name, rows, wall_s):
     return line
 
 
+def openblas_core_like_tandem():
+    """The OPENBLAS_CORETYPE tandem's workers give themselves when Debian's OpenBLAS
+    0.3.21 does not know the CPU (core/math_environment.h), from /proc/cpuinfo's flags;
+    None when the user set one or no wide vector unit is there. The Python loop gets the
+    same kernels, so that the comparison is of the code, not of a BLAS misdetection."""
+    if "OPENBLAS_CORETYPE" in os.environ:
+        return None
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(next(line for line in f if line.startswith("flags")).split(":", 1)[1].split())
+    except (OSError, StopIteration):
+        return None
+    if {"avx512f", "avx512vl", "avx512bw", "avx512dq"} <= flags:
+        return "SkylakeX"
+    if {"avx2", "fma"} <= flags:
+        return "Haswell"
+    return None
+
+
 def run_torch_loop(args, name, model_dir, prompt_len):
     """The Python loop's summary line for one model (bench/torch_grpo.py's last line)."""
     command = [args.python, os.path.join(REPO_ROOT, "bench/torch_grpo.py"), "--model", model_dir,
@@ -316,11 +335,16 @@ def run_torch_loop(args, name, model_dir, prompt_len):
                "--group-size", str(args.group_size), "--prompt-len", str(prompt_len),
                "--new-tokens", str(args.new_tokens), "--micro-batch", str(args.micro_batch),
                "--lr", str(LR), "--steps", str(args.steps), "--warmup", str(args.warmup)]
-    done = subprocess.run(command, capture_output=True, text=True)
+    env = dict(os.environ)
+    core = openblas_core_like_tandem()
+    if core:
+        env["OPENBLAS_CORETYPE"] = core
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         sys.stderr.write(done.stdout + done.stderr)
         raise SystemExit(f"e2e_cpu: {' '.join(command)} exited with {done.returncode}")
     summary = json.loads(done.stdout.strip().splitlines()[-1])
+    summary["openblas_coretype"] = core or os.environ.get("OPENBLAS_CORETYPE", "detected")
     line = {"bench": "e2e_cpu", "mode": "torch", "model": name, "runner": "torch_grpo"}
     line.update({k: v for k, v in summary.items() if k not in ("bench", "summary", "model")})
     line["loadavg_1m"] = round(os.getloadavg()[0], 2)

@@ -11,6 +11,7 @@
 #include "actor/presets.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/math_environment.h"
 #include "core/process.h"
 #include "core/text.h"
 #include "learner/collectives.h"
@@ -239,13 +240,10 @@ std::vector<nlohmann::json> run_ranks(const char* self, const Args& a, const std
 }  // namespace
 
 int main(int argc, char** argv) {
-  // The learner's workers run with passive OpenMP waits (controller/openmp_waits.h); so do
-  // this benchmark and its rank processes (the PyTorch reference keeps libgomp's default).
-  const bool passive = std::getenv("OMP_WAIT_POLICY") != nullptr;
-  if (!passive) {
-    ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    ::execv("/proc/self/exe", argv);
-  }
+  // The environment tandem's workers run with (core/math_environment.h), for this process
+  // and its ranks. The PyTorch reference gets the same OpenBLAS kernels but libgomp's
+  // default waiting.
+  reexec_with_math_environment(argv);
   const Args a = parse(argc, argv);
   const std::string model_dir = resolve_model_path(a.model);
   if (a.rank >= 0) {

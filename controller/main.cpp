@@ -1,7 +1,7 @@
 // `tandem`: one binary for every role. Parses the command line and dispatches.
 #include "controller/cli.h"
-#include "controller/openmp_waits.h"
 #include "core/error.h"
+#include "core/math_environment.h"
 #include "python/reward_worker.h"
 
 #include <CLI/CLI.hpp>
@@ -11,7 +11,7 @@
 
 int main(int argc, char** argv) {
   using namespace tandem;
-  if (argc > 1 && std::string_view(argv[1]) == "worker") reexec_with_passive_openmp_waits(argv);
+  if (argc > 1 && std::string_view(argv[1]) == "worker") reexec_with_math_environment(argv);
   CLI::App app{"tandem: reinforcement learning for language-model policies"};
   app.require_subcommand(1);
   app.option_defaults()->always_capture_default();  // --help shows each option's default

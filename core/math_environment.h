@@ -1,0 +1,31 @@
+// The environment our math libraries read once, when they are loaded, for the processes
+// that compute (workers, benchmarks).
+//
+// - OMP_WAIT_POLICY=PASSIVE: libgomp's threads otherwise spin on their core for a while
+//   at every barrier. On cores that are also busy with our other processes (the rollout
+//   engine's pool, reward workers, a second rank) a spinning thread burns the timeslice
+//   that the thread it waits for needs: a learner step took 5-6.5 s instead of 0.8 s that
+//   way (issue 15).
+// - OPENBLAS_CORETYPE: OpenBLAS 0.3.21 (Debian 12) does not know newer CPUs and falls back
+//   to its SSE3 "Prescott" kernels on them (this project's Xeon VMs with AVX-512: a
+//   learner step 2.0 s instead of 0.56 s). When the kernels it picked are older than the
+//   CPU's vector units allow, the best kernels the CPU can run are named instead.
+//
+// Both are read at library load, so they must be in the environment before the process
+// starts: the process re-executes itself with them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+// The variables (NAME=VALUE) this process should have had at start and does not; a
+// variable the user set is never changed.
+std::vector<std::string> missing_math_environment();
+
+// Sets missing_math_environment() and re-executes this program with the same arguments;
+// returns (doing nothing more) when nothing is missing or the re-exec fails.
+void reexec_with_math_environment(char** argv);
+
+}  // namespace tandem
