@@ -34,7 +34,6 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
 
 // Whether every row is segment 1 then padding (segment 0), never anything after padding.
 bool one_sequence_per_row(const at::Tensor& segments) {
-  if (segments.size(1) < 2) return segments.le(1).all().item<bool>();
   at::Tensor later = segments.narrow(1, 1, segments.size(1) - 1);
   at::Tensor earlier = segments.narrow(1, 0, segments.size(1) - 1);
   return segments.le(1).all().item<bool>() && later.le(earlier).all().item<bool>();

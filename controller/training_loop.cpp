@@ -315,15 +315,15 @@ nlohmann::json TrainingLoop::train(std::vector<TrainingSample>& batch, int64_t s
   if (!prefetches_after(step)) return nlohmann::json::parse(collect(std::move(requests)).at(0).reply.body);
   // Asynchronous: the next step's rollout runs on the rollout workers' current weights
   // while the learners train, in one wait.
-  StepPrompts next = next_prompts();
+  StepRollout next = next_prompts(step + 1);
   const size_t learner_requests = requests.size();
-  for (Request& r : rollout_requests(step + 1, next.prompts, std::nullopt, false)) requests.push_back(std::move(r));
+  for (Request& r : rollout_requests(next.step, next.prompts, std::nullopt, false)) requests.push_back(std::move(r));
   const std::vector<CommandReply> replies = collect(std::move(requests));
-  PrefetchedRollout rollout{step + 1, std::move(next), {}, {}};
-  rollout.samples = samples_from({replies.begin() + static_cast<std::ptrdiff_t>(learner_requests), replies.end()},
-                                 rollout.prompts.prompts.size() * static_cast<size_t>(c_.algorithm.group_size));
-  rollout.prefill = last_prefill_;
-  prefetched_ = std::move(rollout);
+  next.samples = samples_from({replies.begin() + static_cast<std::ptrdiff_t>(learner_requests), replies.end()},
+                              next.prompts.size() * static_cast<size_t>(c_.algorithm.group_size));
+  next.prefill = last_prefill_;
+  next.prefetched = true;
+  prefetched_ = std::move(next);
   return nlohmann::json::parse(replies.at(0).reply.body);
 }
 
@@ -376,61 +376,59 @@ void TrainingLoop::warm_up() {
   progress.finish();
 }
 
-TrainingLoop::StepPrompts TrainingLoop::next_prompts() {
-  StepPrompts out;
+TrainingLoop::StepRollout TrainingLoop::next_prompts(int64_t step) {
+  StepRollout out;
+  out.step = step;
   out.rows = order_->next(static_cast<size_t>(c_.data.batch_size));
   for (size_t row : out.rows) out.prompts.push_back(prompt_ids_[row]);
   return out;
 }
 
+TrainingLoop::StepRollout TrainingLoop::rollout_now(int64_t step) {
+  StepRollout out = next_prompts(step);
+  // Samples that finish early are scored on another thread while the rest generate.
+  out.scored_early = c_.rollout.score_while_generating;
+  std::function<void(std::vector<Sample>&&)> on_early;
+  if (out.scored_early) {
+    begin_scoring(out.rows, data_);
+    on_early = [&](std::vector<Sample>&& finished) {
+      std::vector<ScoredSample> batch;
+      for (Sample& s : finished) batch.push_back({s.prompt_slot, s.sample_index, s.tokens, decode_response(s.tokens), {}});
+      scoring_->submit(std::move(batch));
+    };
+  }
+  try {
+    out.samples = generate(step, out.prompts, std::nullopt, on_early);
+  } catch (...) {
+    if (out.scored_early) scoring_->wait_idle_for(1e9);  // nothing of this step is scored behind the recovery
+    throw;
+  }
+  out.prefill = last_prefill_;  // before evaluation generates again
+  return out;
+}
+
 void TrainingLoop::run_step(int64_t step) {
   const Clock::time_point step_start = Clock::now();
-  // This step's prompts and samples: generated now, or (asynchronous) during the previous
-  // step's training, on the weights the rollout workers held then.
-  StepPrompts step_prompts;
-  std::vector<Sample> samples;
-  PrefillCounts prefill;
-  double rollout_s = 0, hidden_reward_s = 0;
-  std::map<std::pair<size_t, int64_t>, ScoredSample> early_scores;
-  const bool prefetched = prefetched_ && prefetched_->step == step;
+  // Generated now, or (asynchronous) during the previous step's training on the weights
+  // the rollout workers held then.
+  StepRollout rollout = prefetched_ && prefetched_->step == step ? std::move(*prefetched_) : rollout_now(step);
+  prefetched_.reset();
+  const bool prefetched = rollout.prefetched;
+  const std::vector<size_t>& rows = rollout.rows;
+  const std::vector<std::vector<int32_t>>& prompts = rollout.prompts;
+  const PrefillCounts& prefill = rollout.prefill;
+  std::vector<Sample>& samples = rollout.samples;
+  const double rollout_s = prefetched ? 0.0 : seconds_since(step_start);
+
   Clock::time_point t = Clock::now();
-  if (prefetched) {
-    step_prompts = std::move(prefetched_->prompts);
-    samples = std::move(prefetched_->samples);
-    prefill = prefetched_->prefill;
-    prefetched_.reset();
-  } else {
-    prefetched_.reset();
-    step_prompts = next_prompts();
-    // Samples that finish early are scored on another thread while the rest generate.
-    const bool early = c_.rollout.score_while_generating;
-    std::function<void(std::vector<Sample>&&)> on_early;
-    if (early) {
-      begin_scoring(step_prompts.rows, data_);
-      on_early = [&](std::vector<Sample>&& finished) {
-        std::vector<ScoredSample> batch;
-        for (Sample& s : finished) batch.push_back({s.prompt_slot, s.sample_index, s.tokens, decode_response(s.tokens), {}});
-        scoring_->submit(std::move(batch));
-      };
-    }
-    try {
-      samples = generate(step, step_prompts.prompts, std::nullopt, on_early);
-    } catch (...) {
-      if (early) scoring_->wait_idle_for(1e9);  // nothing of this step is scored behind the recovery
-      throw;
-    }
-    rollout_s = seconds_since(step_start);
-    prefill = last_prefill_;  // before evaluation generates again
-    t = Clock::now();
-    if (early) {
-      early_scores = finish_scoring();
-      // Scoring time that ran under generation: what the thread spent, less what it spent
-      // after generation ended (while this thread waited for it).
-      hidden_reward_s = std::max(0.0, scoring_->busy_seconds() - seconds_since(t));
-    }
+  std::map<std::pair<size_t, int64_t>, ScoredSample> early_scores;
+  double hidden_reward_s = 0;
+  if (rollout.scored_early) {
+    early_scores = finish_scoring();
+    // Scoring time that ran under generation: what the thread spent, less what it spent
+    // after generation ended (while this thread waited for it).
+    hidden_reward_s = std::max(0.0, scoring_->busy_seconds() - seconds_since(t));
   }
-  const std::vector<size_t>& rows = step_prompts.rows;
-  const std::vector<std::vector<int32_t>>& prompts = step_prompts.prompts;
   const int64_t fallbacks = score(samples, rows, data_, &early_scores);
   const double reward_s = seconds_since(t);
 
@@ -495,7 +493,6 @@ void TrainingLoop::run_step(int64_t step) {
                          {"time/train_s", train_s},
                          {"time/sync_s", sync_s},
                          {"time/step_s", step_s},
-
                          {"rollout/prefill_tokens", static_cast<double>(prefill.computed)},
                          {"rollout/prefill_tokens_saved", static_cast<double>(prefill.saved)},
                          {"perf/train_tokens_per_s", static_cast<double>(response_tokens) / train_s},

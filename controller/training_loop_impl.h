@@ -147,12 +147,27 @@ class TrainingLoop {
   int64_t restore(const std::optional<CheckpointRef>& checkpoint);
   void warm_up();
   void run_step(int64_t step);
-  // The dataset rows of the next step's prompts (advancing the order) and their token ids.
-  struct StepPrompts {
-    std::vector<size_t> rows;
-    std::vector<std::vector<int32_t>> prompts;
+  // The rollout engines' prompt work in a generate(), summed over the workers' replies:
+  // tokens prefilled, and prompt tokens not run thanks to rollout.prefix_sharing.
+  struct PrefillCounts {
+    int64_t computed = 0;
+    int64_t saved = 0;
   };
-  StepPrompts next_prompts();
+  // A step's prompts and the samples generated for them.
+  struct StepRollout {
+    int64_t step = 0;
+    std::vector<size_t> rows;                   // dataset rows of the prompts
+    std::vector<std::vector<int32_t>> prompts;  // their token ids
+    std::vector<Sample> samples;
+    PrefillCounts prefill;
+    bool prefetched = false;    // generated during the previous step's training (algorithm.async)
+    bool scored_early = false;  // samples went to the scoring thread as they finished
+  };
+  // Step `step`'s rows and prompts (advancing the order); no samples yet.
+  StepRollout next_prompts(int64_t step);
+  // Generates step `step` now, streaming finished samples to the scoring thread when
+  // rollout.score_while_generating.
+  StepRollout rollout_now(int64_t step);
   // How evaluation samples (eval: n, temperature; no top-p/top-k).
   struct EvalSampling {
     int64_t n = 1;
@@ -263,21 +278,9 @@ class TrainingLoop {
   std::optional<WeightGroup> group_;
   int64_t groups_made_ = 0;
   int64_t restarts_ = 0;            // worker restarts so far (launcher.max_restarts)
-  // The rollout engines' prompt work in the latest generate(), summed over the workers'
-  // replies: tokens prefilled, and prompt tokens not run thanks to rollout.prefix_sharing.
-  struct PrefillCounts {
-    int64_t computed = 0;
-    int64_t saved = 0;
-  };
-  PrefillCounts last_prefill_;
-  // Asynchronous RL: a step's rollout generated during the previous step's training.
-  struct PrefetchedRollout {
-    int64_t step = 0;
-    StepPrompts prompts;
-    std::vector<Sample> samples;
-    PrefillCounts prefill;
-  };
-  std::optional<PrefetchedRollout> prefetched_;
+  PrefillCounts last_prefill_;  // of the latest generate()
+  // Asynchronous RL: the next step's rollout, generated during this step's training.
+  std::optional<StepRollout> prefetched_;
 };
 
 inline int64_t host_cores() { return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())); }

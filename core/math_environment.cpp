@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 namespace tandem {
 
@@ -37,8 +39,7 @@ bool uses_wide_vectors(const std::string& core) {
   return false;
 }
 
-}  // namespace
-
+// The variables (NAME=VALUE) this process should have had at start and does not.
 std::vector<std::string> missing_math_environment() {
   std::vector<std::string> missing;
   if (std::getenv("OMP_WAIT_POLICY") == nullptr) missing.push_back("OMP_WAIT_POLICY=PASSIVE");
@@ -48,6 +49,8 @@ std::vector<std::string> missing_math_environment() {
   }
   return missing;
 }
+
+}  // namespace
 
 void reexec_with_math_environment(char** argv) {
   const std::vector<std::string> missing = missing_math_environment();

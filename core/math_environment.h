@@ -15,17 +15,11 @@
 // starts: the process re-executes itself with them.
 #pragma once
 
-#include <string>
-#include <vector>
-
 namespace tandem {
 
-// The variables (NAME=VALUE) this process should have had at start and does not; a
-// variable the user set is never changed.
-std::vector<std::string> missing_math_environment();
-
-// Sets missing_math_environment() and re-executes this program with the same arguments;
-// returns (doing nothing more) when nothing is missing or the re-exec fails.
+// Sets the variables above that are missing (one the user set is never changed) and
+// re-executes this program with the same arguments; returns, doing nothing more, when
+// none is missing or the re-exec fails.
 void reexec_with_math_environment(char** argv);
 
 }  // namespace tandem
