@@ -28,14 +28,16 @@ std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::
                                            const std::function<void(std::vector<Sample>&&)>& on_early) {
   log::debug("step {}: generating{}", step, eval ? " (evaluation)" : "");
   WorkerPool::ProgressHandler on_progress;
-  if (on_early) on_progress = [&](CommandReply&& progress) { on_early(read_samples(progress)); };
+  const int64_t version = weight_version_;
+  if (on_early) on_progress = [&](CommandReply&& progress) { on_early(read_samples(progress, version)); };
   const int64_t n = eval ? eval->n : c_.algorithm.group_size;
   return samples_from(collect(rollout_requests(step, prompts, eval, static_cast<bool>(on_early)), on_progress),
-                      prompts.size() * static_cast<size_t>(n));
+                      prompts.size() * static_cast<size_t>(n), version);
 }
 
 std::vector<Request> TrainingLoop::rollout_requests(int64_t step, const std::vector<std::vector<int32_t>>& prompts,
-                                                    const std::optional<EvalSampling>& eval, bool stream) {
+                                                    const std::optional<EvalSampling>& eval, bool stream,
+                                                    bool interruptible) {
   const int64_t n = eval ? eval->n : c_.algorithm.group_size;
   // Evaluation draws from its own seeds: it never repeats the training samples' draws.
   const uint64_t seed = eval ? mix(static_cast<uint64_t>(c_.experiment.seed), 0xe7a1) : static_cast<uint64_t>(c_.experiment.seed);
@@ -55,16 +57,18 @@ std::vector<Request> TrainingLoop::rollout_requests(int64_t step, const std::vec
     const WorkerId worker = rollout_worker(c_, static_cast<int64_t>(w));
     nlohmann::json body = {{"requests", requests}};
     if (stream) body["stream"] = true;
+    if (interruptible) body["interruptible"] = true;
     all.push_back(request(worker, "rollout_generate", body.dump(), {tokens}));
   }
   return all;
 }
 
-std::vector<Sample> TrainingLoop::samples_from(const std::vector<CommandReply>& replies, size_t expected) {
+std::vector<Sample> TrainingLoop::samples_from(const std::vector<CommandReply>& replies, size_t expected,
+                                               int64_t first_version) {
   std::vector<Sample> samples;
   last_prefill_ = {};
   for (const CommandReply& reply : replies) {
-    for (Sample& sample : read_samples(reply)) samples.push_back(std::move(sample));
+    for (Sample& sample : read_samples(reply, first_version)) samples.push_back(std::move(sample));
     const nlohmann::json stats = nlohmann::json::parse(reply.reply.body).value("stats", nlohmann::json::object());
     last_prefill_.computed += stats.value("prefill_tokens", int64_t{0});
     last_prefill_.saved += stats.value("prefill_tokens_saved", int64_t{0});
@@ -77,7 +81,7 @@ std::vector<Sample> TrainingLoop::samples_from(const std::vector<CommandReply>& 
   return samples;
 }
 
-std::vector<Sample> TrainingLoop::read_samples(const CommandReply& reply) const {
+std::vector<Sample> TrainingLoop::read_samples(const CommandReply& reply, int64_t first_version) const {
   const nlohmann::json body = nlohmann::json::parse(reply.reply.body);
   TANDEM_CHECK(reply.attachments.size() == 2, "rollout_generate reply: expected 2 frames, got {}",
                reply.attachments.size());
@@ -98,9 +102,28 @@ std::vector<Sample> TrainingLoop::read_samples(const CommandReply& reply) const 
     offset += length;
     sample.finish_reason = s[3].get<std::string>();
     sample.version = s[4].get<int64_t>();
-    TANDEM_CHECK(sample.version == weight_version_,
-                 "{} sampled with weight version {}, the run is at {}: samples must be on-policy",
-                 reply.reply.worker.name(), sample.version, weight_version_);
+    // Version runs [[first token, version], ...]: rising versions from token 0 on.
+    const nlohmann::json& runs = s.at(5);
+    TANDEM_CHECK(length == 0 || (!runs.empty() && runs[0][0].get<size_t>() == 0),
+                 "rollout_generate reply from {}: a sample's version runs do not start at its first token",
+                 reply.reply.worker.name());
+    sample.token_versions.resize(length);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const size_t begin = runs[i][0].get<size_t>();
+      const size_t end = i + 1 < runs.size() ? runs[i + 1][0].get<size_t>() : length;
+      const int64_t version = runs[i][1].get<int64_t>();
+      TANDEM_CHECK(begin < end && end <= length && version >= first_version && version <= weight_version_ &&
+                       (i == 0 || version > runs[i - 1][1].get<int64_t>()),
+                   "{} sampled tokens [{}, {}) with weight version {}; the rollout began at version {} and the "
+                   "run is at {}: samples must be on-policy or of weights synced since",
+                   reply.reply.worker.name(), begin, end, version, first_version, weight_version_);
+      std::fill(sample.token_versions.begin() + static_cast<std::ptrdiff_t>(begin),
+                sample.token_versions.begin() + static_cast<std::ptrdiff_t>(end), version);
+    }
+    TANDEM_CHECK(length == 0 || sample.version == sample.token_versions.front(),
+                 "rollout_generate reply from {}: a sample's version is not its first token's",
+                 reply.reply.worker.name());
+    if (length == 0) sample.version = first_version;
     samples.push_back(std::move(sample));
   }
   return samples;
@@ -314,17 +337,23 @@ nlohmann::json TrainingLoop::train(std::vector<TrainingSample>& batch, int64_t s
   }
   if (!prefetches_after(step)) return nlohmann::json::parse(collect(std::move(requests)).at(0).reply.body);
   // Asynchronous: the next step's rollout runs on the rollout workers' current weights
-  // while the learners train, in one wait.
+  // while the learners train.
   StepRollout next = next_prompts(step + 1);
-  const size_t learner_requests = requests.size();
-  for (Request& r : rollout_requests(next.step, next.prompts, std::nullopt, false)) requests.push_back(std::move(r));
-  const std::vector<CommandReply> replies = collect(std::move(requests));
-  next.samples = samples_from({replies.begin() + static_cast<std::ptrdiff_t>(learner_requests), replies.end()},
-                              next.prompts.size() * static_cast<size_t>(c_.algorithm.group_size));
+  const int64_t first_version = weight_version_;
+  const bool partial = c_.algorithm.async.partial_rollouts;
+  std::vector<Request> rollout = rollout_requests(next.step, next.prompts, std::nullopt, false, partial);
+  for (Request& r : requests) r.id = r.send();
+  for (Request& r : rollout) r.id = r.send();
+  const nlohmann::json update = nlohmann::json::parse(wait_for(std::move(requests)).at(0).reply.body);
+  // Partial rollouts: the new weights go out now, and samples still generating continue
+  // on them (a rollout that has finished just loads them, as it would after this step).
+  if (partial) sync_weights(step);
+  next.samples = samples_from(wait_for(std::move(rollout)),
+                              next.prompts.size() * static_cast<size_t>(c_.algorithm.group_size), first_version);
   next.prefill = last_prefill_;
   next.prefetched = true;
   prefetched_ = std::move(next);
-  return nlohmann::json::parse(replies.at(0).reply.body);
+  return update;
 }
 
 // The supervised warm-up (sft:): each step one batch of prompts with their gold
@@ -460,7 +489,7 @@ void TrainingLoop::run_step(int64_t step) {
   const double train_s = seconds_since(t);
 
   t = Clock::now();
-  sync_weights(step);
+  if (trained_since_sync_) sync_weights(step);  // partial rollouts synced during train()
   const double sync_s = seconds_since(t);
   if (c_.experiment.checkpoint_every > 0 && step % c_.experiment.checkpoint_every == 0) checkpoint(step);
 

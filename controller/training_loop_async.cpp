@@ -21,19 +21,29 @@ MetricRow TrainingLoop::correct_for_staleness(const std::vector<Sample>& samples
                                               int64_t step) {
   // Training step `step` starts from the learners' version step - 1.
   const int64_t learner_version = step - 1;
-  double staleness_sum = 0;
+  double staleness_sum = 0, tokens_seen = 0, partial = 0;
   bool any_stale = false;
   for (const Sample& s : samples) {
-    const int64_t staleness = learner_version - s.version;
-    TANDEM_CHECK(staleness >= 0 && staleness <= c_.algorithm.async.max_staleness,
+    const int64_t oldest = learner_version - s.version;
+    TANDEM_CHECK(oldest >= 0 && oldest <= c_.algorithm.async.max_staleness,
                  "step {}: a sample of weight version {} is {} versions behind the learners' {} "
                  "(algorithm.async.max_staleness {})",
-                 step, s.version, staleness, learner_version, c_.algorithm.async.max_staleness);
-    staleness_sum += static_cast<double>(staleness);
-    any_stale = any_stale || staleness > 0;
+                 step, s.version, oldest, learner_version, c_.algorithm.async.max_staleness);
+    for (int64_t version : s.token_versions) {
+      staleness_sum += static_cast<double>(learner_version - version);
+      any_stale = any_stale || version < learner_version;
+    }
+    tokens_seen += static_cast<double>(s.token_versions.size());
+    // A partial rollout: continued on newer weights part-way.
+    partial += !s.token_versions.empty() && s.token_versions.back() != s.token_versions.front() ? 1 : 0;
   }
-  const double staleness_mean = samples.empty() ? 0.0 : staleness_sum / static_cast<double>(samples.size());
-  if (!any_stale) return {{"async/staleness_mean", 0.0}, {"async/is_weight_mean", 1.0}, {"async/is_clipped_share", 0.0}};
+  auto metrics = [&](double is_weight_mean, double is_clipped_share) -> MetricRow {
+    return {{"async/staleness_mean", tokens_seen > 0 ? staleness_sum / tokens_seen : 0.0},
+            {"async/partial_share", samples.empty() ? 0.0 : partial / static_cast<double>(samples.size())},
+            {"async/is_weight_mean", is_weight_mean},
+            {"async/is_clipped_share", is_clipped_share}};
+  };
+  if (!any_stale) return metrics(1.0, 0.0);
 
   // Decoupled PPO: the ratio is taken against the learners' own (proximal) log-probs, and
   // each token's loss is weighted by min(pi_proximal / pi_rollout, is_cap), which corrects
@@ -54,9 +64,7 @@ MetricRow TrainingLoop::correct_for_staleness(const std::vector<Sample>& samples
       tokens += 1;
     }
   }
-  return {{"async/staleness_mean", staleness_mean},
-          {"async/is_weight_mean", tokens > 0 ? weight_sum / tokens : 1.0},
-          {"async/is_clipped_share", tokens > 0 ? clipped / tokens : 0.0}};
+  return metrics(tokens > 0 ? weight_sum / tokens : 1.0, tokens > 0 ? clipped / tokens : 0.0);
 }
 
 }  // namespace tandem::training

@@ -54,7 +54,10 @@ struct Sample {
   int64_t sample_index = 0;  // which of the prompt's samples
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
-  int64_t version = 0;  // the weights it was sampled with
+  int64_t version = 0;  // the weights that drew its first token
+  // Per token: the weights that drew it. Newer than `version` from some token on when the
+  // rollout continued on weights synced part-way (algorithm.async.partial_rollouts).
+  std::vector<int64_t> token_versions;
   std::string finish_reason;  // "stop" (end of sequence) or "length" (cut at max_new_tokens)
   std::string text;           // the decoded response, end-of-sequence tokens left out
   double reward = 0;          // the weighted sum over the config's rewards
@@ -129,6 +132,8 @@ class TrainingLoop {
   // a worker reports is thrown as it is.
   // `on_progress` sees the requests' progress messages as they arrive.
   std::vector<CommandReply> collect(std::vector<Request> requests, const WorkerPool::ProgressHandler& on_progress = {});
+  // collect() for requests sent already (their ids set).
+  std::vector<CommandReply> wait_for(std::vector<Request> requests, const WorkerPool::ProgressHandler& on_progress = {});
   // A request that sends `command` to `worker` (again, when the worker was restarted).
   Request request(const WorkerId& worker, const std::string& command, const std::string& body,
                   const std::vector<std::string>& attachments = {});
@@ -182,18 +187,22 @@ class TrainingLoop {
                                const std::function<void(std::vector<Sample>&&)>& on_early = {});
   // rollout_generate for every rollout worker (their shares of `prompts`); `stream`: with
   // progress messages carrying finished samples.
+  // `interruptible`: a weight sync may land part-way (algorithm.async.partial_rollouts).
   std::vector<Request> rollout_requests(int64_t step, const std::vector<std::vector<int32_t>>& prompts,
-                                        const std::optional<EvalSampling>& eval, bool stream);
-  // The samples of rollout_generate replies in group order (`expected` of them); sets last_prefill_.
-  std::vector<Sample> samples_from(const std::vector<CommandReply>& replies, size_t expected);
+                                        const std::optional<EvalSampling>& eval, bool stream,
+                                        bool interruptible = false);
+  // The samples of rollout_generate replies in group order (`expected` of them); sets
+  // last_prefill_. `first_version`: the weights the rollout workers held when asked.
+  std::vector<Sample> samples_from(const std::vector<CommandReply>& replies, size_t expected, int64_t first_version);
   // training_loop_async.cpp: whether step + 1's rollout runs during step's training.
   bool prefetches_after(int64_t step) const;
   // training_loop_async.cpp: the learners' log-probs become the samples' old log-probs
   // and min(their ratio to the rollout's, is_cap) each token's importance weight, when
   // some sample is of older weights than the learners'. Returns the async/* metrics.
   MetricRow correct_for_staleness(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch, int64_t step);
-  // The samples a rollout_generate reply (or progress message) carries.
-  std::vector<Sample> read_samples(const CommandReply& reply) const;
+  // The samples a rollout_generate reply (or progress message) carries; each token's
+  // weights must be first_version or a later one synced since (never past the current).
+  std::vector<Sample> read_samples(const CommandReply& reply, int64_t first_version) const;
   // Scores samples of data.rows[rows[prompt_slot]]: those in `early` (scored during
   // generation, same tokens) keep those scores, the rest are scored now. Returns how many
   // scores were fallback scores (reward on_error: fallback).

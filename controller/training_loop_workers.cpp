@@ -111,7 +111,17 @@ void TrainingLoop::restart_rollout(const WorkerFailure& failure, bool load_weigh
 std::vector<CommandReply> TrainingLoop::collect(std::vector<Request> requests,
                                                 const WorkerPool::ProgressHandler& on_progress) {
   for (Request& r : requests) r.id = r.send();
+  return wait_for(std::move(requests), on_progress);
+}
+
+std::vector<CommandReply> TrainingLoop::wait_for(std::vector<Request> requests,
+                                                 const WorkerPool::ProgressHandler& on_progress) {
   while (true) {
+    for (Request& r : requests) {
+      // The unfinished work of a worker restarted meanwhile (restarting one may find
+      // others dead too), redone.
+      if (!pool_.has_request(r.id)) r.id = r.send();
+    }
     std::vector<uint64_t> ids;
     for (const Request& r : requests) ids.push_back(r.id);
     try {
@@ -123,11 +133,6 @@ std::vector<CommandReply> TrainingLoop::collect(std::vector<Request> requests,
       if (failure.command_error()) throw;  // it would fail again
       if (hosts_learner(failure.worker())) throw LearnerLost(failure);
       restart_rollout(failure);
-      for (Request& r : requests) {
-        // The unfinished work of every worker restarted meanwhile (restarting one may
-        // find others dead too), redone.
-        if (!pool_.has_request(r.id)) r.id = r.send();
-      }
     }
   }
 }

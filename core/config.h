@@ -71,6 +71,10 @@ struct KlConfig {
 struct AsyncConfig {
   int64_t max_staleness = 0;  // how many versions a sample's weights may lag the learner's; 0: synchronous
   double is_cap = 2.0;        // truncation of the importance weight pi_learner / pi_rollout
+  // A rollout still generating when the learners finish takes their new weights part-way
+  // and goes on with them; each token records its weights. Timing decides where, so runs
+  // are not bit-reproducible with it on.
+  bool partial_rollouts = false;
 };
 
 // The critic of PPO with GAE: a value head on the policy's last hidden state (shared trunk).
@@ -129,6 +133,7 @@ struct LearnerConfig {
   int64_t workers = 1;
   std::string device = "cpu";
   std::string sharding = "ddp";
+  std::string precision = "fp32";  // fp32 | bf16: the compute dtype; parameters and optimizer state stay float32
   int64_t epochs = 1;
   int64_t mini_batches = 1;
   int64_t micro_batch_size = 8;  // samples per forward/backward

@@ -125,6 +125,10 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
                "asynchronous rollout needs placement: disaggregated (colocated worker slots run rollout and "
                "training one after the other)");
   }
+  if (c.algorithm.async.partial_rollouts && c.algorithm.async.max_staleness == 0) {
+    problem_at({"algorithm.async.partial_rollouts", "algorithm.async.max_staleness"},
+               "partial rollouts continue an asynchronous rollout on newer weights: set max_staleness >= 1");
+  }
   const std::string& sync_method = c.weight_sync.method;
   if (c.algorithm.async.max_staleness > 0 && sync_method != "auto" && sync_method != "shm" &&
       sync_method != "cuda_ipc") {

@@ -92,6 +92,9 @@ template <class V> void describe(V& v, AsyncConfig& c) {
           "training; 0: synchronous");
   v.field("is_cap", c.is_cap, positive(),
           "truncation of the importance weight between the learner's old log-probs and the rollout's");
+  v.field("partial_rollouts", c.partial_rollouts,
+          "a rollout still generating when the learners finish continues on their new weights (each token "
+          "records its version); not bit-reproducible, since timing decides where the weights change");
 }
 
 template <class V> void describe(V& v, ValueConfig& c) {
@@ -164,6 +167,9 @@ template <class V> void describe(V& v, LearnerConfig& c) {
   v.field("workers", c.workers, at_least(1), "learner worker processes (data-parallel ranks)");
   v.field("device", c.device, one_of({"cpu", "cuda", "auto"}), "where training runs");
   v.field("sharding", c.sharding, one_of({"ddp", "zero2", "fsdp"}), "data-parallel strategy");
+  v.field("precision", c.precision, one_of({"fp32", "bf16"}),
+          "compute dtype of the forward and backward: bf16 casts each float32 master weight where it is used "
+          "(norms, softmax, logits, optimizer state stay float32)");
   v.field("epochs", c.epochs, at_least(1), "passes over each step's samples");
   v.field("mini_batches", c.mini_batches, at_least(1), "optimizer steps per epoch");
   v.field("micro_batch_size", c.micro_batch_size, at_least(1), "samples per forward/backward on one rank");

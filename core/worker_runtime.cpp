@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <thread>
 
@@ -84,13 +85,102 @@ void io_loop(zmq::context_t& context, const WorkerOptions& options, const std::s
   }
 }
 
-// Set while the executor runs a command: where send_command_progress goes.
-thread_local std::function<void(const std::string&, const std::vector<std::string>&)>* current_progress = nullptr;
+// The executor: runs commands one at a time on the calling thread and replies to each.
+// A running command may serve the commands that arrived meanwhile and that it accepts
+// (serve_interleaved_commands); any others wait in `deferred` until it is done.
+class Executor {
+ public:
+  Executor(Channel& io, const WorkerOptions& options, const CommandHandler& handler)
+      : io_(io), options_(options), handler_(handler) {}
+
+  // The next message: a deferred one first, else from the I/O thread.
+  std::optional<Envelope> next(int timeout_ms) {
+    if (!deferred_.empty()) {
+      Envelope in = std::move(deferred_.front());
+      deferred_.pop_front();
+      return in;
+    }
+    return io_.receive(timeout_ms);
+  }
+
+  void execute(const Envelope& in) {
+    const auto* command = std::get_if<CommandMsg>(&in.message);
+    if (!command) return;
+    const auto started = Clock::now();
+    try {
+      CommandResult result;
+      if (command->name == "ping") {
+        result.body = command->body;
+        result.attachments = in.attachments;
+      } else if (command->name == "describe") {
+        result.body = fmt::format("{{\"role\":\"{}\",\"rank\":{},\"pid\":{},\"host\":\"{}\"}}", options_.id.role,
+                                  options_.id.rank, ::getpid(), hostname());
+      } else {
+        result = run_handler(*command, in.attachments);
+      }
+      std::vector<uint64_t> sizes;
+      for (const auto& a : result.attachments) sizes.push_back(a.size());
+      io_.send(ReplyMsg{command->request_id, options_.id, std::move(result.body), sizes}, result.attachments);
+      log::debug("command {} #{} done in {:.3f} s", command->name, command->request_id,
+                 std::chrono::duration<double>(Clock::now() - started).count());
+    } catch (const std::exception& e) {
+      log::error("command {} #{} failed: {}", command->name, command->request_id, e.what());
+      io_.send(ErrorReplyMsg{command->request_id, options_.id, e.what()});
+    }
+  }
+
+  void serve_interleaved(const std::function<bool(const std::string&)>& may_interleave) {
+    std::deque<Envelope> later;
+    // Only what has arrived already: a deferred message stays deferred, in order.
+    while (auto in = io_.receive(0)) {
+      const auto* command = std::get_if<CommandMsg>(&in->message);
+      if (command && later.empty() && may_interleave(command->name)) {
+        execute(*in);
+      } else {
+        later.push_back(std::move(*in));  // after it, nothing may overtake it
+      }
+    }
+    for (Envelope& in : later) deferred_.push_back(std::move(in));
+  }
+
+  void send_progress(const std::string& body, const std::vector<std::string>& attachments) {
+    if (running_.empty()) return;
+    std::vector<uint64_t> sizes;
+    for (const auto& a : attachments) sizes.push_back(a.size());
+    io_.send(ProgressMsg{running_.back(), options_.id, body, sizes}, attachments);
+  }
+
+ private:
+  CommandResult run_handler(const CommandMsg& command, const std::vector<std::string>& attachments) {
+    running_.push_back(command.request_id);  // progress goes to the innermost running command
+    try {
+      CommandResult result = handler_(command, attachments);
+      running_.pop_back();
+      return result;
+    } catch (...) {
+      running_.pop_back();
+      throw;
+    }
+  }
+
+  Channel& io_;
+  const WorkerOptions& options_;
+  const CommandHandler& handler_;
+  std::deque<Envelope> deferred_;
+  std::vector<uint64_t> running_;  // request ids, outermost first
+};
+
+// The executor of this thread's run_worker, for the functions handlers call.
+thread_local Executor* current_executor = nullptr;
 
 }  // namespace
 
 void send_command_progress(const std::string& body, const std::vector<std::string>& attachments) {
-  if (current_progress) (*current_progress)(body, attachments);
+  if (current_executor) current_executor->send_progress(body, attachments);
+}
+
+void serve_interleaved_commands(const std::function<bool(const std::string&)>& may_interleave) {
+  if (current_executor) current_executor->serve_interleaved(may_interleave);
 }
 
 int run_worker(const WorkerOptions& options, const CommandHandler& handler) {
@@ -114,54 +204,21 @@ int run_worker(const WorkerOptions& options, const CommandHandler& handler) {
     io_done = true;
   });
 
-  const std::string name = options.id.name();
+  Executor executor(io, options, handler);
+  current_executor = &executor;
   while (true) {
-    auto in = io.receive(200);
+    auto in = executor.next(200);
     if (!in) {
       if (io_done) break;
       continue;
     }
     if (std::holds_alternative<ShutdownMsg>(in->message)) break;
-    const auto* command = std::get_if<CommandMsg>(&in->message);
-    if (!command) continue;
-    auto started = Clock::now();
-    try {
-      CommandResult result;
-      if (command->name == "ping") {
-        result.body = command->body;
-        result.attachments = in->attachments;
-      } else if (command->name == "describe") {
-        result.body = fmt::format("{{\"role\":\"{}\",\"rank\":{},\"pid\":{},\"host\":\"{}\"}}", options.id.role,
-                                  options.id.rank, ::getpid(), hostname());
-      } else {
-        std::function<void(const std::string&, const std::vector<std::string>&)> progress =
-            [&](const std::string& body, const std::vector<std::string>& attachments) {
-              std::vector<uint64_t> sizes;
-              for (const auto& a : attachments) sizes.push_back(a.size());
-              io.send(ProgressMsg{command->request_id, options.id, body, sizes}, attachments);
-            };
-        current_progress = &progress;
-        try {
-          result = handler(*command, in->attachments);
-        } catch (...) {
-          current_progress = nullptr;
-          throw;
-        }
-        current_progress = nullptr;
-      }
-      std::vector<uint64_t> sizes;
-      for (const auto& a : result.attachments) sizes.push_back(a.size());
-      io.send(ReplyMsg{command->request_id, options.id, std::move(result.body), sizes}, result.attachments);
-      log::debug("command {} #{} done in {:.3f} s", command->name, command->request_id,
-                 std::chrono::duration<double>(Clock::now() - started).count());
-    } catch (const std::exception& e) {
-      log::error("command {} #{} failed: {}", command->name, command->request_id, e.what());
-      io.send(ErrorReplyMsg{command->request_id, options.id, e.what()});
-    }
+    executor.execute(*in);
   }
+  current_executor = nullptr;
   if (!io_done) io.send(ShutdownMsg{"executor done"});
   io_thread.join();
-  log::info("{} stopped", name);
+  log::info("{} stopped", options.id.name());
   return exit_code;
 }
 

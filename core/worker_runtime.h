@@ -38,6 +38,14 @@ using CommandHandler = std::function<CommandResult(const CommandMsg& command,
 // else (a handler called directly, as unit tests do) it does nothing.
 void send_command_progress(const std::string& body, const std::vector<std::string>& attachments);
 
+// Runs, from inside a CommandHandler on the executor thread, the commands that have
+// arrived since the running one started and that `may_interleave` accepts by name, each
+// replied to as usual; the others (and everything after the first of them) wait until
+// the running command is done. A long command calls it between units of its work (the
+// rollout engine between steps, so a weight update lands mid-generation). Anywhere else
+// it does nothing.
+void serve_interleaved_commands(const std::function<bool(const std::string&)>& may_interleave);
+
 // Commands every worker answers itself: "ping" (echoes body and attachments) and
 // "describe" (role, rank, pid, host). Others go to `handler`.
 // Returns 0 after a Shutdown from the controller, 1 when the controller was lost.

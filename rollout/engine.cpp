@@ -248,7 +248,7 @@ std::vector<GeneratedSample> RolloutEngine::step() {
     const SampledToken t = m.drawn[r];
     if (!s->started) s->result.weight_version = weight_version_;
     s->started = true;
-    s->result.last_weight_version = weight_version_;
+    s->result.token_versions.push_back(weight_version_);
     s->tokens.push_back(t.token);
     s->result.tokens.push_back(t.token);
     s->result.logprobs.push_back(t.logprob);
@@ -322,6 +322,9 @@ void RolloutEngine::update_weights(const ModelWeights& weights, int64_t version,
                "weight version must not go back: engine has {}, update says {} (only a rewind to a checkpoint may)",
                weight_version_, version);
   impl_->model->update_weights(weights);
+  // Samples in flight continue on the new weights (a partial rollout): the cache holds the
+  // old weights' keys and values, so each is recomputed from its prompt and tokens so far.
+  if (has_unfinished()) impl_->scheduler.recompute_all();
   weight_version_ = version;
 }
 

@@ -85,7 +85,10 @@ class RolloutEngine {
       const std::function<void(const std::vector<GeneratedSample>&)>& on_finished = {});
 
   // Loads new weights (all or some, by HF name) between steps and records their version.
-  // A name or shape mismatch throws before anything changes.
+  // A name or shape mismatch throws before anything changes. Samples in flight continue
+  // on the new weights (partial rollouts): their KV blocks are dropped and recomputed, the
+  // tokens drawn so far and their log-probs stay, and GeneratedSample::token_versions
+  // says which weights drew each token.
   // `rewind`: the run went back to a checkpoint, so `version` may be at or below the current one.
   void update_weights(const ModelWeights& weights, int64_t version, bool rewind = false);
   int64_t weight_version() const { return weight_version_; }

@@ -35,8 +35,10 @@ struct GeneratedSample {
   std::vector<float> sampling_logprobs;  // per token: under the top-k/top-p truncated distribution drawn from
   FinishReason finish_reason = FinishReason::finish_reason_length;
   std::string stop;  // the stop string, or the stop token id as text, that ended it
-  int64_t weight_version = 0;       // the weights that produced its first token
-  int64_t last_weight_version = 0;  // ... and its last (differs only if weights changed mid-sample)
+  int64_t weight_version = 0;  // the weights that produced its first token
+  // Per token: the weight version that produced it. Rises part-way through a sample only
+  // when the weights changed while it generated (a partial rollout, engine.h).
+  std::vector<int64_t> token_versions;
 };
 
 }  // namespace tandem

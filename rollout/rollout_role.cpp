@@ -15,16 +15,26 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <thread>
 
 namespace tandem {
 
 namespace {
 
+// Tests only: a pause after every engine step, so that a rollout outlasts training and a
+// weight update lands part-way (partial rollouts) whatever the machine's speed.
+std::chrono::milliseconds test_step_delay() {
+  const char* value = std::getenv("TANDEM_TEST_ROLLOUT_STEP_DELAY_MS");
+  return std::chrono::milliseconds(value && *value ? std::strtol(value, nullptr, 10) : 0);
+}
+
 struct RolloutState {
   std::unique_ptr<RolloutEngine> engine;
+  const std::chrono::milliseconds step_delay = test_step_delay();
   KeptEndpoint<WeightReceiver> receiver{make_weight_receiver};
   RolloutConfig rollout;
 
@@ -54,8 +64,10 @@ struct RolloutState {
   static constexpr std::chrono::milliseconds kStreamInterval{50};
 
   // Samples as rollout_generate's reply and progress carry them: one JSON row per sample
-  // [request id, sample index, length, finish reason, weight version], and two frames of
-  // the samples' tokens (int32) and log-probs (float32), concatenated.
+  // [request id, sample index, length, finish reason, weight version, version runs], and
+  // two frames of the samples' tokens (int32) and log-probs (float32), concatenated.
+  // Version runs: [[first token, version], ...], one per version that drew tokens, so a
+  // sample continued on newer weights (a partial rollout) says which drew each token.
   struct SampleFrames {
     nlohmann::json index = nlohmann::json::array();
     std::string tokens, logprobs;
@@ -63,8 +75,12 @@ struct RolloutState {
   static SampleFrames encode_samples(const std::vector<GeneratedSample>& samples) {
     SampleFrames frames;
     for (const GeneratedSample& s : samples) {
+      nlohmann::json runs = nlohmann::json::array();
+      for (size_t t = 0; t < s.token_versions.size(); ++t) {
+        if (t == 0 || s.token_versions[t] != s.token_versions[t - 1]) runs.push_back({t, s.token_versions[t]});
+      }
       frames.index.push_back({s.request_id, s.sample_index, s.tokens.size(), finish_reason_name(s.finish_reason),
-                              s.weight_version});
+                              s.weight_version, std::move(runs)});
       frames.tokens.append(reinterpret_cast<const char*>(s.tokens.data()), s.tokens.size() * 4);
       frames.logprobs.append(reinterpret_cast<const char*>(s.logprobs.data()), s.logprobs.size() * 4);
     }
@@ -100,21 +116,30 @@ struct RolloutState {
     if (offset * 4 != tokens.size()) throw Error("rollout_generate: bytes left over after the last prompt");
     // "stream": the samples that finished go to the controller every kStreamInterval as
     // progress, so it scores them while the rest generate; the reply still has them all.
+    const bool stream = body.value("stream", false);
+    // "interruptible" (algorithm.async.partial_rollouts): a rollout_load_weights that
+    // arrives meanwhile runs between engine steps, and the samples in flight go on with
+    // the new weights.
+    const bool interruptible = body.value("interruptible", false);
     std::vector<GeneratedSample> unsent;
     Clock::time_point last_sent = Clock::now();
-    std::function<void(const std::vector<GeneratedSample>&)> stream;
-    if (body.value("stream", false)) {
-      stream = [&](const std::vector<GeneratedSample>& finished) {
+    auto after_step = [&](const std::vector<GeneratedSample>& finished) {
+      if (stream) {
         unsent.insert(unsent.end(), finished.begin(), finished.end());
-        if (unsent.empty() || Clock::now() - last_sent < kStreamInterval) return;
-        SampleFrames frames = encode_samples(unsent);
-        send_command_progress(nlohmann::json{{"samples", frames.index}}.dump(), {frames.tokens, frames.logprobs});
-        unsent.clear();
-        last_sent = Clock::now();
-      };
-    }
+        if (!unsent.empty() && Clock::now() - last_sent >= kStreamInterval) {
+          SampleFrames frames = encode_samples(unsent);
+          send_command_progress(nlohmann::json{{"samples", frames.index}}.dump(), {frames.tokens, frames.logprobs});
+          unsent.clear();
+          last_sent = Clock::now();
+        }
+      }
+      if (step_delay.count() > 0) std::this_thread::sleep_for(step_delay);
+      if (interruptible) {
+        serve_interleaved_commands([](const std::string& name) { return name == "rollout_load_weights"; });
+      }
+    };
     const EngineStats before = e.stats();
-    const std::vector<GeneratedSample> samples = e.generate(requests, stream);
+    const std::vector<GeneratedSample> samples = e.generate(requests, after_step);
     SampleFrames frames = encode_samples(samples);
     const EngineStats& after = e.stats();
     nlohmann::json reply = {{"samples", frames.index},

@@ -107,6 +107,12 @@ void Scheduler::preempt(Sequence* sequence) {
   ++preemptions_;
 }
 
+void Scheduler::recompute_all() {
+  const int64_t preemptions = preemptions_;
+  while (!running_.empty()) preempt(running_.back());
+  preemptions_ = preemptions;
+}
+
 void Scheduler::finish(Sequence* sequence) {
   TANDEM_CHECK(sharers_.count(sequence) == 0, "a sequence finished before its prompt's sharers started");
   release_blocks(sequence);

@@ -72,6 +72,11 @@ class Scheduler {
   // The sequence is done: its blocks are freed and it leaves the running set.
   void finish(Sequence* sequence);
 
+  // Every running sequence gives up its KV blocks and waits to be recomputed (prompt and
+  // tokens so far): the cache holds keys and values of weights just replaced. Not counted
+  // as preemptions.
+  void recompute_all();
+
   bool idle() const { return waiting_.empty() && running_.empty(); }
   int64_t preemptions() const { return preemptions_; }
   int64_t blocks_needed(int64_t tokens) const { return (tokens + options_.block_size - 1) / options_.block_size; }

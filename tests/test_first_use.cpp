@@ -77,6 +77,9 @@ TEST_CASE("validate and run refuse, before anything starts, what run cannot do (
        "c.yaml:6:44: learner.device: cuda training is not implemented yet"},
       {"async colocated", with(&SmallConfig::algorithm, "{group_size: 2, async: {max_staleness: 1}}").text(),
        "c.yaml:4:36: algorithm.async.max_staleness: asynchronous rollout needs placement: disaggregated"},
+      {"partial rollouts, synchronous",
+       with(&SmallConfig::algorithm, "{group_size: 2, async: {partial_rollouts: true}}").text(),
+       "algorithm.async.partial_rollouts: partial rollouts continue an asynchronous rollout on newer weights"},
       {"async over a group transport",
        [] {
          SmallConfig c = with(&SmallConfig::algorithm, "{group_size: 2, async: {max_staleness: 1}}");

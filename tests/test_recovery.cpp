@@ -388,3 +388,56 @@ TEST_CASE("asynchronous RL: stale steps carry importance weights; interrupted, l
     check_every_response_once(dir.path() + "/run", 1);
   }
 }
+
+TEST_CASE("partial rollouts: a rollout still generating when training ends goes on with the new weights; a rollout "
+          "worker killed mid-run is redone") {
+  // Every engine step of the rollout workers pauses, so that the rollout of the next step
+  // outlasts this step's training on any machine and the weights change part-way.
+  struct StepDelay {
+    StepDelay() { ::setenv("TANDEM_TEST_ROLLOUT_STEP_DELAY_MS", "60", 1); }
+    ~StepDelay() { ::unsetenv("TANDEM_TEST_ROLLOUT_STEP_DELAY_MS"); }
+  } delay;
+  const std::vector<std::string> partial = {"algorithm.async.max_staleness=1", "algorithm.async.partial_rollouts=true",
+                                            "rollout.max_new_tokens=8"};
+  auto check_rows = [](const std::string& run) {
+    const auto rows = metric_rows(run);
+    REQUIRE(rows.size() == 12);
+    int partial_steps = 0;
+    for (const auto& row : rows) {
+      const int step = row.at("step").get<int>();
+      INFO("step ", step);
+      const bool fresh = step == 1 || (step - 1) % 3 == 0;
+      const double staleness = row.at("async/staleness_mean").get<double>();
+      const double share = row.at("async/partial_share").get<double>();
+      CHECK(share >= 0.0);
+      CHECK(share <= 1.0);
+      if (fresh) {
+        CHECK(staleness == 0.0);
+        CHECK(share == 0.0);
+      } else {
+        // Tokens drawn after the update are of the learners' version: less than one behind on average.
+        CHECK(staleness > 0.0);
+        CHECK(staleness <= 1.0);
+        if (share > 0) CHECK(staleness < 1.0);
+        CHECK(row.at("async/is_weight_mean").get<double>() > 0.0);
+        CHECK(row.at("async/is_weight_mean").get<double>() <= 2.0);
+        partial_steps += share > 0 ? 1 : 0;
+      }
+      CHECK(row.at("response/count").get<double>() == 8 * 4);
+    }
+    CHECK(partial_steps > 0);
+  };
+  {
+    TempDir dir;
+    check_rows(finished_run(dir, partial));
+  }
+  {
+    TempDir dir;
+    ChildProcess controller = start_run_until_step(dir, 4, partial);
+    REQUIRE(::kill(worker_pid(controller.pid(), "rollout", 1), SIGKILL) == 0);
+    const std::string out = output_at_exit(controller, dir, 0);
+    INFO(out);
+    check_rows(dir.path() + "/run");
+    check_every_response_once(dir.path() + "/run", 1);
+  }
+}

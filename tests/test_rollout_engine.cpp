@@ -356,3 +356,59 @@ TEST_CASE("weight updates load between steps, record the version and are checked
   CHECK_NOTHROW(engine.update_weights(after, 1, /*rewind=*/true));  // back to a checkpoint
   CHECK(engine.weight_version() == 1);
 }
+
+TEST_CASE("a weight update mid-generation: samples in flight go on with the new weights, each token's version "
+          "recorded (partial rollouts)") {
+  std::mt19937_64 rng(std::random_device{}());
+  const TestModel m = test_models()[2];
+  const ModelWeights before = random_model_weights(m.config, rng(), 0.15, true);
+  const ModelWeights after = random_model_weights(m.config, rng(), 0.15, true);
+  EngineOptions options = small_engine();
+  options.max_batch_tokens = 7;  // prompts prefill over several steps: the update lands mid-prefill for some
+  RolloutEngine engine(m.config, before, options);
+  std::vector<GenerationRequest> requests;
+  for (uint64_t id = 0; id < 3; ++id) {
+    GenerationRequest r;
+    r.id = id;
+    r.prompt = prompt_tokens(rng, 4 + 3 * static_cast<int64_t>(id), m.config.vocab_size);
+    r.n = 2;  // sharers of one prefill (rollout.prefix_sharing)
+    r.max_new_tokens = 10;
+    r.ignore_eos = true;
+    r.seed = rng();
+    requests.push_back(r);
+  }
+  int steps = 0;
+  const int64_t preemptions = engine.stats().preemptions;
+  const std::vector<GeneratedSample> samples = engine.generate(requests, [&](const std::vector<GeneratedSample>&) {
+    if (++steps == 2) engine.update_weights(after, 1);
+  });
+  REQUIRE(samples.size() == 6);
+  CHECK(engine.stats().preemptions == preemptions);  // a recomputation for new weights is not a preemption
+  CHECK(engine.stats().kv_blocks_used == 0);
+  const PolicyModel old_policy(m.config, before, at::kFloat), new_policy(m.config, after, at::kFloat);
+  int continued = 0;
+  for (const GeneratedSample& s : samples) {
+    const GenerationRequest& r = requests[s.request_id];
+    REQUIRE(s.tokens.size() == 10);
+    REQUIRE(s.token_versions.size() == s.tokens.size());
+    CHECK(s.weight_version == s.token_versions.front());
+    CHECK(std::is_sorted(s.token_versions.begin(), s.token_versions.end()));
+    CHECK(s.token_versions.back() == 1);  // every sample was still generating at the update
+    continued += s.token_versions.front() == 0 ? 1 : 0;
+    // Each token's log-prob is its own weights' over the whole prefix: after the update
+    // the prefix's keys and values were recomputed with the new weights.
+    std::vector<int32_t> sequence = r.prompt;
+    sequence.insert(sequence.end(), s.tokens.begin(), s.tokens.end());
+    const TokenLayout layout = padded_layout({sequence});
+    const TokenLogProbs old_lp = token_logprobs(old_policy.forward(layout), layout);
+    const TokenLogProbs new_lp = token_logprobs(new_policy.forward(layout), layout);
+    const int64_t p = static_cast<int64_t>(r.prompt.size());
+    for (size_t t = 0; t < s.tokens.size(); ++t) {
+      const TokenLogProbs& lp = s.token_versions[t] == 0 ? old_lp : new_lp;
+      INFO("request ", s.request_id, " sample ", s.sample_index, " token ", t, " version ", s.token_versions[t]);
+      CHECK(std::abs(lp.logprobs[0][p + static_cast<int64_t>(t)].item<float>() - s.logprobs[t]) <= 1e-5);
+    }
+  }
+  CHECK(continued > 0);  // some samples span both versions
+  CHECK(continued < 6);  // and some started on the new weights (their prompt was not prefilled yet)
+}
