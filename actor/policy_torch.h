@@ -14,6 +14,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,8 +36,14 @@ TokenLayout packed_layout(const std::vector<std::vector<int32_t>>& sequences, in
 
 class PolicyModel {
  public:
-  // Copies `weights` (checked against `config`) into leaf tensors of `dtype` that require grad.
-  PolicyModel(const ModelConfig& config, const ModelWeights& weights, at::ScalarType dtype);
+  // Copies `weights` (checked against `config`) into leaf tensors of `dtype` that require
+  // grad. `compute` (default: `dtype`): the dtype of the products and activations; each
+  // weight is cast to it where it is used (autograd carries the gradient back to the
+  // parameter's dtype), so float32 parameters with bf16 compute are mixed-precision
+  // training with float32 master weights (learner.precision: bf16). Norms, attention
+  // softmax and the logits stay float32.
+  PolicyModel(const ModelConfig& config, const ModelWeights& weights, at::ScalarType dtype,
+              std::optional<at::ScalarType> compute = std::nullopt);
 
   // Logits [B, L, vocab] in float32, whatever the parameter dtype.
   at::Tensor forward(const TokenLayout& layout) const;
@@ -63,6 +70,7 @@ class PolicyModel {
   at::Tensor trunk(const TokenLayout& layout) const;
 
   const ModelConfig& config() const { return config_; }
+  at::ScalarType compute_dtype() const { return compute_; }
   // HF names, in expected_weights order (no lm_head when tied).
   const std::vector<std::pair<std::string, at::Tensor>>& named_parameters() const { return parameters_; }
   std::vector<at::Tensor> parameters() const;
@@ -71,10 +79,12 @@ class PolicyModel {
 
  private:
   const at::Tensor& param(const std::string& name) const;
+  at::Tensor weight(const std::string& name) const;  // param(name) in the compute dtype
   at::Tensor attention(const at::Tensor& x, int64_t layer, const at::Tensor& cos, const at::Tensor& sin,
                        const at::Tensor& bias) const;
 
   ModelConfig config_;
+  at::ScalarType compute_;
   std::vector<std::pair<std::string, at::Tensor>> parameters_;
   std::map<std::string, size_t> index_;
 };

@@ -42,6 +42,7 @@ Options (defaults in brackets):
   --prompt-tokens N    prompt tokens per sample [4]
   --response-tokens N  response tokens per sample [16]
   --micro-batch N      samples per forward/backward [32]
+  --precision P        fp32 | bf16: compute dtype of both sides (learner.precision; PyTorch: CPU autocast) [fp32]
   --steps N            measured optimizer steps [5]
   --warmup N           optimizer steps run first, not measured [1]
   --python PATH        the Python with torch for the reference [/usr/bin/python3]
@@ -65,6 +66,7 @@ struct Args {
   // rank mode (internal)
   int rank = -1, world = 1;
   std::string rendezvous, sharding = "ddp";
+  std::string precision = "fp32";
 };
 
 Args parse(int argc, char** argv) {
@@ -98,6 +100,7 @@ Args parse(int argc, char** argv) {
     else if (key == "--world") a.world = std::stoi(value);
     else if (key == "--rendezvous") a.rendezvous = value;
     else if (key == "--sharding") a.sharding = value;
+    else if (key == "--precision") a.precision = value;
     else throw std::runtime_error("unknown option " + key + " (learner_cpu --help)");
   }
   return a;
@@ -127,6 +130,7 @@ std::vector<TrainingSample> synthetic_batch(const Args& a, int64_t vocab, uint64
 TrainerOptions trainer_options(const Args& a) {
   TrainerOptions o;
   o.learner.sharding = a.sharding;
+  o.learner.precision = a.precision;
   o.learner.micro_batch_size = std::max(1, a.micro_batch / a.world);
   o.learner.optimizer.lr = 1e-3;
   o.learner.optimizer.weight_decay = 0.0;
@@ -171,7 +175,7 @@ nlohmann::json run_rank(const Args& a, const std::string& model_dir) {
   const double tokens = static_cast<double>(a.samples) * a.response_tokens;
   nlohmann::json line = {{"bench", "learner_cpu"}, {"impl", "tandem_trainer"}, {"model", a.model},
                          {"rank", rank},           {"world", a.world},         {"sharding", a.sharding},
-                         {"threads", a.threads},   {"samples", a.samples},     {"micro_batch", a.micro_batch},
+                         {"threads", a.threads},   {"samples", a.samples},     {"micro_batch", a.micro_batch}, {"precision", a.precision},
                          {"median_step_s", s.median}, {"min_step_s", s.min}, {"max_step_s", s.max},
                          {"train_tokens_per_s", tokens / s.median}, {"peak_rss_mb", peak_rss_mb()},
                          {"parameters", weights.parameter_count()}};
@@ -194,7 +198,7 @@ nlohmann::json torch_reference(const Args& a, const std::string& model_dir) {
        "--threads", std::to_string(a.threads), "--prompts", std::to_string(a.samples / group), "--group-size",
        std::to_string(group), "--prompt-len", std::to_string(a.prompt_tokens), "--new-tokens",
        std::to_string(a.response_tokens), "--micro-batch", std::to_string(a.micro_batch), "--steps",
-       std::to_string(a.steps), "--warmup", std::to_string(a.warmup)},
+       std::to_string(a.steps), "--warmup", std::to_string(a.warmup), "--precision", a.precision},
       {out, false});
   const auto status = child.wait_for(3600);
   const std::string text = read_file(out).value_or("");
@@ -222,7 +226,7 @@ std::vector<nlohmann::json> run_ranks(const char* self, const Args& a, const std
          "--sharding", sharding, "--model", model_dir, "--steps", std::to_string(a.steps), "--warmup",
          std::to_string(a.warmup), "--samples", std::to_string(a.samples), "--prompt-tokens",
          std::to_string(a.prompt_tokens), "--response-tokens", std::to_string(a.response_tokens), "--micro-batch",
-         std::to_string(a.micro_batch), "--threads", std::to_string(a.threads)},
+         std::to_string(a.micro_batch), "--threads", std::to_string(a.threads), "--precision", a.precision},
         {dir.path() + "/rank" + std::to_string(r) + ".out", false}));
   }
   std::vector<nlohmann::json> out;
@@ -262,7 +266,7 @@ int main(int argc, char** argv) {
     print(reference);
     const double ratio = tandem.at("train_tokens_per_s").get<double>() / reference.at("train_tokens_per_s").get<double>();
     print({{"bench", "learner_cpu"}, {"ratio", "tandem_trainer / pytorch_eager train tokens/s"}, {"model", a.model},
-           {"threads", a.threads}, {"value", ratio}, {"goal", 1.5}, {"meets_goal", ratio >= 1.5}});
+           {"threads", a.threads}, {"precision", a.precision}, {"value", ratio}, {"goal", 1.5}, {"meets_goal", ratio >= 1.5}});
   }
   if (a.ranks) {
     int attempt = 0;

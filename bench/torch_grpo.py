@@ -149,13 +149,17 @@ def sample(model, c, prompts, new_tokens):
     return seq, torch.cat(logps, 1)
 
 
-def train(model, opt, seq, old_logp, adv, prompt_len, micro_batch):
-    """One PPO-clip AdamW step over the whole batch, accumulated over micro-batches."""
+def train(model, opt, seq, old_logp, adv, prompt_len, micro_batch, precision="fp32"):
+    """One PPO-clip AdamW step over the whole batch, accumulated over micro-batches.
+    precision bf16: the forward under CPU autocast (bf16 products, float32 parameters,
+    gradients and AdamW state), the log-softmax in float32."""
     B, N = old_logp.shape
     for i in range(0, B, micro_batch):
         s, old, a = seq[i:i + micro_batch], old_logp[i:i + micro_batch], adv[i:i + micro_batch, None]
-        hidden = model(s[:, :-1])[:, prompt_len - 1:]  # the positions that predict the response
-        logp = model.lm_head(hidden).log_softmax(-1).gather(2, s[:, prompt_len:, None]).squeeze(2)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            hidden = model(s[:, :-1])[:, prompt_len - 1:]  # the positions that predict the response
+            logits = model.lm_head(hidden)
+        logp = logits.float().log_softmax(-1).gather(2, s[:, prompt_len:, None]).squeeze(2)
         ratio = (logp - old).exp()
         loss = -torch.min(ratio * a, ratio.clamp(1 - 0.2, 1 + 0.28) * a).sum() / (B * N)
         loss.backward()
@@ -173,11 +177,12 @@ def train_only(args, c, model, opt, weights):
     times = []
     for step in range(args.warmup + args.steps):
         t0 = time.perf_counter()
-        train(model, opt, seq, old_logp, adv, P, args.micro_batch)
+        train(model, opt, seq, old_logp, adv, P, args.micro_batch, args.precision)
         if step >= args.warmup:
             times.append(time.perf_counter() - t0)
     print(json.dumps({"bench": "torch_grpo", "summary": True, "train_only": True, "model": args.model,
-                      "weights": weights, "threads": args.threads, "samples": B, "prompt_len": P,
+                      "weights": weights, "threads": args.threads, "precision": args.precision, "samples": B,
+                      "prompt_len": P,
                       "new_tokens": N, "micro_batch": args.micro_batch, "steps_measured": len(times),
                       "median_train_s": round(statistics.median(times), 5), "min_train_s": round(min(times), 5),
                       "max_train_s": round(max(times), 5),
@@ -195,6 +200,8 @@ def main():
     p.add_argument("--new-tokens", type=int, default=16, help="tokens sampled per completion")
     p.add_argument("--micro-batch", type=int, default=32, help="samples per forward/backward")
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="training compute dtype (bf16: CPU autocast over float32 parameters)")
     p.add_argument("--steps", type=int, default=7, help="measured steps")
     p.add_argument("--warmup", type=int, default=2, help="steps run before the measured ones")
     p.add_argument("--train-only", action="store_true",
@@ -226,7 +233,7 @@ def main():
         reward = (seq[:, args.prompt_len:] % 2 == 0).float().mean(1).view(-1, G)
         adv = ((reward - reward.mean(1, keepdim=True)) / (reward.std(1, keepdim=True) + 1e-6)).view(-1)
         t2 = time.perf_counter()
-        train(model, opt, seq, old_logp, adv, args.prompt_len, args.micro_batch)
+        train(model, opt, seq, old_logp, adv, args.prompt_len, args.micro_batch, args.precision)
         t3 = time.perf_counter()
         row = {"bench": "torch_grpo", "step": step + 1, "warmup": step < args.warmup, "rollout_s": round(t1 - t0, 5),
                "train_s": round(t3 - t2, 5), "step_s": round(t3 - t0, 5), "reward_mean": round(reward.mean().item(), 4)}
@@ -234,7 +241,7 @@ def main():
         if step >= args.warmup:
             rows.append(row)
     summary = {"bench": "torch_grpo", "summary": True, "model": args.model, "weights": weights,
-               "params": sum(t.numel() for t in model.parameters()), "threads": args.threads,
+               "params": sum(t.numel() for t in model.parameters()), "threads": args.threads, "precision": args.precision,
                "prompts": args.prompts, "group_size": G, "prompt_len": args.prompt_len,
                "new_tokens": args.new_tokens, "micro_batch": args.micro_batch, "steps_measured": len(rows),
                "torch": torch.__version__}

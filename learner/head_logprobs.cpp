@@ -25,10 +25,14 @@ void for_each_tile(int64_t rows, int64_t vocab, const HeadTiles& tiles, const Vi
   }
 }
 
-// The scaled logits of one tile: hidden[r0 : r0+n] · weight[v0 : v0+m]ᵀ / T, [n, m].
-at::Tensor tile_logits(const at::Tensor& hidden32, const at::Tensor& weight32, int64_t r0, int64_t n, int64_t v0,
+// The scaled logits of one tile, float32: hidden[r0 : r0+n] · weight[v0 : v0+m]ᵀ / T,
+// [n, m]. The product runs in hidden's dtype (the compute dtype: bf16 under
+// learner.precision bf16, the weight's tile cast to it); the softmax statistics that
+// follow are float32 either way.
+at::Tensor tile_logits(const at::Tensor& hidden, const at::Tensor& weight, int64_t r0, int64_t n, int64_t v0,
                        int64_t m, double inverse_temperature) {
-  return at::mm(hidden32.narrow(0, r0, n), weight32.narrow(0, v0, m).t()).mul_(inverse_temperature);
+  const at::Tensor w = weight.narrow(0, v0, m).to(hidden.scalar_type());
+  return at::mm(hidden.narrow(0, r0, n), w.t()).to(at::kFloat).mul_(inverse_temperature);
 }
 
 // Per row: where the target falls in the tile's columns (clamped into it) and whether it does.
@@ -50,14 +54,14 @@ struct HeadForward {
   at::Tensor logprobs, entropy, log_normaliser;
 };
 
-HeadForward head_forward(const at::Tensor& hidden32, const at::Tensor& weight32, const at::Tensor& targets,
+HeadForward head_forward(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                          double temperature, const HeadTiles& tiles) {
-  const int64_t rows = hidden32.size(0), vocab = weight32.size(0);
-  const at::TensorOptions f32 = hidden32.options().dtype(at::kFloat);
+  const int64_t rows = hidden.size(0), vocab = weight.size(0);
+  const at::TensorOptions f32 = hidden.options().dtype(at::kFloat);
   at::Tensor top = at::full({rows}, -std::numeric_limits<float>::infinity(), f32);
   at::Tensor sum = at::zeros({rows}, f32), moment = at::zeros({rows}, f32), picked = at::zeros({rows}, f32);
   for_each_tile(rows, vocab, tiles, [&](int64_t r0, int64_t n, int64_t v0, int64_t m) {
-    at::Tensor z = tile_logits(hidden32, weight32, r0, n, v0, m, 1.0 / temperature);
+    at::Tensor z = tile_logits(hidden, weight, r0, n, v0, m, 1.0 / temperature);
     const TileTargets target = tile_targets(targets, r0, n, v0, m);
     at::Tensor picked_rows = picked.narrow(0, r0, n);
     picked_rows.copy_(at::where(target.inside, z.gather(1, target.column).squeeze(1), picked_rows));
@@ -92,7 +96,7 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
                                const at::Tensor& targets, double temperature, int64_t tile_rows, int64_t tile_vocab) {
     ctx->set_materialize_grads(false);
     const HeadTiles tiles{tile_rows, tile_vocab};
-    HeadForward f = head_forward(hidden.to(at::kFloat), weight.to(at::kFloat), targets, temperature, tiles);
+    HeadForward f = head_forward(hidden, weight, targets, temperature, tiles);
     ctx->save_for_backward({hidden, weight, targets, f.log_normaliser, f.entropy});
     ctx->saved_data["temperature"] = temperature;
     ctx->saved_data["tile_rows"] = tile_rows;
@@ -114,12 +118,13 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
     const variable_list none(6);
     if (!grad_logprobs.defined() && !grad_entropy.defined()) return none;
 
-    const at::Tensor hidden32 = hidden.to(at::kFloat), weight32 = weight.to(at::kFloat);
-    const int64_t rows = hidden32.size(0), vocab = weight32.size(0);
-    at::Tensor grad_hidden = at::zeros_like(hidden32);
-    at::Tensor grad_weight = at::zeros_like(weight32);
+    const int64_t rows = hidden.size(0), vocab = weight.size(0);
+    const at::ScalarType compute = hidden.scalar_type();
+    // float32 accumulators whatever the compute dtype.
+    at::Tensor grad_hidden = at::zeros(hidden.sizes(), hidden.options().dtype(at::kFloat));
+    at::Tensor grad_weight = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
     for_each_tile(rows, vocab, tiles, [&](int64_t r0, int64_t n, int64_t v0, int64_t m) {
-      at::Tensor log_p = tile_logits(hidden32, weight32, r0, n, v0, m, inverse_temperature)
+      at::Tensor log_p = tile_logits(hidden, weight, r0, n, v0, m, inverse_temperature)
                              .sub_(lse.narrow(0, r0, n).unsqueeze(1));
       at::Tensor grad_z = log_p.exp();  // p, then -p * (g_lp + g_H (log p + H)) in place
       if (grad_entropy.defined()) {
@@ -136,9 +141,15 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
                             grad_logprobs.narrow(0, r0, n).mul(target.inside.to(at::kFloat)).unsqueeze(1));
       }
       grad_z.mul_(inverse_temperature);
-      const at::Tensor h = hidden32.narrow(0, r0, n);
-      grad_hidden.narrow(0, r0, n).addmm_(grad_z, weight32.narrow(0, v0, m));
-      grad_weight.narrow(0, v0, m).addmm_(grad_z.t(), h);
+      const at::Tensor h = hidden.narrow(0, r0, n);
+      if (compute == at::kFloat) {
+        grad_hidden.narrow(0, r0, n).addmm_(grad_z, weight.narrow(0, v0, m).to(at::kFloat));
+        grad_weight.narrow(0, v0, m).addmm_(grad_z.t(), h);
+      } else {  // products in the compute dtype, sums in float32
+        const at::Tensor g = grad_z.to(compute);
+        grad_hidden.narrow(0, r0, n).add_(at::mm(g, weight.narrow(0, v0, m).to(compute)));
+        grad_weight.narrow(0, v0, m).add_(at::mm(g.t(), h));
+      }
     });
     variable_list out = none;
     out[0] = grad_hidden.to(hidden.scalar_type());
@@ -161,7 +172,7 @@ HeadLogProbs head_logprobs(const at::Tensor& hidden, const at::Tensor& weight, c
                tiles.vocab);
   const bool needs_graph = at::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
   if (!needs_graph) {
-    HeadForward f = head_forward(hidden.to(at::kFloat), weight.to(at::kFloat), targets, temperature, tiles);
+    HeadForward f = head_forward(hidden, weight, targets, temperature, tiles);
     return {f.logprobs, f.entropy};
   }
   variable_list out = FusedHeadLogProbs::apply(hidden, weight, targets, temperature, tiles.rows, tiles.vocab);

@@ -30,8 +30,10 @@ struct HeadTiles {
   int64_t vocab = 4096;
 };
 
-// hidden [N, H] and weight [V, H] (any float dtype; the logits are float32), targets [N]
-// int64 in [0, V). Differentiable in `hidden` and `weight`.
+// hidden [N, H] and weight [V, H], targets [N] int64 in [0, V). The products run in
+// hidden's dtype (the weight cast to it a tile at a time: bf16 compute over float32
+// master weights), the softmax statistics and the results in float32; the gradients come
+// back in each input's own dtype. Differentiable in `hidden` and `weight`.
 HeadLogProbs head_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                            double temperature, HeadTiles tiles = {});
 

@@ -34,13 +34,20 @@ std::vector<size_t> fsdp_unit_sizes(const std::vector<std::pair<std::string, at:
   return sizes;
 }
 
+// learner.precision: the dtype of the forward and backward products.
+at::ScalarType compute_dtype(const std::string& precision) {
+  if (precision == "fp32") return at::kFloat;
+  if (precision == "bf16") return at::kBFloat16;
+  throw Error(fmt::format("learner.precision: \"{}\" (allowed: fp32, bf16)", precision));
+}
+
 }  // namespace
 
 Trainer::Impl::Impl(const ModelConfig& config, const ModelWeights& weights, const TrainerOptions& o, Collectives& c)
     : options(o),
       collectives(c),
       strategy(strategy_from_name(o.learner.sharding)),
-      model(config, weights, at::kFloat),
+      model(config, weights, at::kFloat, compute_dtype(o.learner.precision)),
       objective(actor_objective_params(o.algorithm, o.algorithm.kl.coef)) {
   if (o.learner.device != "cpu") {
     throw Error(fmt::format("learner.device: \"{}\" training is not implemented yet (cpu is)", o.learner.device));
@@ -59,7 +66,7 @@ Trainer::Impl::Impl(const ModelConfig& config, const ModelWeights& weights, cons
   const OptimizerConfig& opt = o.learner.optimizer;
   adam = std::make_unique<AdamW>(local_values().numel(),
                                  AdamWOptions{opt.beta1, opt.beta2, opt.eps, opt.weight_decay});
-  if (objective.kl_coef > 0) reference = std::make_unique<PolicyModel>(config, weights, at::kFloat);
+  if (objective.kl_coef > 0) reference = std::make_unique<PolicyModel>(config, weights, at::kFloat, model.compute_dtype());
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Trainer::Impl::trained_parameters() const {
@@ -139,7 +146,8 @@ ActorObjectiveInputs Trainer::Impl::objective_inputs(const at::Tensor& normed, c
 }
 
 at::Tensor Trainer::Impl::response_state_values(const at::Tensor& normed, const MicroBatch& batch) const {
-  at::Tensor v = at::linear(normed, value_weight, value_bias).squeeze(-1);  // [B, L]: V after reading position p
+  // The value head reads the hidden state in float32 whatever the compute dtype.
+  at::Tensor v = at::linear(normed.to(at::kFloat), value_weight, value_bias).squeeze(-1);  // [B, L]: V after reading position p
   at::Tensor before = at::cat({at::zeros({v.size(0), 1}, v.options()), v.narrow(1, 0, v.size(1) - 1)}, 1);
   return response_values(before, batch);
 }
@@ -244,7 +252,7 @@ double Trainer::Impl::synchronise_and_step(AdamW& optimizer, double learning_rat
 void Trainer::Impl::adopt_policy_as_reference() {
   if (!reference) return;  // no KL in the loss
   const ModelWeights weights = full_weights();
-  reference = std::make_unique<PolicyModel>(model.config(), weights, at::kFloat);
+  reference = std::make_unique<PolicyModel>(model.config(), weights, at::kFloat, model.compute_dtype());
   reference_from_warmup = true;
 }
 
@@ -391,7 +399,7 @@ std::vector<std::vector<float>> Trainer::Impl::per_response_token(
       const size_t head_unit = fsdp->units() - 1;
       fsdp->gather(0);
       fsdp->gather(head_unit);
-      at::Tensor trunk = fsdp_trunk(batch.layout, model.layer_context(batch.layout, at::kFloat), nullptr);
+      at::Tensor trunk = fsdp_trunk(batch.layout, model.layer_context(batch.layout, model.compute_dtype()), nullptr);
       values = read(trunk, batch).contiguous();
       fsdp->release(0);
       fsdp->release(head_unit);

@@ -159,7 +159,7 @@ void Trainer::load_checkpoint(const std::string& dir) {
   const std::string reference_dir = dir + "/" + kReferenceDir;
   if (m.reference && fs::exists(reference_dir + "/model.safetensors")) {
     m.reference = std::make_unique<PolicyModel>(m.model.config(), load_model_weights(reference_dir, m.model.config()),
-                                                at::kFloat);
+                                                at::kFloat, m.model.compute_dtype());
     m.reference_from_warmup = true;
   }
   if (state.value("optimizer", std::string()) != m.options.learner.optimizer.name) {

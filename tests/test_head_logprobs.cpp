@@ -170,3 +170,55 @@ TEST_CASE("head_logprobs without autograd gives the same values, and bad shapes 
                        Error);
   CHECK_THROWS_WITH_AS(head_logprobs(hidden, weight, targets, 0.0), doctest::Contains("temperature"), Error);
 }
+
+TEST_CASE("bf16 compute over float32 weights (learner.precision bf16) stays within bf16 rounding of float64") {
+  for (uint64_t seed : {41u, 42u}) {
+    const Problem exact = random_problem(9, 16, 53, 0.8, 1.0, seed);
+    // The products see bf16 inputs: the float64 reference takes the same rounded values.
+    auto to_bf16_values = [](const std::vector<double>& v) {
+      const at::Tensor t = at::tensor(v, at::kDouble).to(at::kBFloat16).to(at::kDouble);
+      return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+    };
+    Problem p = exact;
+    p.hidden = to_bf16_values(exact.hidden);
+    p.weight = to_bf16_values(exact.weight);
+    at::Tensor hidden = float_tensor(exact.hidden, {p.rows, p.hidden_size}).to(at::kBFloat16).set_requires_grad(true);
+    at::Tensor weight = float_tensor(exact.weight, {p.vocab, p.hidden_size}).set_requires_grad(true);  // master
+    HeadLogProbs out = head_logprobs(hidden, weight, at::tensor(p.targets, at::kLong), p.temperature, HeadTiles{4, 16});
+    REQUIRE((out.logprobs.scalar_type() == at::kFloat));
+    REQUIRE((out.entropy.scalar_type() == at::kFloat));
+    for (int64_t i = 0; i < p.rows; ++i) {
+      double lp = 0, h = 0;
+      reference_row(p, p.hidden, p.weight, i, &lp, &h);
+      // Each bf16 product is rounded once (relative 2^-8 at most): a log-prob moves by at
+      // most twice the largest logit error, an entropy by a few times it.
+      double largest = 0;
+      for (int64_t v = 0; v < p.vocab; ++v) {
+        double dot = 0;
+        for (int64_t k = 0; k < p.hidden_size; ++k) dot += p.hidden[i * p.hidden_size + k] * p.weight[v * p.hidden_size + k];
+        largest = std::max(largest, std::abs(dot / p.temperature));
+      }
+      const double bound = 4 * std::ldexp(largest, -8) + 1e-5;
+      INFO("seed " << seed << " row " << i << " bound " << bound);
+      const double got_lp = out.logprobs[i].item<double>(), got_h = out.entropy[i].item<double>();
+      REQUIRE(std::isfinite(got_lp));
+      REQUIRE(std::isfinite(got_h));
+      CHECK(std::abs(got_lp - lp) <= bound);
+      CHECK(std::abs(got_h - h) <= bound);
+    }
+    std::vector<double> a(p.rows), b(p.rows);
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    for (int64_t i = 0; i < p.rows; ++i) a[i] = normal(rng), b[i] = normal(rng);
+    ((out.logprobs * float_tensor(a, {p.rows})).sum() + (out.entropy * float_tensor(b, {p.rows})).sum()).backward();
+    CHECK((hidden.grad().scalar_type() == at::kBFloat16));
+    CHECK((weight.grad().scalar_type() == at::kFloat));  // the master weight's gradient, summed in float32
+    for (bool of_hidden : {true, false}) {
+      const std::vector<double> expected = central_differences(p, of_hidden ? p.hidden : p.weight, of_hidden, a, b);
+      double scale = 0;
+      for (double g : expected) scale = std::max(scale, std::abs(g));
+      CAPTURE(of_hidden);
+      check_close(of_hidden ? hidden.grad() : weight.grad(), expected, 3e-2 * scale, 3e-2);
+    }
+  }
+}
