@@ -110,7 +110,14 @@ const at::Tensor& PolicyModel::param(const std::string& name) const {
   return parameters_[it->second].second;
 }
 
-at::Tensor PolicyModel::weight(const std::string& name) const { return param(name).to(compute_); }
+at::Tensor PolicyModel::linear(const at::Tensor& x, const std::string& name, const std::string& bias_name) const {
+  const at::Tensor bias = bias_name.empty() ? at::Tensor() : param(bias_name).to(compute_);
+  return at::linear(x.to(compute_), param(name).to(compute_), bias).to(x.scalar_type());
+}
+
+at::Tensor PolicyModel::matmul(const at::Tensor& a, const at::Tensor& b) const {
+  return at::matmul(a.to(compute_), b.to(compute_)).to(a.scalar_type());
+}
 
 std::vector<at::Tensor> PolicyModel::parameters() const {
   std::vector<at::Tensor> out;
@@ -135,15 +142,14 @@ at::Tensor PolicyModel::attention(const at::Tensor& x, int64_t layer, const at::
   const std::string p = "model.layers." + std::to_string(layer) + ".self_attn.";
   const int64_t batch = x.size(0), length = x.size(1);
   auto project = [&](const std::string& name) {
-    at::Tensor bias = c.attention_bias ? weight(p + name + ".bias") : at::Tensor();
-    return at::linear(x, weight(p + name + ".weight"), bias);
+    return linear(x, p + name + ".weight", c.attention_bias ? p + name + ".bias" : "");
   };
   at::Tensor q = project("q_proj").view({batch, length, c.num_attention_heads, c.head_dim});
   at::Tensor k = project("k_proj").view({batch, length, c.num_key_value_heads, c.head_dim});
   at::Tensor v = project("v_proj").view({batch, length, c.num_key_value_heads, c.head_dim});
   if (c.qk_norm) {
-    q = rms_norm(q, weight(p + "q_norm.weight"), c.rms_norm_eps);
-    k = rms_norm(k, weight(p + "k_norm.weight"), c.rms_norm_eps);
+    q = rms_norm(q, param(p + "q_norm.weight"), c.rms_norm_eps);
+    k = rms_norm(k, param(p + "k_norm.weight"), c.rms_norm_eps);
   }
   // [B, L, heads, head_dim] -> [B, heads, L, head_dim]; cos/sin are [B, 1, L, head_dim].
   q = apply_rope(q.transpose(1, 2), cos, sin);
@@ -155,11 +161,10 @@ at::Tensor PolicyModel::attention(const at::Tensor& x, int64_t layer, const at::
     v = v.repeat_interleave(group, 1);
   }
   at::Tensor scores =
-      at::matmul(q, k.transpose(-2, -1)).to(at::kFloat).mul_(1.0 / std::sqrt(static_cast<double>(c.head_dim))).add_(bias);
+      matmul(q, k.transpose(-2, -1)).to(at::kFloat).mul_(1.0 / std::sqrt(static_cast<double>(c.head_dim))).add_(bias);
   at::Tensor probs = at::softmax(scores, -1).to(v.scalar_type());
-  at::Tensor out = at::matmul(probs, v).transpose(1, 2).reshape({batch, length, c.q_size()});
-  at::Tensor o_bias = c.o_proj_bias() ? weight(p + "o_proj.bias") : at::Tensor();
-  return at::linear(out, weight(p + "o_proj.weight"), o_bias);
+  at::Tensor out = matmul(probs, v).transpose(1, 2).reshape({batch, length, c.q_size()});
+  return linear(out, p + "o_proj.weight", c.o_proj_bias() ? p + "o_proj.bias" : "");
 }
 
 at::Tensor PolicyModel::forward(const TokenLayout& layout) const { return head(trunk(layout)); }
@@ -176,8 +181,7 @@ at::Tensor PolicyModel::embed(const TokenLayout& layout) const {
   TANDEM_CHECK(layout.position_ids.sizes() == layout.input_ids.sizes() &&
                    layout.segment_ids.sizes() == layout.input_ids.sizes(),
                "input_ids, position_ids and segment_ids must have the same shape");
-  // Looked up in the parameters' dtype, then cast: only the rows read are converted.
-  return at::embedding(param("model.embed_tokens.weight"), layout.input_ids).to(compute_);
+  return at::embedding(param("model.embed_tokens.weight"), layout.input_ids);
 }
 
 PolicyModel::LayerContext PolicyModel::layer_context(const TokenLayout& layout, at::ScalarType dtype) const {
@@ -210,18 +214,17 @@ PolicyModel::LayerContext PolicyModel::layer_context(const TokenLayout& layout, 
 at::Tensor PolicyModel::layer(int64_t layer, const at::Tensor& x, const LayerContext& context) const {
   const ModelConfig& c = config_;
   const std::string p = "model.layers." + std::to_string(layer) + ".";
-  at::Tensor y = x + attention(rms_norm(x, weight(p + "input_layernorm.weight"), c.rms_norm_eps), layer, context.cos,
+  at::Tensor y = x + attention(rms_norm(x, param(p + "input_layernorm.weight"), c.rms_norm_eps), layer, context.cos,
                                context.sin, context.bias);
-  at::Tensor h = rms_norm(y, weight(p + "post_attention_layernorm.weight"), c.rms_norm_eps);
-  at::Tensor gated =
-      at::silu(at::linear(h, weight(p + "mlp.gate_proj.weight"))) * at::linear(h, weight(p + "mlp.up_proj.weight"));
-  return y + at::linear(gated, weight(p + "mlp.down_proj.weight"));
+  at::Tensor h = rms_norm(y, param(p + "post_attention_layernorm.weight"), c.rms_norm_eps);
+  at::Tensor gated = at::silu(linear(h, p + "mlp.gate_proj.weight")) * linear(h, p + "mlp.up_proj.weight");
+  return y + linear(gated, p + "mlp.down_proj.weight");
 }
 
 at::Tensor PolicyModel::head(const at::Tensor& x) const { return lm_head(final_norm(x)); }
 
 at::Tensor PolicyModel::final_norm(const at::Tensor& x) const {
-  return rms_norm(x, weight("model.norm.weight"), config_.rms_norm_eps);
+  return rms_norm(x, param("model.norm.weight"), config_.rms_norm_eps);
 }
 
 at::Tensor PolicyModel::head_weight() const {
@@ -234,7 +237,7 @@ at::Tensor PolicyModel::head_weight() const {
 }
 
 at::Tensor PolicyModel::lm_head(const at::Tensor& normed) const {
-  return at::linear(normed, head_weight().to(normed.scalar_type())).to(at::kFloat);
+  return at::linear(normed.to(compute_), head_weight().to(compute_)).to(at::kFloat);
 }
 
 TokenLogProbs token_logprobs(const at::Tensor& logits, const TokenLayout& layout, double temperature) {

@@ -37,11 +37,12 @@ TokenLayout packed_layout(const std::vector<std::vector<int32_t>>& sequences, in
 class PolicyModel {
  public:
   // Copies `weights` (checked against `config`) into leaf tensors of `dtype` that require
-  // grad. `compute` (default: `dtype`): the dtype of the products and activations; each
-  // weight is cast to it where it is used (autograd carries the gradient back to the
-  // parameter's dtype), so float32 parameters with bf16 compute are mixed-precision
-  // training with float32 master weights (learner.precision: bf16). Norms, attention
-  // softmax and the logits stay float32.
+  // grad; activations are of `dtype` too. `compute` (default: `dtype`): the dtype of the
+  // matrix products. Each product casts its operands to it and its result back (autograd
+  // carries the gradients back the same way), so float32 parameters with bf16 compute are
+  // mixed-precision training with float32 master weights (learner.precision: bf16), as
+  // torch.autocast does it: the residual stream, norms, rotary embedding, softmax and
+  // logits statistics stay float32.
   PolicyModel(const ModelConfig& config, const ModelWeights& weights, at::ScalarType dtype,
               std::optional<at::ScalarType> compute = std::nullopt);
 
@@ -79,7 +80,10 @@ class PolicyModel {
 
  private:
   const at::Tensor& param(const std::string& name) const;
-  at::Tensor weight(const std::string& name) const;  // param(name) in the compute dtype
+  // x · weight(name)ᵀ (+ bias(bias_name)) computed in the compute dtype, returned in x's dtype.
+  at::Tensor linear(const at::Tensor& x, const std::string& name, const std::string& bias_name = "") const;
+  // a · b (batched) in the compute dtype, returned in a's dtype.
+  at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) const;
   at::Tensor attention(const at::Tensor& x, int64_t layer, const at::Tensor& cos, const at::Tensor& sin,
                        const at::Tensor& bias) const;
 

@@ -78,6 +78,8 @@ def parse_args():
     parser.add_argument("--group-size", type=int, default=8, help="torch: samples per prompt")
     parser.add_argument("--new-tokens", type=int, default=16, help="torch: response tokens per sample")
     parser.add_argument("--micro-batch", type=int, default=32, help="torch: samples per forward/backward")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="torch: training compute dtype of both sides (learner.precision; PyTorch: CPU autocast)")
     parser.add_argument("--python", default="/usr/bin/python3", help="torch: interpreter with Debian's python3-torch")
     parser.add_argument("--qwen3-tokenizer", default=os.path.join(REPO_ROOT, "build/test-assets/qwen3"),
                         help="torch: directory with Qwen3's tokenizer.json (absent: byte-level)")
@@ -276,7 +278,7 @@ def torch_mode_settings(args, model_dir, config):
         "rollout.temperature=1", "rollout.top_p=1", "rollout.top_k=0", f"rollout.threads={args.threads}",
         f"rollout.kv_cache_mb={kv_cache_mb}", f"rollout.max_running={max(256, samples)}",
         "learner.workers=1", "learner.device=cpu", f"learner.threads={args.threads}", "learner.epochs=1",
-        "learner.mini_batches=1", f"learner.micro_batch_size={args.micro_batch}",
+        "learner.mini_batches=1", f"learner.micro_batch_size={args.micro_batch}", f"learner.precision={args.precision}",
         "learner.optimizer.name=adamw", f"learner.optimizer.lr={LR}", "learner.optimizer.weight_decay=0",
         "learner.optimizer.grad_clip=1", "learner.optimizer.schedule=constant", "placement=colocated",
     ]
@@ -301,7 +303,7 @@ def tandem_summary(args, name, rows, wall_s):
     prompt_len_mean = statistics.fmean(row["prompt/length_mean"] for row in rows)
     line = {"bench": "e2e_cpu", "mode": "torch", "model": name, "runner": "tandem", "threads": args.threads,
             "prompts": args.prompts, "group_size": args.group_size, "prompt_len_mean": round(prompt_len_mean, 3),
-            "new_tokens": args.new_tokens, "micro_batch": args.micro_batch,
+            "new_tokens": args.new_tokens, "micro_batch": args.micro_batch, "precision": args.precision,
             "steps_measured": args.steps, "wall_s": round(wall_s, 3)}
     for phase in PHASES:
         line.update(spread([row["time/" + phase] for row in rows[args.warmup:]], phase))
@@ -334,7 +336,8 @@ def run_torch_loop(args, name, model_dir, prompt_len):
                "--threads", str(args.threads), "--prompts", str(args.prompts),
                "--group-size", str(args.group_size), "--prompt-len", str(prompt_len),
                "--new-tokens", str(args.new_tokens), "--micro-batch", str(args.micro_batch),
-               "--lr", str(LR), "--steps", str(args.steps), "--warmup", str(args.warmup)]
+               "--lr", str(LR), "--steps", str(args.steps), "--warmup", str(args.warmup),
+               "--precision", args.precision]
     env = dict(os.environ)
     core = openblas_core_like_tandem()
     if core:
@@ -378,7 +381,8 @@ def main_torch(args):
             # prompts all have the same length; with a mix, the mean, rounded).
             theirs = run_torch_loop(args, name, model_dir, max(1, round(ours["prompt_len_mean"])))
             print(json.dumps(theirs), flush=True)
-            ratio = {"bench": "e2e_cpu", "mode": "torch", "model": name, "ratio": "tandem / torch_grpo"}
+            ratio = {"bench": "e2e_cpu", "mode": "torch", "model": name, "ratio": "tandem / torch_grpo",
+                     "precision": args.precision}
             for phase in TORCH_PHASES:
                 ratio[f"median_{phase}"] = round(ours[f"median_{phase}"] / theirs[f"median_{phase}"], 3)
             ratio["goal_step_ratio_at_most"] = round(GOAL_RATIO, 3)

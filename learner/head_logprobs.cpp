@@ -26,9 +26,7 @@ void for_each_tile(int64_t rows, int64_t vocab, const HeadTiles& tiles, const Vi
 }
 
 // The scaled logits of one tile, float32: hidden[r0 : r0+n] · weight[v0 : v0+m]ᵀ / T,
-// [n, m]. The product runs in hidden's dtype (the compute dtype: bf16 under
-// learner.precision bf16, the weight's tile cast to it); the softmax statistics that
-// follow are float32 either way.
+// [n, m]. `hidden` is already in the compute dtype; the weight's tile is cast to it.
 at::Tensor tile_logits(const at::Tensor& hidden, const at::Tensor& weight, int64_t r0, int64_t n, int64_t v0,
                        int64_t m, double inverse_temperature) {
   const at::Tensor w = weight.narrow(0, v0, m).to(hidden.scalar_type());
@@ -93,11 +91,14 @@ HeadForward head_forward(const at::Tensor& hidden, const at::Tensor& weight, con
 // where z = logits / temperature; the chain rule then goes through z = hidden · weightᵀ / T.
 struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
-                               const at::Tensor& targets, double temperature, int64_t tile_rows, int64_t tile_vocab) {
+                               const at::Tensor& targets, double temperature, int64_t tile_rows, int64_t tile_vocab,
+                               int64_t compute_dtype) {
     ctx->set_materialize_grads(false);
     const HeadTiles tiles{tile_rows, tile_vocab};
-    HeadForward f = head_forward(hidden, weight, targets, temperature, tiles);
+    const at::ScalarType compute = static_cast<at::ScalarType>(compute_dtype);
+    HeadForward f = head_forward(hidden.to(compute), weight, targets, temperature, tiles);
     ctx->save_for_backward({hidden, weight, targets, f.log_normaliser, f.entropy});
+    ctx->saved_data["compute"] = compute_dtype;
     ctx->saved_data["temperature"] = temperature;
     ctx->saved_data["tile_rows"] = tile_rows;
     ctx->saved_data["tile_vocab"] = tile_vocab;
@@ -115,16 +116,17 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
     const HeadTiles tiles{ctx->saved_data["tile_rows"].toInt(), ctx->saved_data["tile_vocab"].toInt()};
     const at::Tensor& grad_logprobs = grads[0];
     const at::Tensor& grad_entropy = grads[1];
-    const variable_list none(6);
+    const variable_list none(7);
     if (!grad_logprobs.defined() && !grad_entropy.defined()) return none;
 
     const int64_t rows = hidden.size(0), vocab = weight.size(0);
-    const at::ScalarType compute = hidden.scalar_type();
+    const at::ScalarType compute = static_cast<at::ScalarType>(ctx->saved_data["compute"].toInt());
+    const at::Tensor hidden_c = hidden.to(compute);
     // float32 accumulators whatever the compute dtype.
     at::Tensor grad_hidden = at::zeros(hidden.sizes(), hidden.options().dtype(at::kFloat));
     at::Tensor grad_weight = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
     for_each_tile(rows, vocab, tiles, [&](int64_t r0, int64_t n, int64_t v0, int64_t m) {
-      at::Tensor log_p = tile_logits(hidden, weight, r0, n, v0, m, inverse_temperature)
+      at::Tensor log_p = tile_logits(hidden_c, weight, r0, n, v0, m, inverse_temperature)
                              .sub_(lse.narrow(0, r0, n).unsqueeze(1));
       at::Tensor grad_z = log_p.exp();  // p, then -p * (g_lp + g_H (log p + H)) in place
       if (grad_entropy.defined()) {
@@ -141,7 +143,7 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
                             grad_logprobs.narrow(0, r0, n).mul(target.inside.to(at::kFloat)).unsqueeze(1));
       }
       grad_z.mul_(inverse_temperature);
-      const at::Tensor h = hidden.narrow(0, r0, n);
+      const at::Tensor h = hidden_c.narrow(0, r0, n);
       if (compute == at::kFloat) {
         grad_hidden.narrow(0, r0, n).addmm_(grad_z, weight.narrow(0, v0, m).to(at::kFloat));
         grad_weight.narrow(0, v0, m).addmm_(grad_z.t(), h);
@@ -161,7 +163,7 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
 }  // namespace
 
 HeadLogProbs head_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                           double temperature, HeadTiles tiles) {
+                           double temperature, HeadTiles tiles, std::optional<at::ScalarType> compute) {
   TANDEM_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
                "head_logprobs: hidden [N, H] and weight [V, H], got {} and {}", c10::str(hidden.sizes()),
                c10::str(weight.sizes()));
@@ -170,12 +172,14 @@ HeadLogProbs head_logprobs(const at::Tensor& hidden, const at::Tensor& weight, c
   TANDEM_CHECK(temperature > 0, "temperature must be positive, got {}", temperature);
   TANDEM_CHECK(tiles.rows > 0 && tiles.vocab > 0, "head_logprobs: tiles must be positive, got {} x {}", tiles.rows,
                tiles.vocab);
+  const at::ScalarType dtype = compute.value_or(hidden.scalar_type());
   const bool needs_graph = at::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
   if (!needs_graph) {
-    HeadForward f = head_forward(hidden, weight, targets, temperature, tiles);
+    HeadForward f = head_forward(hidden.to(dtype), weight, targets, temperature, tiles);
     return {f.logprobs, f.entropy};
   }
-  variable_list out = FusedHeadLogProbs::apply(hidden, weight, targets, temperature, tiles.rows, tiles.vocab);
+  variable_list out = FusedHeadLogProbs::apply(hidden, weight, targets, temperature, tiles.rows, tiles.vocab,
+                                               static_cast<int64_t>(dtype));
   return {out[0], out[1]};
 }
 

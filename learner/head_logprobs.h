@@ -16,6 +16,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 
 namespace tandem {
 
@@ -31,10 +32,12 @@ struct HeadTiles {
 };
 
 // hidden [N, H] and weight [V, H], targets [N] int64 in [0, V). The products run in
-// hidden's dtype (the weight cast to it a tile at a time: bf16 compute over float32
-// master weights), the softmax statistics and the results in float32; the gradients come
-// back in each input's own dtype. Differentiable in `hidden` and `weight`.
+// `compute` (default: hidden's dtype), the weight cast to it a tile at a time (bf16
+// products over float32 master weights: learner.precision bf16); the softmax statistics,
+// the results and the gradient sums are float32, and the gradients come back in each
+// input's own dtype. Differentiable in `hidden` and `weight`.
 HeadLogProbs head_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                           double temperature, HeadTiles tiles = {});
+                           double temperature, HeadTiles tiles = {},
+                           std::optional<at::ScalarType> compute = std::nullopt);
 
 }  // namespace tandem

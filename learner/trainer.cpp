@@ -127,7 +127,7 @@ std::pair<at::Tensor, at::Tensor> Trainer::Impl::response_logprobs(const PolicyM
   const at::Tensor position = (row_start + batch.response_position).flatten().index_select(0, cells);
   const at::Tensor hidden = normed.reshape({rows * length, normed.size(2)}).index_select(0, position - 1);
   const at::Tensor targets = batch.layout.input_ids.flatten().index_select(0, position);
-  HeadLogProbs head = head_logprobs(hidden, policy.head_weight(), targets, temperature);
+  HeadLogProbs head = head_logprobs(hidden, policy.head_weight(), targets, temperature, {}, policy.compute_dtype());
   const at::Tensor zeros = at::zeros({rows * responses}, head.logprobs.options());
   return {zeros.index_copy(0, cells, head.logprobs).view({rows, responses}),
           zeros.index_copy(0, cells, head.entropy).view({rows, responses})};
@@ -146,8 +146,7 @@ ActorObjectiveInputs Trainer::Impl::objective_inputs(const at::Tensor& normed, c
 }
 
 at::Tensor Trainer::Impl::response_state_values(const at::Tensor& normed, const MicroBatch& batch) const {
-  // The value head reads the hidden state in float32 whatever the compute dtype.
-  at::Tensor v = at::linear(normed.to(at::kFloat), value_weight, value_bias).squeeze(-1);  // [B, L]: V after reading position p
+  at::Tensor v = at::linear(normed, value_weight, value_bias).squeeze(-1);  // [B, L]: V after reading position p
   at::Tensor before = at::cat({at::zeros({v.size(0), 1}, v.options()), v.narrow(1, 0, v.size(1) - 1)}, 1);
   return response_values(before, batch);
 }
@@ -399,7 +398,7 @@ std::vector<std::vector<float>> Trainer::Impl::per_response_token(
       const size_t head_unit = fsdp->units() - 1;
       fsdp->gather(0);
       fsdp->gather(head_unit);
-      at::Tensor trunk = fsdp_trunk(batch.layout, model.layer_context(batch.layout, model.compute_dtype()), nullptr);
+      at::Tensor trunk = fsdp_trunk(batch.layout, model.layer_context(batch.layout, at::kFloat), nullptr);
       values = read(trunk, batch).contiguous();
       fsdp->release(0);
       fsdp->release(head_unit);

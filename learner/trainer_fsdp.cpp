@@ -32,7 +32,7 @@ ObjectiveMetrics Trainer::Impl::fsdp_micro_batch(const MicroBatch& batch, const 
 
   fsdp->gather(embed_unit);
   fsdp->gather(head_unit);
-  const PolicyModel::LayerContext context = model.layer_context(batch.layout, model.compute_dtype());
+  const PolicyModel::LayerContext context = model.layer_context(batch.layout, at::kFloat);
   std::vector<at::Tensor> inputs;  // inputs[l]: layer l's input
   at::Tensor top = fsdp_trunk(batch.layout, context, &inputs).detach().set_requires_grad(true);
   ObjectiveResult result = objective_from_trunk(top, batch, scale);

@@ -182,9 +182,10 @@ TEST_CASE("bf16 compute over float32 weights (learner.precision bf16) stays with
     Problem p = exact;
     p.hidden = to_bf16_values(exact.hidden);
     p.weight = to_bf16_values(exact.weight);
-    at::Tensor hidden = float_tensor(exact.hidden, {p.rows, p.hidden_size}).to(at::kBFloat16).set_requires_grad(true);
+    at::Tensor hidden = float_tensor(exact.hidden, {p.rows, p.hidden_size}).set_requires_grad(true);
     at::Tensor weight = float_tensor(exact.weight, {p.vocab, p.hidden_size}).set_requires_grad(true);  // master
-    HeadLogProbs out = head_logprobs(hidden, weight, at::tensor(p.targets, at::kLong), p.temperature, HeadTiles{4, 16});
+    HeadLogProbs out = head_logprobs(hidden, weight, at::tensor(p.targets, at::kLong), p.temperature, HeadTiles{4, 16},
+                                     at::kBFloat16);
     REQUIRE((out.logprobs.scalar_type() == at::kFloat));
     REQUIRE((out.entropy.scalar_type() == at::kFloat));
     for (int64_t i = 0; i < p.rows; ++i) {
@@ -211,8 +212,8 @@ TEST_CASE("bf16 compute over float32 weights (learner.precision bf16) stays with
     std::normal_distribution<double> normal(0.0, 1.0);
     for (int64_t i = 0; i < p.rows; ++i) a[i] = normal(rng), b[i] = normal(rng);
     ((out.logprobs * float_tensor(a, {p.rows})).sum() + (out.entropy * float_tensor(b, {p.rows})).sum()).backward();
-    CHECK((hidden.grad().scalar_type() == at::kBFloat16));
-    CHECK((weight.grad().scalar_type() == at::kFloat));  // the master weight's gradient, summed in float32
+    CHECK((hidden.grad().scalar_type() == at::kFloat));  // each input's own dtype, summed in float32
+    CHECK((weight.grad().scalar_type() == at::kFloat));
     for (bool of_hidden : {true, false}) {
       const std::vector<double> expected = central_differences(p, of_hidden ? p.hidden : p.weight, of_hidden, a, b);
       double scale = 0;
