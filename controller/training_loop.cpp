@@ -512,7 +512,9 @@ void TrainingLoop::run_step(int64_t step) {
   const MetricRow about_samples = sample_metrics(c_, samples, batch);
   row.insert(row.end(), about_samples.begin(), about_samples.end());
   for (const auto& [key, value] : update.items()) {
-    if (key.rfind("actor/", 0) == 0 || key.rfind("critic/", 0) == 0) row.emplace_back(key, value.get<double>());
+    if (key.rfind("actor/", 0) == 0 || key.rfind("critic/", 0) == 0 || key.rfind("async/", 0) == 0) {
+      row.emplace_back(key, value.get<double>());
+    }
   }
   row.insert(row.end(), {{"time/rollout_s", rollout_s},
                          {"time/reward_s", reward_s},

@@ -37,13 +37,20 @@ MetricRow TrainingLoop::correct_for_staleness(const std::vector<Sample>& samples
     // A partial rollout: continued on newer weights part-way.
     partial += !s.token_versions.empty() && s.token_versions.back() != s.token_versions.front() ? 1 : 0;
   }
-  auto metrics = [&](double is_weight_mean, double is_clipped_share) -> MetricRow {
-    return {{"async/staleness_mean", tokens_seen > 0 ? staleness_sum / tokens_seen : 0.0},
-            {"async/partial_share", samples.empty() ? 0.0 : partial / static_cast<double>(samples.size())},
-            {"async/is_weight_mean", is_weight_mean},
-            {"async/is_clipped_share", is_clipped_share}};
+  MetricRow row = {{"async/staleness_mean", tokens_seen > 0 ? staleness_sum / tokens_seen : 0.0},
+                   {"async/partial_share", samples.empty() ? 0.0 : partial / static_cast<double>(samples.size())}};
+  auto metrics = [&](double is_weight_mean, double is_clipped_share) {
+    row.insert(row.end(), {{"async/is_weight_mean", is_weight_mean}, {"async/is_clipped_share", is_clipped_share}});
+    return row;
   };
   if (!any_stale) return metrics(1.0, 0.0);
+  if (c_.learner.epochs == 1 && c_.learner.mini_batches == 1) {
+    // One optimizer step: the training forward runs the proximal weights, so the learners
+    // take its log-probs and weight the tokens there (learner/proximal_weights.h) and
+    // report async/is_weight_mean and async/is_clipped_share with the update.
+    for (TrainingSample& sample : batch) sample.stale = true;
+    return row;
+  }
 
   // Decoupled PPO: the ratio is taken against the learners' own (proximal) log-probs, and
   // each token's loss is weighted by min(pi_proximal / pi_rollout, is_cap), which corrects

@@ -8,6 +8,9 @@ void accumulate(ObjectiveMetrics& total, const ObjectiveMetrics& part) {
   total.loss += part.loss;
   total.pg_loss += part.pg_loss;
   total.value_loss += part.value_loss;
+  total.is_weight_sum += part.is_weight_sum;
+  total.is_clipped += part.is_clipped;
+  total.is_tokens += part.is_tokens;
   if (part.tokens <= 0) return;
   const double weight_total = total.tokens / (total.tokens + part.tokens);
   const double weight_part = part.tokens / (total.tokens + part.tokens);
@@ -30,6 +33,10 @@ std::vector<std::pair<std::string, double>> metric_entries(const ObjectiveMetric
       {"actor/entropy", m.entropy},     {"actor/clipfrac", m.clipfrac},     {"actor/approx_kl", m.approx_kl},
       {"actor/ratio_mean", m.ratio_mean}, {"actor/ratio_min", m.ratio_min}, {"actor/ratio_max", m.ratio_max},
   };
+  if (m.is_tokens > 0) {
+    entries.emplace_back("async/is_weight_mean", m.is_weight_sum / m.is_tokens);
+    entries.emplace_back("async/is_clipped_share", m.is_clipped / m.is_tokens);
+  }
   if (with_critic) {
     entries.emplace_back("critic/value_loss", m.value_loss);
     entries.emplace_back("critic/explained_variance", m.explained_variance);

@@ -24,6 +24,12 @@ struct ObjectiveMetrics {
   double ratio_max = 1;
   double explained_variance = 0;  // critic (gae): 1 - Var(R - V) / Var(R)
   double tokens = 0;              // valid tokens measured: the weight when combining
+  // Stale samples' tokens (TrainingSample::stale): sums of their importance weights and of
+  // those cut to is_cap, and their count. Reported as async/is_weight_mean and
+  // async/is_clipped_share when there are any.
+  double is_weight_sum = 0;
+  double is_clipped = 0;
+  double is_tokens = 0;
 };
 
 // Adds `part` (another micro-batch or rank of the same objective: actor with actor, critic

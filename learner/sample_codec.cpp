@@ -37,7 +37,7 @@ EncodedBatch encode_training_batch(const std::vector<std::vector<TrainingSample>
     for (const TrainingSample& s : batch) {
       const bool has_ref = !s.ref_logprobs.empty(), has_values = !s.returns.empty();
       const bool has_is_weights = !s.is_weights.empty();
-      samples.push_back({s.prompt.size(), s.response.size(), has_ref, has_values, has_is_weights});
+      samples.push_back({s.prompt.size(), s.response.size(), has_ref, has_values, has_is_weights, s.stale});
       append(tokens, s.prompt);
       append(tokens, s.response);
       append(values, s.old_logprobs);
@@ -74,10 +74,10 @@ std::vector<std::vector<TrainingSample>> decode_training_batch(const std::string
     for (size_t i = 0; i < header[m].size(); ++i) {
       const nlohmann::json& h = header[m][i];
       const std::string where = fmt::format("mini-batch {} sample {}", m, i);
-      if (!h.is_array() || h.size() != 5 || !h[0].is_number_unsigned() || !h[1].is_number_unsigned() ||
-          !h[2].is_boolean() || !h[3].is_boolean() || !h[4].is_boolean()) {
+      if (!h.is_array() || h.size() != 6 || !h[0].is_number_unsigned() || !h[1].is_number_unsigned() ||
+          !h[2].is_boolean() || !h[3].is_boolean() || !h[4].is_boolean() || !h[5].is_boolean()) {
         throw Error(fmt::format("training batch: {}: expected [prompt_length, response_length, has_ref, has_values, "
-                                "has_is_weights], got {}",
+                                "has_is_weights, stale], got {}",
                                 where, h.dump()));
       }
       const size_t prompt = h[0].get<size_t>(), response = h[1].get<size_t>();
@@ -92,6 +92,7 @@ std::vector<std::vector<TrainingSample>> decode_training_batch(const std::string
         s.returns = take<float>(attachments[1], value_offset, response, where + " returns");
       }
       if (h[4].get<bool>()) s.is_weights = take<float>(attachments[1], value_offset, response, where + " importance weights");
+      s.stale = h[5].get<bool>();
       batch.push_back(std::move(s));
     }
     out.push_back(std::move(batch));

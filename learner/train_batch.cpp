@@ -10,7 +10,7 @@ MicroBatch make_micro_batch(const std::vector<TrainingSample>& samples, size_t b
   TANDEM_CHECK(begin < end && end <= samples.size(), "micro-batch [{}, {}) of {} samples", begin, end, samples.size());
   const int64_t rows = static_cast<int64_t>(end - begin);
   int64_t longest = 1;
-  bool all_have_ref = true, all_have_values = true, any_is_weights = false;
+  bool all_have_ref = true, all_have_values = true, any_is_weights = false, any_stale = false;
   std::vector<std::vector<int32_t>> sequences;
   for (size_t i = begin; i < end; ++i) {
     const TrainingSample& s = samples[i];
@@ -26,7 +26,10 @@ MicroBatch make_micro_batch(const std::vector<TrainingSample>& samples, size_t b
                  s.returns.size());
     TANDEM_CHECK(s.is_weights.empty() || s.is_weights.size() == n,
                  "training sample {}: {} response tokens but {} importance weights", i, n, s.is_weights.size());
+    TANDEM_CHECK(!(s.stale && !s.is_weights.empty()),
+                 "training sample {}: stale samples get their importance weights in the learner, not sent ones", i);
     any_is_weights = any_is_weights || !s.is_weights.empty();
+    any_stale = any_stale || s.stale;
     all_have_ref = all_have_ref && !s.ref_logprobs.empty();
     all_have_values = all_have_values && (n == 0 || !s.returns.empty());
     longest = std::max<int64_t>(longest, static_cast<int64_t>(n));
@@ -39,7 +42,7 @@ MicroBatch make_micro_batch(const std::vector<TrainingSample>& samples, size_t b
   std::vector<int64_t> position(rows * longest, 0);
   const size_t cells = static_cast<size_t>(rows * longest);
   std::vector<float> mask(cells, 0), old_lp(cells, 0), adv(cells, 0), ref(cells, 0), old_v(cells, 0), ret(cells, 0),
-      is_weights(cells, 1);
+      is_weights(cells, 1), stale(cells, 0);
   for (int64_t r = 0; r < rows; ++r) {
     const TrainingSample& s = samples[begin + r];
     for (size_t t = 0; t < s.response.size(); ++t) {
@@ -50,6 +53,7 @@ MicroBatch make_micro_batch(const std::vector<TrainingSample>& samples, size_t b
       adv[k] = s.advantages[t];
       if (all_have_ref) ref[k] = s.ref_logprobs[t];
       if (!s.is_weights.empty()) is_weights[k] = s.is_weights[t];
+      if (s.stale) stale[k] = 1;
       if (all_have_values) {
         old_v[k] = s.old_values[t];
         ret[k] = s.returns[t];
@@ -63,6 +67,7 @@ MicroBatch make_micro_batch(const std::vector<TrainingSample>& samples, size_t b
   batch.advantages = floats(adv);
   if (all_have_ref) batch.ref_logprobs = floats(ref);
   if (any_is_weights) batch.is_weights = floats(is_weights);
+  if (any_stale) batch.stale = floats(stale);
   if (all_have_values) {
     batch.old_values = floats(old_v);
     batch.returns = floats(ret);

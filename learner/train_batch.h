@@ -24,6 +24,13 @@ struct TrainingSample {
   // (algorithm.async): min(pi_learner_old / pi_rollout, is_cap). Multiplies the token's
   // policy loss; empty means 1.
   std::vector<float> is_weights;
+  // The rollout's log-probs (old_logprobs) are of weights older than the learners'
+  // (algorithm.async), and the learners' own log-probs at the start of this update are the
+  // proximal policy: the forward that trains takes them (detached) as the ratio's old
+  // log-probs, and weights each token by min(pi_proximal / pi_rollout, is_cap). Exact only
+  // when the update is one optimizer step (one epoch of one mini-batch); otherwise the
+  // controller asks for the proximal log-probs first and sends is_weights.
+  bool stale = false;
 };
 
 struct MicroBatch {
@@ -36,6 +43,7 @@ struct MicroBatch {
   at::Tensor old_values;         // [B, T] float, undefined unless every sample has them
   at::Tensor returns;            // [B, T] float, likewise
   at::Tensor is_weights;         // [B, T] float, undefined unless some sample has them (1 where one has none)
+  at::Tensor stale;              // [B, T] float: 1 on the tokens of stale samples; undefined unless some sample is
 };
 
 // Samples [begin, end) of `samples`; T is their longest response. Errors name the sample

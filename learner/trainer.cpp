@@ -1,6 +1,7 @@
 #include "learner/trainer.h"
 
 #include "learner/head_logprobs.h"
+#include "learner/proximal_weights.h"
 #include "learner/trainer_impl.h"
 
 #include <c10/core/InferenceMode.h>
@@ -165,7 +166,19 @@ ObjectiveResult Trainer::Impl::objective_from_trunk(const at::Tensor& trunk, con
                                                     const AggregationScale& scale) {
   const at::Tensor normed = model.final_norm(trunk);
   if (supervised) return supervised_objective(normed, batch, scale);
-  ObjectiveResult result = actor_objective(objective_inputs(normed, batch), objective, scale);
+  ActorObjectiveInputs in = objective_inputs(normed, batch);
+  ProximalWeights proximal;
+  if (batch.stale.defined()) {
+    TANDEM_CHECK(options.learner.epochs == 1 && options.learner.mini_batches == 1,
+                 "stale samples get their proximal log-probs in the training forward only when the update is one "
+                 "optimizer step (learner.epochs {}, learner.mini_batches {}): send is_weights instead",
+                 options.learner.epochs, options.learner.mini_batches);
+    proximal = use_forward_as_proximal(in, batch.stale, options.algorithm.async.is_cap);
+  }
+  ObjectiveResult result = actor_objective(in, objective, scale);
+  result.metrics.is_weight_sum = proximal.weight_sum;
+  result.metrics.is_clipped = proximal.clipped;
+  result.metrics.is_tokens = proximal.tokens;
   if (!critic()) return result;
   TANDEM_CHECK(batch.returns.defined(),
                "advantage gae: every training sample needs old_values and returns (from Trainer::values and the "
@@ -342,7 +355,7 @@ UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& min
   const double t = total.tokens;
   at::Tensor sums = at::tensor({total.loss, total.pg_loss, total.value_loss, total.kl * t, total.entropy * t,
                                 total.clipfrac * t, total.approx_kl * t, total.ratio_mean * t, t,
-                                total.explained_variance * t},
+                                total.explained_variance * t, total.is_weight_sum, total.is_clipped, total.is_tokens},
                                at::kDouble);
   at::Tensor extremes = at::tensor({total.ratio_max, -total.ratio_min}, at::kDouble);
   m.collectives.all_reduce_sum(sums);
@@ -364,6 +377,10 @@ UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& min
   out.objective.ratio_min = tokens > 0 ? -extremes[1].item<double>() : 1.0;
   out.objective.explained_variance = s(9) * per_token;
   out.objective.tokens = tokens;
+  // Summed over epochs too: exact only for one (the only case stale samples are sent in).
+  out.objective.is_weight_sum = s(10);
+  out.objective.is_clipped = s(11);
+  out.objective.is_tokens = s(12);
   out.with_critic = m.critic();
   out.tokens = static_cast<int64_t>(tokens);
   out.grad_norm = grad_norm_sum * per_step;

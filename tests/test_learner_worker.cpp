@@ -49,6 +49,7 @@ TEST_CASE("the training-batch codec round-trips and rejects damaged messages") {
   TrainerScenario s = trainer_scenario(4, "ddp");
   s.mini_batches[1][2].ref_logprobs.assign(s.mini_batches[1][2].response.size(), -1.5f);
   s.mini_batches[0][1].is_weights.assign(s.mini_batches[0][1].response.size(), 0.75f);
+  s.mini_batches[0][2].stale = true;
   EncodedBatch encoded = encode_training_batch(s.mini_batches);
   auto decoded = decode_training_batch(encoded.header, encoded.attachments);
   REQUIRE(decoded.size() == s.mini_batches.size());
@@ -61,6 +62,7 @@ TEST_CASE("the training-batch codec round-trips and rejects damaged messages") {
       CHECK(decoded[m][i].advantages == s.mini_batches[m][i].advantages);
       CHECK(decoded[m][i].ref_logprobs == s.mini_batches[m][i].ref_logprobs);
       CHECK(decoded[m][i].is_weights == s.mini_batches[m][i].is_weights);
+      CHECK(decoded[m][i].stale == s.mini_batches[m][i].stale);
     }
   }
   std::vector<std::string> short_frames = encoded.attachments;
@@ -69,9 +71,9 @@ TEST_CASE("the training-batch codec round-trips and rejects damaged messages") {
   std::vector<std::string> long_frames = encoded.attachments;
   long_frames[0] += "abcd";
   CHECK_THROWS_WITH(decode_training_batch(encoded.header, long_frames), doctest::Contains("left over"));
-  CHECK_THROWS_WITH(decode_training_batch("[[[1, \"x\", false, false, false]]]", encoded.attachments),
+  CHECK_THROWS_WITH(decode_training_batch("[[[1, \"x\", false, false, false, false]]]", encoded.attachments),
                     doctest::Contains("mini-batch 0 sample 0: expected [prompt_length, response_length, has_ref, "
-                                      "has_values, has_is_weights]"));
+                                      "has_values, has_is_weights, stale]"));
   CHECK_THROWS_WITH(decode_training_batch("{", encoded.attachments), doctest::Contains("not JSON"));
 }
 
@@ -134,7 +136,7 @@ TEST_CASE("two learner worker processes train like one in-process trainer") {
   CHECK(load_model_weights(dir.path() + "/policy", s.config).parameter_count() == s.weights.parameter_count());
 
   // A damaged batch is an error reply naming the problem; the worker survives it.
-  uint64_t bad = pool.send(ranks[0], "learner_train", "[[[3, 2, false, false, false]]]", {"ab", ""});
+  uint64_t bad = pool.send(ranks[0], "learner_train", "[[[3, 2, false, false, false, false]]]", {"ab", ""});
   CHECK_THROWS_WITH(pool.wait({bad}), doctest::Contains("runs past the end"));
   pool.shutdown("test done");
 }

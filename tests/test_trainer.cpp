@@ -258,3 +258,47 @@ TEST_CASE("learner.precision bf16: float32 master weights follow the float32 upd
     CHECK(sharded.grad_norm == doctest::Approx(m16.grad_norm).epsilon(0.05));
   }
 }
+
+TEST_CASE("stale samples: proximal log-probs taken in the training forward equal a proximal forward of their own") {
+  TrainerScenario s = trainer_scenario(19, "ddp");
+  s.options.algorithm.async.is_cap = 1.2;  // low enough that some tokens are cut
+  s.mini_batches.resize(1);                // one optimizer step: the only case the learner takes them itself
+  auto collectives = Collectives::create({});
+  Trainer separate(s.config, s.weights, s.options, *collectives);
+  Trainer in_forward(s.config, s.weights, s.options, *collectives);
+
+  // The controller's way (several optimizer steps need it): a forward for the proximal
+  // log-probs, then the weights from them, sent with the samples.
+  std::vector<TrainingSample> sent = s.mini_batches[0];
+  const std::vector<std::vector<float>> proximal = separate.response_logprobs(sent);
+  double weight_sum = 0, clipped = 0, tokens = 0;
+  for (size_t i = 0; i < sent.size(); ++i) {
+    for (size_t t = 0; t < sent[i].response.size(); ++t) {
+      const double ratio = std::exp(static_cast<double>(proximal[i][t]) - sent[i].old_logprobs[t]);
+      sent[i].is_weights.push_back(static_cast<float>(std::min(ratio, 1.2)));
+      sent[i].old_logprobs[t] = proximal[i][t];
+      weight_sum += sent[i].is_weights.back();
+      clipped += ratio > 1.2 ? 1 : 0;
+      tokens += 1;
+    }
+  }
+  const UpdateMetrics expected = separate.train({sent});
+
+  std::vector<TrainingSample> stale = s.mini_batches[0];
+  for (TrainingSample& sample : stale) sample.stale = true;
+  const UpdateMetrics got = in_forward.train({stale});
+  CHECK(max_weight_diff(in_forward.weights(), separate.weights()) <= 1e-6);
+  CHECK(got.objective.pg_loss == doctest::Approx(expected.objective.pg_loss).epsilon(1e-5));
+  CHECK(got.objective.is_tokens == tokens);
+  CHECK(got.objective.is_clipped == clipped);
+  CHECK(clipped > 0);
+  CHECK(clipped < tokens);
+  CHECK(got.objective.is_weight_sum == doctest::Approx(weight_sum).epsilon(1e-5));
+  CHECK(expected.objective.is_tokens == 0);  // sent weights are the controller's to report
+
+  // Several optimizer steps: the training forward is not the proximal policy for the later ones.
+  TrainerScenario two = s;
+  two.options.learner.mini_batches = 2;
+  Trainer refused(two.config, two.weights, two.options, *collectives);
+  CHECK_THROWS_WITH_AS(refused.train({stale}), doctest::Contains("one optimizer step"), tandem::Error);
+}
