@@ -72,6 +72,7 @@ class PolicyModel {
 
   const ModelConfig& config() const { return config_; }
   at::ScalarType compute_dtype() const { return compute_; }
+  void set_compute_dtype(at::ScalarType compute) { compute_ = compute; }
   // HF names, in expected_weights order (no lm_head when tied).
   const std::vector<std::pair<std::string, at::Tensor>>& named_parameters() const { return parameters_; }
   std::vector<at::Tensor> parameters() const;

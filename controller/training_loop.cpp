@@ -221,8 +221,8 @@ int64_t TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size
   return fallbacks;
 }
 
-// `command` (learner_values or learner_logprobs) over every sample: each rank reads a
-// contiguous share; one float per response token comes back.
+// `command` (learner_values, learner_logprobs or learner_probe_logprobs) over every
+// sample: each rank reads a contiguous share; one float per response token comes back.
 std::vector<std::vector<float>> TrainingLoop::per_token_from_learners(const std::string& command,
                                                                       const std::vector<TrainingSample>& samples) {
   const size_t ranks = static_cast<size_t>(c_.learner.workers);
@@ -264,7 +264,8 @@ std::vector<std::vector<float>> TrainingLoop::per_token_from_learners(const std:
 double TrainingLoop::probe_logprobs(const std::vector<TrainingSample>& batch, int64_t version) {
   const size_t count = std::min<size_t>(batch.size(), 16);
   const std::vector<TrainingSample> probes(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(count));
-  const std::vector<std::vector<float>> learner = per_token_from_learners("learner_logprobs", probes);
+  // In float32 whatever learner.precision: the probe checks the weights, not bf16 rounding.
+  const std::vector<std::vector<float>> learner = per_token_from_learners("learner_probe_logprobs", probes);
   double worst = 0;
   for (size_t i = 0; i < count; ++i) {
     for (size_t t = 0; t < probes[i].old_logprobs.size(); ++t) {

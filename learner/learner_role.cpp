@@ -104,16 +104,19 @@ CommandHandler learner_command_handler(std::function<void(const Config&)> prepar
                   .dump(),
               {}};
     }
-    if (command.name == "learner_values" || command.name == "learner_logprobs") {
+    if (command.name == "learner_values" || command.name == "learner_logprobs" ||
+        command.name == "learner_probe_logprobs") {
       // Per response token of this rank's share of the samples (one mini-batch in the
       // training-batch codec; their per-token fields are ignored): the critic's values, or
-      // the policy's log-probs. One float32 frame, every sample's values back to back.
+      // the policy's log-probs (in the training precision; the probe's in float32, as the
+      // rollout engine computes them). One float32 frame, every sample's values back to back.
       Trainer& t = state->require_trainer(command.name);
       const auto batches = decode_training_batch(command.body, attachments);
       if (batches.size() != 1) throw Error(fmt::format("{}: send exactly one mini-batch of samples", command.name));
       std::string frame;
-      const auto per_token =
-          command.name == "learner_values" ? t.values(batches[0]) : t.response_logprobs(batches[0]);
+      const auto per_token = command.name == "learner_values"
+                                 ? t.values(batches[0])
+                                 : t.response_logprobs(batches[0], command.name == "learner_probe_logprobs");
       for (const std::vector<float>& v : per_token) {
         frame.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
       }
@@ -163,7 +166,7 @@ CommandHandler learner_command_handler(std::function<void(const Config&)> prepar
       return {"{}", {}};
     }
     throw Error(fmt::format("learner worker: unknown command \"{}\" (known: ping, describe, torch_info, learner_init, "
-                            "learner_train, learner_sft, learner_values, learner_logprobs, learner_publish, learner_nccl_id, learner_save, learner_load, learner_export)",
+                            "learner_train, learner_sft, learner_values, learner_logprobs, learner_probe_logprobs, learner_publish, learner_nccl_id, learner_save, learner_load, learner_export)",
                             command.name));
   };
 }

@@ -440,11 +440,20 @@ std::vector<std::vector<float>> Trainer::values(const std::vector<TrainingSample
   });
 }
 
-std::vector<std::vector<float>> Trainer::response_logprobs(const std::vector<TrainingSample>& samples) {
+std::vector<std::vector<float>> Trainer::response_logprobs(const std::vector<TrainingSample>& samples, bool float32) {
   Impl& m = *impl_;
-  return m.per_response_token(samples, [&m](const at::Tensor& trunk, const MicroBatch& batch) {
-    return m.response_logprobs(m.model, m.model.final_norm(trunk), batch, m.options.temperature).first;
-  });
+  const at::ScalarType precision = m.model.compute_dtype();
+  if (float32) m.model.set_compute_dtype(at::kFloat);
+  try {
+    auto out = m.per_response_token(samples, [&m](const at::Tensor& trunk, const MicroBatch& batch) {
+      return m.response_logprobs(m.model, m.model.final_norm(trunk), batch, m.options.temperature).first;
+    });
+    m.model.set_compute_dtype(precision);
+    return out;
+  } catch (...) {
+    m.model.set_compute_dtype(precision);
+    throw;
+  }
 }
 
 std::vector<std::pair<std::string, double>> UpdateMetrics::entries() const {

@@ -81,7 +81,9 @@ class Trainer {
   // log p(token) at rollout.temperature of every response token of `samples` under the
   // current policy: what the rollout engine reported when it sampled them, if its weights
   // are this policy's (the weight-sync probe). Collective under fsdp, like values().
-  std::vector<std::vector<float>> response_logprobs(const std::vector<TrainingSample>& samples);
+  // `float32`: computed in float32 whatever learner.precision, as the rollout engine does
+  // (the probe); otherwise in the training precision (the proximal policy of async RL).
+  std::vector<std::vector<float>> response_logprobs(const std::vector<TrainingSample>& samples, bool float32 = false);
   int64_t optimizer_steps() const;
 
   // Every rank calls these together. The checkpoint directory holds the policy

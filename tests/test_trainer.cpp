@@ -302,3 +302,30 @@ TEST_CASE("stale samples: proximal log-probs taken in the training forward equal
   Trainer refused(two.config, two.weights, two.options, *collectives);
   CHECK_THROWS_WITH_AS(refused.train({stale}), doctest::Contains("one optimizer step"), tandem::Error);
 }
+
+TEST_CASE("the weight-sync probe's log-probs are float32 whatever learner.precision; the proximal ones are not") {
+  TrainerScenario fp32 = trainer_scenario(23, "ddp");
+  TrainerScenario bf16 = fp32;
+  bf16.options.learner.precision = "bf16";
+  auto collectives = Collectives::create({});
+  Trainer exact(fp32.config, fp32.weights, fp32.options, *collectives);
+  Trainer mixed(bf16.config, bf16.weights, bf16.options, *collectives);
+  const std::vector<TrainingSample>& samples = fp32.mini_batches[0];
+  const auto reference = exact.response_logprobs(samples);
+  const auto probe = mixed.response_logprobs(samples, /*float32=*/true);
+  const auto proximal = mixed.response_logprobs(samples);
+  double probe_diff = 0, proximal_diff = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    for (size_t t = 0; t < samples[i].response.size(); ++t) {
+      REQUIRE(std::isfinite(proximal[i][t]));
+      probe_diff = std::max(probe_diff, static_cast<double>(std::abs(probe[i][t] - reference[i][t])));
+      proximal_diff = std::max(proximal_diff, static_cast<double>(std::abs(proximal[i][t] - reference[i][t])));
+    }
+  }
+  CHECK(probe_diff <= 1e-6);
+  CHECK(proximal_diff > 1e-4);  // bf16 products: the training precision
+  CHECK(proximal_diff < 0.1);
+  // The training precision is back afterwards.
+  const auto again = mixed.response_logprobs(samples);
+  CHECK(again == proximal);
+}
