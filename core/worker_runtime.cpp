@@ -130,17 +130,16 @@ class Executor {
   }
 
   void serve_interleaved(const std::function<bool(const std::string&)>& may_interleave) {
-    std::deque<Envelope> later;
-    // Only what has arrived already: a deferred message stays deferred, in order.
+    // Only what has arrived already. Once one message waits (now or from an earlier call),
+    // everything after it waits too: nothing overtakes a deferred message.
     while (auto in = io_.receive(0)) {
       const auto* command = std::get_if<CommandMsg>(&in->message);
-      if (command && later.empty() && may_interleave(command->name)) {
+      if (command && deferred_.empty() && may_interleave(command->name)) {
         execute(*in);
       } else {
-        later.push_back(std::move(*in));  // after it, nothing may overtake it
+        deferred_.push_back(std::move(*in));
       }
     }
-    for (Envelope& in : later) deferred_.push_back(std::move(in));
   }
 
   void send_progress(const std::string& body, const std::vector<std::string>& attachments) {
