@@ -442,18 +442,16 @@ std::vector<std::vector<float>> Trainer::values(const std::vector<TrainingSample
 
 std::vector<std::vector<float>> Trainer::response_logprobs(const std::vector<TrainingSample>& samples, bool float32) {
   Impl& m = *impl_;
-  const at::ScalarType precision = m.model.compute_dtype();
+  // The training precision comes back however this returns.
+  struct RestorePrecision {
+    PolicyModel& model;
+    const at::ScalarType precision;
+    ~RestorePrecision() { model.set_compute_dtype(precision); }
+  } restore{m.model, m.model.compute_dtype()};
   if (float32) m.model.set_compute_dtype(at::kFloat);
-  try {
-    auto out = m.per_response_token(samples, [&m](const at::Tensor& trunk, const MicroBatch& batch) {
-      return m.response_logprobs(m.model, m.model.final_norm(trunk), batch, m.options.temperature).first;
-    });
-    m.model.set_compute_dtype(precision);
-    return out;
-  } catch (...) {
-    m.model.set_compute_dtype(precision);
-    throw;
-  }
+  return m.per_response_token(samples, [&m](const at::Tensor& trunk, const MicroBatch& batch) {
+    return m.response_logprobs(m.model, m.model.final_norm(trunk), batch, m.options.temperature).first;
+  });
 }
 
 std::vector<std::pair<std::string, double>> UpdateMetrics::entries() const {
