@@ -32,10 +32,16 @@ struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) Pack {
 
 template <typename T, int N>
 __device__ __forceinline__ Pack<T, N> load_pack(const T* p) {
+#ifdef CUDASIM  // a misaligned LDG.128 faults on the GPU; on the CPU it would pass unnoticed
+  CUDASIM_CHECK_ALIGNED(p, alignof(Pack<T, N>), "load_pack");
+#endif
   return *reinterpret_cast<const Pack<T, N>*>(p);
 }
 template <typename T, int N>
 __device__ __forceinline__ void store_pack(T* p, const Pack<T, N>& pack) {
+#ifdef CUDASIM
+  CUDASIM_CHECK_ALIGNED(p, alignof(Pack<T, N>), "store_pack");
+#endif
   *reinterpret_cast<Pack<T, N>*>(p) = pack;
 }
 

@@ -1,0 +1,24 @@
+// The simulated CUDA runtime's own interface, beyond the CUDA API it implements
+// (runtime.cpp): for cudasim's cuBLAS, and for tests of cudasim itself.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace cudasim::runtime {
+
+// Work on `stream` in stream order, run when the stream gets to it (the host's view of
+// memory changes only then). `what` names it in reports.
+void enqueue(cudaStream_t stream, std::string what, std::function<void()> work);
+// Whether [address, address + bytes) lies inside one live cudaMalloc allocation.
+bool is_device_range(const void* address, size_t bytes);
+// The report of the first kernel fault since the last call ("" when none), clearing the
+// sticky error it left, so that a test can expect a fault and go on.
+std::string take_fault();
+// The number of operations enqueued and not yet run, over all streams.
+size_t pending_operations();
+
+}  // namespace cudasim::runtime
