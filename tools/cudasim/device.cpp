@@ -48,7 +48,6 @@ struct Thread {
   fiber::Fiber fiber;
   ThreadView view{};
   int linear = 0, warp = 0, lane = 0;
-  Status status = Status::done;
   Site wait_site{"", 0};
   const char* waiting_in = "";
 };
@@ -87,6 +86,7 @@ struct Block {
   dim3 idx;
   int threads = 0, live = 0, exited = 0;
   std::vector<Warp> warps;
+  std::vector<Status> status;  // by thread; contiguous, since the scheduler scans it all the time
   // The barrier being gathered.
   int arrived = 0;
   unsigned generation = 0;
@@ -158,7 +158,7 @@ void wait_while(Thread* t, Status status) {
     bool waiting;
     {
       Quiet q;
-      waiting = t->status == status;
+      waiting = state().block.status[t->linear] == status;
     }
     if (!waiting) return;
     fiber::yield();
@@ -185,7 +185,7 @@ void on_thread_exit(Thread* t) {
             t->wait_site);
     }
   }
-  t->status = Status::done;
+  b.status[t->linear] = Status::done;
 }
 
 void thread_main() {
@@ -208,7 +208,7 @@ std::string describe_waits() {
   int done = 0;
   for (int i = 0; i < s.block.threads; ++i) {
     const Thread& t = *s.threads[i];
-    if (t.status == Status::done) {
+    if (s.block.status[i] == Status::done) {
       ++done;
       continue;
     }
@@ -257,6 +257,7 @@ bool run_block(const dim3& idx) {
   b.fault.clear();
   const int warps = (b.threads + 31) / 32;
   b.warps.assign(warps, Warp{});
+  b.status.assign(b.threads, Status::ready);
   for (int w = 0; w < warps; ++w) {
     const int lanes = std::min(32, b.threads - 32 * w);
     b.warps[w].lanes = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
@@ -272,7 +273,7 @@ bool run_block(const dim3& idx) {
     t.view.block_idx = idx;
     t.view.block_dim = l.block;
     t.view.grid_dim = l.grid;
-    t.status = Status::ready;
+    b.status[i] = Status::ready;
     t.wait_site = Site{"(start)", 0};
     t.waiting_in = "";
     t.fiber.start(&thread_main, /*fresh_identity=*/true);
@@ -285,14 +286,14 @@ bool run_block(const dim3& idx) {
     bool ran = false, all_done = true;
     for (int i : order) {
       Thread& t = *s.threads[i];
-      if (t.status == Status::ready) {
+      if (b.status[i] == Status::ready) {
         set_running(&t);
         t.fiber.resume();
         set_running(nullptr);
         ran = true;
         if (!b.fault.empty()) return false;
       }
-      all_done = all_done && t.status == Status::done;
+      all_done = all_done && b.status[i] == Status::done;
     }
     if (all_done) return true;
     if (!ran) {
@@ -345,7 +346,7 @@ void complete(WarpOp& op, Warp& w, Thread* caller) {
   op.readers = __builtin_popcount(op.mask);
   const int first = static_cast<int>(&w - s.block.warps.data()) * 32;
   for (int l = 0; l < 32; ++l) {
-    if (op.mask >> l & 1u) s.threads[first + l]->status = Status::ready;
+    if (op.mask >> l & 1u) s.block.status[first + l] = Status::ready;
   }
   (void)caller;
 }
@@ -370,7 +371,7 @@ void fault(const std::string& what, Site site) {
       s.block.fault = "block " + str(s.block.idx) + " thread " + str(t->view.thread_idx) + ": " + what +
                       (site.line > 0 ? " (at " + str(site) + ")" : "");
     }
-    t->status = Status::faulted;
+    s.block.status[t->linear] = Status::faulted;
   }
   for (;;) fiber::yield();
 }
@@ -413,7 +414,7 @@ int64_t barrier(BarrierKind kind, int64_t predicate, Site site) {
     b.all &= predicate != 0;
     b.count += predicate != 0;
     ++b.arrived;
-    t->status = Status::at_barrier;
+    b.status[t->linear] = Status::at_barrier;
     t->wait_site = site;
     t->waiting_in = name_of(kind);
   }
@@ -425,7 +426,7 @@ int64_t barrier(BarrierKind kind, int64_t predicate, Site site) {
       ++b.generation;
       b.arrived = 0;
       for (int i = 0; i < b.threads; ++i) {
-        if (s.threads[i]->status == Status::at_barrier) s.threads[i]->status = Status::ready;
+        if (b.status[i] == Status::at_barrier) b.status[i] = Status::ready;
       }
     }
   }
@@ -479,7 +480,7 @@ uint64_t warp_collective(WarpKind kind, unsigned mask, uint64_t value, int arg, 
     op->arg[t->lane] = arg;
     op->width[t->lane] = width;
     op->arrived |= bit;
-    t->status = Status::in_warp_op;
+    b.status[t->linear] = Status::in_warp_op;
     t->wait_site = site;
     t->waiting_in = name_of(kind);
   }
