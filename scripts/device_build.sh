@@ -144,6 +144,8 @@ export PKG_CONFIG_PATH=$P/usr/lib/$MULTIARCH/pkgconfig:$P/usr/share/pkgconfig:$P
 # so libtorch's include dirs would come first.
 export TANDEM_DEPS_INCLUDE=$P/usr/include
 export LIBRARY_PATH=\$TANDEM_DEPS_LIBDIRS\${LIBRARY_PATH:+:\$LIBRARY_PATH}
+# Meson's Boost lookup (tools/cudasim's Boost.Context) searches BOOST_ROOT.
+export BOOST_ROOT=$P/usr
 export PATH=$P/bin:\$PATH
 # The machine's pkg-config when it has one, else the carried pkgconf.
 if ! PATH=\${PATH#$P/bin:} command -v pkg-config >/dev/null 2>&1; then export PKG_CONFIG=$P/bin/pkg-config-carried; fi

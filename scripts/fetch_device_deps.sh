@@ -31,6 +31,8 @@ packages=(
   libgloo-dev libgloo0 libhiredis0.14 libibverbs1 libnl-3-200 libnl-route-3-200
   libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3
   libicu-dev libicu72
+  # Boost.Context: tools/cudasim's fibers (the cudasim suite runs on the GPU machine too)
+  libboost-context-dev libboost-context1.74-dev libboost-context1.74.0 libboost1.74-dev
   # pkg-config (pkgconf), used only where the machine has none
   pkgconf-bin libpkgconf3
 )
