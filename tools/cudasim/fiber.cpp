@@ -32,6 +32,18 @@ struct Scheduler {
 };
 Scheduler scheduler;
 
+// The switch bookkeeping is shared by fibers that TSan sees as threads with no ordering
+// between them (by design: only the kernel's barriers order GPU threads). Relaxed atomics
+// are neither a race nor an ordering for TSan.
+template <typename T>
+T get(const T& field) {
+  return __atomic_load_n(&field, __ATOMIC_RELAXED);
+}
+template <typename T>
+void put(T& field, T value) {
+  __atomic_store_n(&field, value, __ATOMIC_RELAXED);
+}
+
 [[noreturn]] void die(const char* what) {
   std::fprintf(stderr, "cudasim: fiber: %s\n", what);
   std::abort();
@@ -52,10 +64,10 @@ void arrived_on_fiber(Fiber* fiber, void* fake_stack) {
 
 // Runs on the fiber's own stack when it is first resumed.
 void entry_trampoline(void* transfer_context) {
-  scheduler.context = transfer_context;
-  Fiber* fiber = scheduler.running;
+  put(scheduler.context, transfer_context);
+  Fiber* fiber = get(scheduler.running);
   arrived_on_fiber(fiber, nullptr);
-  fiber->entry_();
+  get(fiber->entry_)();
   die("a fiber's entry returned instead of calling finish()");
 }
 
@@ -92,10 +104,10 @@ void Fiber::start(Entry entry, bool fresh_identity) {
   // Frames that never returned left their redzones poisoned: the trampoline's at the top
   // of the stack always, a whole kernel's stack when a fault abandoned the fiber mid-body.
   const size_t top = stack_bytes_ < 16384 ? stack_bytes_ : 16384;
-  const size_t dirty = stack_dirty_ ? stack_bytes_ : top;
+  const size_t dirty = get(stack_dirty_) ? stack_bytes_ : top;
   __asan_unpoison_memory_region(stack_ + page_size() + stack_bytes_ - dirty, dirty);
 #endif
-  stack_dirty_ = true;
+  put(stack_dirty_, true);
 #if CUDASIM_TSAN
   if (fresh_identity) {
     __tsan_destroy_fiber(tsan_fiber_);
@@ -109,8 +121,8 @@ void Fiber::start(Entry entry, bool fresh_identity) {
 }
 
 void Fiber::resume() {
-  if (scheduler.running) die("resume() called from a fiber");
-  scheduler.running = this;
+  if (get(scheduler.running)) die("resume() called from a fiber");
+  put(scheduler.running, this);
 #if CUDASIM_TSAN
   __tsan_switch_to_fiber(tsan_fiber_, __tsan_switch_to_fiber_no_sync);
 #endif
@@ -122,7 +134,7 @@ void Fiber::resume() {
   __sanitizer_finish_switch_fiber(scheduler.asan_fake_stack, nullptr, nullptr);
 #endif
   context_ = back.fctx;
-  scheduler.running = nullptr;
+  put(scheduler.running, static_cast<Fiber*>(nullptr));
 }
 
 namespace {
@@ -135,26 +147,26 @@ void switch_to_scheduler(void** fake_stack_save) {
   __sanitizer_start_switch_fiber(fake_stack_save, scheduler.asan_stack_bottom, scheduler.asan_stack_size);
 #endif
   (void)fake_stack_save;
-  const bctx::transfer_t t = bctx::jump_fcontext(scheduler.context, nullptr);
-  scheduler.context = t.fctx;
+  const bctx::transfer_t t = bctx::jump_fcontext(get(scheduler.context), nullptr);
+  put(scheduler.context, t.fctx);
 }
 }  // namespace
 
 void yield() {
-  Fiber* fiber = scheduler.running;
+  Fiber* fiber = get(scheduler.running);
   if (!fiber) die("yield() called on the scheduler");
   switch_to_scheduler(&fiber->asan_fake_stack_);
   arrived_on_fiber(fiber, fiber->asan_fake_stack_);
 }
 
 void finish() {
-  Fiber* fiber = scheduler.running;
+  Fiber* fiber = get(scheduler.running);
   if (!fiber) die("finish() called on the scheduler");
-  fiber->stack_dirty_ = false;
+  put(fiber->stack_dirty_, false);
   switch_to_scheduler(nullptr);
   die("a finished fiber was resumed");
 }
 
-Fiber* current() { return scheduler.running; }
+Fiber* current() { return get(scheduler.running); }
 
 }  // namespace cudasim::fiber

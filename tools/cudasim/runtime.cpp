@@ -3,12 +3,22 @@
 // or memset runs only when something waits for it (a synchronising call, an event, a
 // synchronous copy on the legacy stream), so a missing synchronisation shows up as stale
 // data instead of passing by luck. See README.md for what is and is not modelled.
+//
+// Threading: one lock guards the runtime's state, and kernels, copies and memsets run
+// under it (device.cpp's scheduler is one global). Polled work (enqueue_polled: a simulated
+// NCCL collective, which waits for other ranks that may be other host threads of this
+// process) runs without it; while a host thread runs a stream's front operation the stream
+// is `busy` and other threads that need it wait on `progress` (or, polling, answer "not
+// ready"). Each simulated device has its own legacy default stream, and the current device
+// is per host thread, as in CUDA, so ranks on different devices never order each other.
 #include "runtime.h"
 
 #include "device.h"
 #include "options.h"
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <thread>
 #include <vector>
 
 namespace cudasim::runtime {
@@ -29,6 +40,21 @@ size_t device_memory_bytes() {
   const char* mb = std::getenv("CUDASIM_DEVICE_MEMORY_MB");
   return (mb ? std::strtoull(mb, nullptr, 10) : 4096) << 20;
 }
+// CUDASIM_DEVICE_COUNT: simulated devices of this process (default 1, at most 64), read
+// once. Their memory is all host heap; each has its own legacy stream and memory budget.
+constexpr int kMaxDevices = 64;
+int read_device_count() {
+  const char* text = std::getenv("CUDASIM_DEVICE_COUNT");
+  if (!text || !*text) return 1;
+  char* end = nullptr;
+  const long n = std::strtol(text, &end, 10);
+  if (*end != '\0' || n < 1 || n > kMaxDevices) {
+    std::fprintf(stderr, "cudasim: CUDASIM_DEVICE_COUNT=%s: expected 1 to %d\n", text, kMaxDevices);
+    std::exit(2);
+  }
+  return static_cast<int>(n);
+}
+thread_local int current_device = 0;  // cudaSetDevice is per host thread
 
 struct Stream;
 
@@ -41,13 +67,16 @@ struct Dependency {
 struct Operation {
   std::string what;
   std::vector<Dependency> after;
-  std::function<void()> work;
+  std::function<void()> work;     // run under the lock; or, when empty,
+  std::function<bool()> advance;  // polled without the lock until it returns true
 };
 
 struct Stream {
-  bool blocking = true;  // synchronises with the legacy default stream
+  int device = 0;
+  bool blocking = true;  // synchronises with its device's legacy default stream
   std::deque<Operation> queue;
   uint64_t submitted = 0, executed = 0;
+  bool busy = false;  // a host thread is running the front operation (the queue keeps it)
 };
 
 struct Event {
@@ -59,14 +88,25 @@ enum class Memory { device, pinned };
 struct Allocation {
   size_t bytes;
   Memory kind;
+  int device;
 };
 
+using Lock = std::unique_lock<std::recursive_mutex>;
+
 struct Runtime {
+  Runtime() : device_count(read_device_count()), device_bytes_in_use(static_cast<size_t>(device_count)) {
+    for (int d = 0; d < device_count; ++d) {
+      legacy.push_back(std::make_unique<Stream>());
+      legacy.back()->device = d;
+    }
+  }
   std::recursive_mutex mutex;
-  Stream legacy;
-  std::vector<std::unique_ptr<Stream>> streams;  // created ones (the legacy stream is not here)
+  std::condition_variable_any progress;  // a stream stopped being busy, or ran an operation
+  const int device_count;
+  std::vector<std::unique_ptr<Stream>> legacy;   // per device
+  std::vector<std::unique_ptr<Stream>> streams;  // created ones (the legacy streams are not here)
   std::map<uintptr_t, Allocation> allocations;
-  size_t device_bytes_in_use = 0;
+  std::vector<size_t> device_bytes_in_use;       // per device
   std::map<const void*, size_t> max_dynamic_shared;  // cudaFuncSetAttribute opt-ins
   cudaError_t last_error = cudaSuccess;
   cudaError_t sticky_error = cudaSuccess;
@@ -85,31 +125,88 @@ cudaError_t fail(cudaError_t e, const std::string& why) {
   return e;
 }
 
+Stream* legacy_stream(int device = current_device) { return rt().legacy[static_cast<size_t>(device)].get(); }
+
 Stream* stream_of(cudaStream_t s) {
-  // 0, cudaStreamLegacy and cudaStreamPerThread are all the one default stream here.
-  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return &rt().legacy;
+  // 0, cudaStreamLegacy and cudaStreamPerThread are all the current device's one default
+  // stream here.
+  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return legacy_stream();
   return reinterpret_cast<Stream*>(s);
 }
 
-void run_to(Stream* stream, uint64_t sequence);
+// How a host call waits: a synchronisation blocks until the work is done; a query makes
+// what progress it can and reports whether everything asked for ran.
+enum class Wait { until_done, poll };
 
-void run_next(Stream* stream) {
-  Operation op = std::move(stream->queue.front());
-  stream->queue.pop_front();
-  for (const Dependency& d : op.after) run_to(d.stream, d.sequence);
-  if (rt().sticky_error == cudaSuccess) op.work();
-  ++stream->executed;
+bool run_to(Lock& lock, Stream* stream, uint64_t sequence, Wait wait);
+
+// Runs polled work without the lock; with Wait::until_done until it finishes.
+bool advance_unlocked(Lock& lock, const std::function<bool()>& advance, Wait wait) {
+  lock.unlock();
+  bool done = advance();
+  auto pause = std::chrono::microseconds(10);
+  while (!done && wait == Wait::until_done) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    done = advance();
+  }
+  lock.lock();
+  return done;
+}
+
+// Runs `stream`'s front operation, and first what it waits for; false when polled work
+// (its own or a dependency's) is not finished yet.
+bool run_next(Lock& lock, Stream* stream, Wait wait) {
+  Runtime& r = rt();
+  stream->busy = true;
+  Operation& op = stream->queue.front();  // stays put: only the busy holder pops the front
+  bool done = true;
+  for (const Dependency& d : op.after) {
+    if (!run_to(lock, d.stream, d.sequence, wait)) {
+      done = false;
+      break;
+    }
+  }
+  if (done && r.sticky_error == cudaSuccess) {
+    if (op.work) {
+      op.work();
+    } else {
+      done = advance_unlocked(lock, op.advance, wait);
+    }
+  }
+  if (done) {
+    stream->queue.pop_front();
+    ++stream->executed;
+  }
+  stream->busy = false;
+  r.progress.notify_all();
+  return done;
 }
 
 // Runs `stream`'s operations up to number `sequence`, and first what they wait for.
-void run_to(Stream* stream, uint64_t sequence) {
-  while (stream->executed < sequence && !stream->queue.empty()) run_next(stream);
+// Another host thread running this stream is waited for (or, polling, is "not ready").
+bool run_to(Lock& lock, Stream* stream, uint64_t sequence, Wait wait) {
+  while (stream->executed < sequence && !stream->queue.empty()) {
+    if (stream->busy) {
+      if (wait == Wait::poll) return false;
+      rt().progress.wait(lock);
+      continue;
+    }
+    if (!run_next(lock, stream, wait)) return false;
+  }
+  return true;
 }
 
-void run_all() {
+// Everything queued on `device`'s streams (what a device-wide synchronisation waits for).
+void run_device(Lock& lock, int device) {
   Runtime& r = rt();
-  run_to(&r.legacy, r.legacy.submitted);
-  for (auto& s : r.streams) run_to(s.get(), s->submitted);
+  Stream* legacy = legacy_stream(device);
+  run_to(lock, legacy, legacy->submitted, Wait::until_done);
+  // By index: another thread may create streams while this one waits without the lock.
+  for (size_t i = 0; i < r.streams.size(); ++i) {
+    Stream* s = r.streams[i].get();
+    if (s->device == device) run_to(lock, s, s->submitted, Wait::until_done);
+  }
 }
 
 uint64_t fnv1a(const void* data, size_t bytes) {
@@ -192,23 +289,26 @@ cudaError_t check_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind
 }
 
 // Dependencies of new work on `s`: the legacy stream and blocking streams wait for each other.
+// (Per device: each device has its own legacy stream.)
 std::vector<Dependency> implicit_dependencies(Stream* s) {
   Runtime& r = rt();
   std::vector<Dependency> after;
-  if (s == &r.legacy) {
+  Stream* legacy = legacy_stream(s->device);
+  if (s == legacy) {
     for (auto& other : r.streams) {
-      if (other->blocking) after.push_back({other.get(), other->submitted});
+      if (other->blocking && other->device == s->device) after.push_back({other.get(), other->submitted});
     }
   } else if (s->blocking) {
-    after.push_back({&r.legacy, r.legacy.submitted});
+    after.push_back({legacy, legacy->submitted});
   }
   return after;
 }
 
-void push(Stream* s, std::string what, std::function<void()> work, std::vector<Dependency> extra = {}) {
+void push(Stream* s, std::string what, std::function<void()> work, std::vector<Dependency> extra = {},
+          std::function<bool()> advance = {}) {
   std::vector<Dependency> after = implicit_dependencies(s);
   after.insert(after.end(), extra.begin(), extra.end());
-  s->queue.push_back(Operation{std::move(what), std::move(after), std::move(work)});
+  s->queue.push_back(Operation{std::move(what), std::move(after), std::move(work), std::move(advance)});
   ++s->submitted;
 }
 
@@ -238,9 +338,20 @@ void enqueue(cudaStream_t stream, std::string what, std::function<void()> work) 
   push(stream_of(stream), std::move(what), std::move(work));
 }
 
+void enqueue_polled(cudaStream_t stream, std::string what, std::function<bool()> advance) {
+  std::lock_guard<std::recursive_mutex> lock(rt().mutex);
+  push(stream_of(stream), std::move(what), {}, {}, std::move(advance));
+}
+
 bool is_device_range(const void* address, size_t bytes) {
   std::lock_guard<std::recursive_mutex> lock(rt().mutex);
   return is_device(address, bytes);
+}
+
+int device_of_range(const void* address, size_t bytes) {
+  std::lock_guard<std::recursive_mutex> lock(rt().mutex);
+  const Allocation* a = find_allocation(address, bytes);
+  return a && a->kind == Memory::device ? a->device : -1;
 }
 
 std::string take_fault() {
@@ -256,7 +367,8 @@ std::string take_fault() {
 size_t pending_operations() {
   Runtime& r = rt();
   std::lock_guard<std::recursive_mutex> lock(r.mutex);
-  size_t n = r.legacy.queue.size();
+  size_t n = 0;
+  for (auto& s : r.legacy) n += s->queue.size();
   for (auto& s : r.streams) n += s->queue.size();
   return n;
 }
@@ -310,9 +422,9 @@ void submit(Launch launch) {
 using namespace cudasim::runtime;
 
 // Every API call: the lock, and the sticky error of an earlier kernel fault.
-#define CUDASIM_API_BEGIN                              \
-  Runtime& r = rt();                                   \
-  std::lock_guard<std::recursive_mutex> lock(r.mutex); \
+#define CUDASIM_API_BEGIN \
+  Runtime& r = rt();      \
+  Lock lock(r.mutex);     \
   if (r.sticky_error != cudaSuccess) return r.sticky_error
 
 extern "C" {
@@ -350,20 +462,28 @@ const char* cudaGetErrorString(cudaError_t e) {
 }
 
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
+  *count = rt().device_count;
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) {
   CUDASIM_API_BEGIN;
-  return device == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice, "cudaSetDevice(" + std::to_string(device) + ")");
+  if (device < 0 || device >= r.device_count) {
+    return fail(cudaErrorInvalidDevice, "cudaSetDevice(" + std::to_string(device) + "): the simulator has " +
+                                            std::to_string(r.device_count) + " device(s) (CUDASIM_DEVICE_COUNT)");
+  }
+  current_device = device;
+  return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
+  *device = current_device;
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   CUDASIM_API_BEGIN;
-  if (device != 0) return fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties(" + std::to_string(device) + ")");
+  if (device < 0 || device >= r.device_count) {
+    return fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties(" + std::to_string(device) + "): the simulator has " +
+                                            std::to_string(r.device_count) + " device(s) (CUDASIM_DEVICE_COUNT)");
+  }
   std::memset(p, 0, sizeof *p);
   std::snprintf(p->name, sizeof p->name, "cudasim (simulated sm_90 on the CPU)");
   p->major = 9;
@@ -388,7 +508,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   CUDASIM_API_BEGIN;
   *total_bytes = device_memory_bytes();
-  *free_bytes = *total_bytes - std::min(*total_bytes, r.device_bytes_in_use);
+  *free_bytes = *total_bytes - std::min(*total_bytes, r.device_bytes_in_use[static_cast<size_t>(current_device)]);
   return cudaSuccess;
 }
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
@@ -405,10 +525,11 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   CUDASIM_API_BEGIN;
-  if (r.device_bytes_in_use + bytes > device_memory_bytes()) {
+  size_t& in_use = r.device_bytes_in_use[static_cast<size_t>(current_device)];
+  if (in_use + bytes > device_memory_bytes()) {
     *p = nullptr;
     return fail(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(bytes) + " bytes: the simulated device has " +
-                                               std::to_string(device_memory_bytes() - r.device_bytes_in_use) +
+                                               std::to_string(device_memory_bytes() - in_use) +
                                                " free (CUDASIM_DEVICE_MEMORY_MB)");
   }
   // Exact size and 256-byte alignment like cudaMalloc's: ASan sees a byte past the end.
@@ -416,19 +537,21 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   *p = ::operator new(bytes ? bytes : 1, std::align_val_t(256), std::nothrow);
   if (!*p) return fail(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(bytes) + " bytes");
   std::memset(*p, cudasim::options().poison, bytes);
-  r.allocations[reinterpret_cast<uintptr_t>(*p)] = Allocation{bytes, Memory::device};
-  r.device_bytes_in_use += bytes;
+  r.allocations[reinterpret_cast<uintptr_t>(*p)] = Allocation{bytes, Memory::device, current_device};
+  in_use += bytes;
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {
   CUDASIM_API_BEGIN;
   if (!p) return cudaSuccess;
-  run_all();  // cudaFree synchronises the device
-  const auto it = r.allocations.find(reinterpret_cast<uintptr_t>(p));
+  auto it = r.allocations.find(reinterpret_cast<uintptr_t>(p));
   if (it == r.allocations.end() || it->second.kind != Memory::device) {
     return fail(cudaErrorInvalidValue, "cudaFree of " + describe(p, 0) + ", which cudaMalloc did not return");
   }
-  r.device_bytes_in_use -= it->second.bytes;
+  run_device(lock, it->second.device);  // cudaFree synchronises the allocation's device
+  it = r.allocations.find(reinterpret_cast<uintptr_t>(p));  // the lock was let go meanwhile
+  if (it == r.allocations.end()) return fail(cudaErrorInvalidValue, "cudaFree of " + describe(p, 0) + " twice at once");
+  r.device_bytes_in_use[static_cast<size_t>(it->second.device)] -= it->second.bytes;
   r.allocations.erase(it);
   ::operator delete(p, std::align_val_t(256));
   return cudaSuccess;
@@ -437,13 +560,13 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
   CUDASIM_API_BEGIN;
   *p = ::operator new(bytes ? bytes : 1, std::align_val_t(256), std::nothrow);
   if (!*p) return fail(cudaErrorMemoryAllocation, "cudaMallocHost of " + std::to_string(bytes) + " bytes");
-  r.allocations[reinterpret_cast<uintptr_t>(*p)] = Allocation{bytes, Memory::pinned};
+  r.allocations[reinterpret_cast<uintptr_t>(*p)] = Allocation{bytes, Memory::pinned, -1};
   return cudaSuccess;
 }
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) { return cudaMallocHost(p, bytes); }
 cudaError_t cudaFreeHost(void* p) {
   CUDASIM_API_BEGIN;
-  run_all();
+  run_device(lock, current_device);
   const auto it = r.allocations.find(reinterpret_cast<uintptr_t>(p));
   if (it == r.allocations.end() || it->second.kind != Memory::pinned) {
     return fail(cudaErrorInvalidValue, "cudaFreeHost of " + describe(p, 0) + ", which cudaMallocHost did not return");
@@ -459,8 +582,9 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
 }
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
   CUDASIM_API_BEGIN;
-  if (const cudaError_t e = enqueue_copy(dst, src, n, kind, &r.legacy, "cudaMemcpy")) return e;
-  run_to(&r.legacy, r.legacy.submitted);  // the host waits for the copy (and what precedes it)
+  Stream* legacy = legacy_stream();
+  if (const cudaError_t e = enqueue_copy(dst, src, n, kind, legacy, "cudaMemcpy")) return e;
+  run_to(lock, legacy, legacy->submitted, Wait::until_done);  // the host waits for the copy (and what precedes it)
   return r.sticky_error;
 }
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
@@ -507,6 +631,7 @@ cudaError_t cudaMemset(void* dst, int value, size_t n) {
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
   CUDASIM_API_BEGIN;
   auto s = std::make_unique<Stream>();
+  s->device = current_device;
   s->blocking = (flags & cudaStreamNonBlocking) == 0;
   *stream = reinterpret_cast<cudaStream_t>(s.get());
   r.streams.push_back(std::move(s));
@@ -518,19 +643,27 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   Stream* s = stream_of(stream);
   const auto it = std::find_if(r.streams.begin(), r.streams.end(), [&](const auto& x) { return x.get() == s; });
   if (it == r.streams.end()) return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy of an unknown stream");
-  run_to(s, s->submitted);  // its work still completes
+  run_to(lock, s, s->submitted, Wait::until_done);  // its work still completes
   // Other streams' pending work may wait on it: keep it as a finished stream, never reused.
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   CUDASIM_API_BEGIN;
   Stream* s = stream_of(stream);
-  run_to(s, s->submitted);
+  run_to(lock, s, s->submitted, Wait::until_done);
+  return r.sticky_error;
+}
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  CUDASIM_API_BEGIN;
+  Stream* s = stream_of(stream);
+  // Nothing runs by itself here: a poll is where the host lets the device progress. Only
+  // polled work (a collective waiting for its peers) can leave it unfinished.
+  if (!run_to(lock, s, s->submitted, Wait::poll)) return r.sticky_error != cudaSuccess ? r.sticky_error : cudaErrorNotReady;
   return r.sticky_error;
 }
 cudaError_t cudaDeviceSynchronize(void) {
   CUDASIM_API_BEGIN;
-  run_all();
+  run_device(lock, current_device);
   return r.sticky_error;
 }
 
@@ -555,14 +688,16 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   CUDASIM_API_BEGIN;
   const Event* e = reinterpret_cast<Event*>(event);
-  if (e->stream) run_to(e->stream, e->sequence);
+  if (e->stream) run_to(lock, e->stream, e->sequence, Wait::until_done);
   return r.sticky_error;
 }
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   CUDASIM_API_BEGIN;
   const Event* e = reinterpret_cast<Event*>(event);
   // Nothing runs by itself here: a poll is where the host lets the device progress.
-  if (e->stream) run_to(e->stream, e->sequence);
+  if (e->stream && !run_to(lock, e->stream, e->sequence, Wait::poll)) {
+    return r.sticky_error != cudaSuccess ? r.sticky_error : cudaErrorNotReady;
+  }
   return r.sticky_error;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
