@@ -91,13 +91,18 @@ TokenLayout packed_layout(const std::vector<std::vector<int32_t>>& sequences, in
           int64_tensor(flat_segments, rows, row_length)};
 }
 
+TokenLayout TokenLayout::to(at::Device device) const {
+  return {input_ids.to(device), position_ids.to(device), segment_ids.to(device)};
+}
+
 PolicyModel::PolicyModel(const ModelConfig& config, const ModelWeights& weights, at::ScalarType dtype,
-                         std::optional<at::ScalarType> compute)
-    : config_(config), compute_(compute.value_or(dtype)) {
+                         std::optional<at::ScalarType> compute, at::Device device)
+    : config_(config), compute_(compute.value_or(dtype)), device_(device) {
   check_weights(config, weights, "PolicyModel");
   for (const WeightSpec& spec : expected_weights(config)) {
     const WeightTensor& w = weights.get(spec.name);
-    at::Tensor t = at::from_blob(const_cast<float*>(w.data.data()), w.shape, at::kFloat).to(dtype).clone();
+    at::Tensor t = at::from_blob(const_cast<float*>(w.data.data()), w.shape, at::kFloat)
+                       .to(device, dtype, /*non_blocking=*/false, /*copy=*/true);
     t.set_requires_grad(true);
     index_[spec.name] = parameters_.size();
     parameters_.emplace_back(spec.name, t);
@@ -128,7 +133,7 @@ std::vector<at::Tensor> PolicyModel::parameters() const {
 ModelWeights PolicyModel::to_weights() const {
   std::vector<WeightTensor> tensors;
   for (const auto& [name, t] : parameters_) {
-    at::Tensor f = t.detach().to(at::kFloat).contiguous();
+    at::Tensor f = t.detach().to(at::kCPU, at::kFloat).contiguous();
     WeightTensor w{name, f.sizes().vec(), {}};
     w.data.assign(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
     tensors.push_back(std::move(w));
@@ -181,33 +186,37 @@ at::Tensor PolicyModel::embed(const TokenLayout& layout) const {
   TANDEM_CHECK(layout.position_ids.sizes() == layout.input_ids.sizes() &&
                    layout.segment_ids.sizes() == layout.input_ids.sizes(),
                "input_ids, position_ids and segment_ids must have the same shape");
+  TANDEM_CHECK(layout.input_ids.device() == device_, "the layout is on {}, the model on {}: move it with TokenLayout::to",
+               layout.input_ids.device().str(), device_.str());
   return at::embedding(param("model.embed_tokens.weight"), layout.input_ids);
 }
 
 PolicyModel::LayerContext PolicyModel::layer_context(const TokenLayout& layout, at::ScalarType dtype) const {
   const int64_t length = layout.input_ids.size(1);
+  const at::TensorOptions on_device = layout.input_ids.options();
   // Rotary angles in float64, so the learner and the rollout engine agree at long positions.
-  at::Tensor inv_freq = at::tensor(rope_inverse_frequencies(config_), at::kDouble);
+  at::Tensor inv_freq = at::tensor(rope_inverse_frequencies(config_), on_device.dtype(at::kDouble));
   at::Tensor angles = layout.position_ids.to(at::kDouble).unsqueeze(-1) * inv_freq;  // [B, L, head_dim/2]
   angles = at::cat({angles, angles}, -1).unsqueeze(1);                                 // [B, 1, L, head_dim]
   LayerContext context;
   context.cos = angles.cos().to(dtype);
   context.sin = angles.sin().to(dtype);
   const float blocked = -std::numeric_limits<float>::infinity();
-  at::Tensor causal = at::ones({length, length}, at::kBool).tril();
+  at::Tensor causal = at::ones({length, length}, on_device.dtype(at::kBool)).tril();
   if (one_sequence_per_row(layout.segment_ids)) {
     // Padding only follows a row's sequence, so causality alone keeps every real token off
     // it; a padding query reads real tokens before it, which is harmless (nothing reads
     // padding outputs) and keeps its softmax finite.
-    context.bias = at::zeros({length, length}, at::kFloat).masked_fill_(causal.logical_not(), blocked);
+    context.bias = at::zeros({length, length}, on_device.dtype(at::kFloat)).masked_fill_(causal.logical_not(), blocked);
     return context;
   }
   // allowed[b, i, j]: token i may attend to token j (a padding token only to itself).
   at::Tensor seg_i = layout.segment_ids.unsqueeze(2);
   at::Tensor seg_j = layout.segment_ids.unsqueeze(1);
-  at::Tensor diagonal = at::eye(length, at::kBool);
+  at::Tensor diagonal = at::eye(length, on_device.dtype(at::kBool));
   at::Tensor allowed = (seg_i.eq(seg_j).logical_and(seg_j.ne(0)).logical_and(causal)).logical_or(diagonal);
-  context.bias = at::zeros(allowed.sizes(), at::kFloat).masked_fill_(allowed.logical_not(), blocked).unsqueeze(1);
+  context.bias =
+      at::zeros(allowed.sizes(), on_device.dtype(at::kFloat)).masked_fill_(allowed.logical_not(), blocked).unsqueeze(1);
   return context;
 }
 
@@ -252,7 +261,7 @@ TokenLogProbs token_logprobs(const at::Tensor& logits, const TokenLayout& layout
   at::Tensor valid_tail = segments.narrow(1, 1, length - 1).ne(0).logical_and(
       segments.narrow(1, 1, length - 1).eq(segments.narrow(1, 0, length - 1)));
   at::Tensor zero_column = at::zeros({logits.size(0), 1}, logits.options());
-  at::Tensor false_column = at::zeros({logits.size(0), 1}, at::kBool);
+  at::Tensor false_column = at::zeros({logits.size(0), 1}, logits.options().dtype(at::kBool));
   TokenLogProbs out;
   out.valid = at::cat({false_column, valid_tail}, 1);
   out.logprobs = at::cat({zero_column, picked}, 1).masked_fill(out.valid.logical_not(), 0.0);

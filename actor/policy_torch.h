@@ -25,8 +25,10 @@ struct TokenLayout {
   at::Tensor input_ids;     // [B, L] int64
   at::Tensor position_ids;  // [B, L] int64: rotary positions, 0 at each sequence's start
   at::Tensor segment_ids;   // [B, L] int64: 0 padding, else the sequence's tag within the row
+  TokenLayout to(at::Device device) const;
 };
 
+// Layouts are made in host memory; TokenLayout::to moves one to a model's device.
 // One sequence per row, right-padded to the longest.
 TokenLayout padded_layout(const std::vector<std::vector<int32_t>>& sequences, int32_t pad_id = 0);
 // Sequences packed greedily, in order, into rows of `row_length` tokens (a longer
@@ -42,9 +44,10 @@ class PolicyModel {
   // carries the gradients back the same way), so float32 parameters with bf16 compute are
   // mixed-precision training with float32 master weights (learner.precision: bf16), as
   // torch.autocast does it: the residual stream, norms, rotary embedding, softmax and
-  // logits statistics stay float32.
+  // logits statistics stay float32. Parameters live on `device`; a layout passed in must
+  // be there too (every tensor this makes is created where its inputs are).
   PolicyModel(const ModelConfig& config, const ModelWeights& weights, at::ScalarType dtype,
-              std::optional<at::ScalarType> compute = std::nullopt);
+              std::optional<at::ScalarType> compute = std::nullopt, at::Device device = at::kCPU);
 
   // Logits [B, L, vocab] in float32, whatever the parameter dtype.
   at::Tensor forward(const TokenLayout& layout) const;
@@ -72,11 +75,12 @@ class PolicyModel {
 
   const ModelConfig& config() const { return config_; }
   at::ScalarType compute_dtype() const { return compute_; }
+  at::Device device() const { return device_; }
   void set_compute_dtype(at::ScalarType compute) { compute_ = compute; }
   // HF names, in expected_weights order (no lm_head when tied).
   const std::vector<std::pair<std::string, at::Tensor>>& named_parameters() const { return parameters_; }
   std::vector<at::Tensor> parameters() const;
-  // The current weights as float32 (for saving or for a rollout engine).
+  // The current weights as float32 in host memory (for saving or for a rollout engine).
   ModelWeights to_weights() const;
 
  private:
@@ -90,6 +94,7 @@ class PolicyModel {
 
   ModelConfig config_;
   at::ScalarType compute_;
+  at::Device device_;
   std::vector<std::pair<std::string, at::Tensor>> parameters_;
   std::map<std::string, size_t> index_;
 };

@@ -115,6 +115,10 @@ int cli_validate(const ValidateArgs& args);
 // `validate` checks too: GPU transports and devices, then the model, dataset and rewards
 // (run_inputs.h). Any problem is a UsageError (exit 2).
 RunInputs check_runnable(const LoadedConfig& loaded);
+// Why learner.device: cuda cannot train on this machine ("" when it can, or the config
+// asks for cpu or auto). `run` and `resume` refuse such a config (UsageError) before they
+// start; `validate` accepts it with a note: the config may be meant for a GPU machine.
+std::string learner_device_problem(const LoadedConfig& loaded);
 int cli_worker(const WorkerArgs& args);
 // Prints the compiler flags that build a plugin library against this tandem.
 int cli_plugin_flags();

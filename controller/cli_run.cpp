@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/signals.h"
 #include "kernels/device_probe.h"
+#include "learner/learner_device.h"
 #include "weight_sync/nccl_info.h"
 
 #include <nlohmann/json.hpp>
@@ -61,10 +62,39 @@ RunInputs check_runnable(const LoadedConfig& loaded) {
   } catch (const UsageError& e) {
     throw UsageError(fmt::format("{}: {}", loaded.origin_of("rollout.device"), e.what()));
   }
-  // learner.device: cpu, or auto, which is cpu until GPU training lands (cuda is refused
-  // by the config rules).
+  // learner.device: cuda is checked against this machine by run and resume only
+  // (learner_device_problem): validate accepts a config meant for a GPU machine.
   return load_run_inputs(loaded);
 }
+
+std::string learner_device_problem(const LoadedConfig& loaded) {
+  const LearnerConfig& learner = loaded.config.learner;
+  if (learner.device != "cuda") return "";
+  // The local launcher puts every learner rank on this machine: rank r on GPU r.
+  try {
+    resolve_learner_device("cuda", static_cast<int>(learner.workers) - 1, learner_cuda_support());
+  } catch (const Error& e) {
+    return fmt::format("{}: {}", loaded.origin_of("learner.device"), e.what());
+  }
+  return "";
+}
+
+namespace {
+
+void check_learner_device_runnable(const LoadedConfig& loaded) {
+  const std::string problem = learner_device_problem(loaded);
+  if (!problem.empty()) throw UsageError(problem);
+}
+
+// The learner's device as the log says it: auto with what it picked and why.
+std::string describe_learner_device(const Config& c) {
+  if (c.learner.device != "auto") return c.learner.device;
+  const LearnerDevice picked =
+      resolve_learner_device("auto", static_cast<int>(c.learner.workers) - 1, learner_cuda_support());
+  return fmt::format("{} (auto: {})", picked.type, picked.reason);
+}
+
+}  // namespace
 
 namespace {
 
@@ -87,8 +117,7 @@ void check_same_rows(const std::optional<CheckpointRef>& newest, const RunInputs
 // Starts the workers and drives the loop in an existing run directory.
 int run_in(const Config& c, RunInputs inputs, const std::string& run_dir, bool resume) {
   std::string rollout_device = resolve_device(c.rollout.device, "rollout.device");
-  const std::string learner_device = c.learner.device == "auto" ? "cpu (auto: GPU training is not implemented yet)"
-                                                                 : c.learner.device;
+  const std::string learner_device = describe_learner_device(c);
   log::Options log_options;
   log_options.tag = "controller-0";
   log_options.file_path = run_dir + "/logs/controller-0.log";
@@ -130,6 +159,7 @@ int cli_run(const RunArgs& args) {
   // Everything that can be wrong with the request is found before anything is created.
   LoadedConfig loaded = load_config_file(args.config_path, args.overrides);
   RunInputs inputs = check_runnable(loaded);
+  check_learner_device_runnable(loaded);
   const Config& c = loaded.config;
   std::string run_dir = args.run_dir.empty() ? default_run_dir(c.experiment.name) : args.run_dir;
   check_run_dir_free(run_dir);
@@ -156,6 +186,7 @@ int cli_resume(const ResumeArgs& args) {
     return 0;
   }
   RunInputs inputs = check_runnable(loaded);
+  check_learner_device_runnable(loaded);
   // Looked up once, after every config check (it reads each checkpoint file against its
   // manifest, and sets a damaged newest one aside).
   const std::optional<CheckpointRef> newest = newest_whole_checkpoint(args.run_dir);

@@ -4,6 +4,7 @@
 
 #include "core/files.h"
 #include "core/log.h"
+#include "learner/learner_device.h"
 
 #include <unistd.h>
 
@@ -18,7 +19,12 @@ namespace fs = std::filesystem;
 std::string TrainingLoop::config_for_workers() const {
   Config c = c_;
   if (c.rollout.threads == 0) c.rollout.threads = std::max<int64_t>(1, host_cores() / c.rollout.workers);
-  if (c.learner.device == "auto") c.learner.device = "cpu";  // GPU training is not implemented yet
+  // auto: cuda only when every learner rank of this machine gets a GPU and libtorch has
+  // CUDA (learner/learner_device.h); the workers get the resolved value.
+  if (c.learner.device == "auto") {
+    c.learner.device =
+        resolve_learner_device("auto", static_cast<int>(c.learner.workers) - 1, learner_cuda_support()).type;
+  }
   return config_to_yaml(c);
 }
 
@@ -38,6 +44,7 @@ void TrainingLoop::init_learners(const std::vector<WorkerId>& workers) {
                            {"sampled_vocab_size", model_.sampled_vocab_size},
                            {"config", config_text},
                            {"rank", r},
+                           {"local_rank", r},  // the local launcher: every rank on this machine
                            {"world_size", c_.learner.workers},
                            {"rendezvous", c_.learner.workers > 1 ? rendezvous : std::string()},
                            {"total_optimizer_steps", optimizer_steps},

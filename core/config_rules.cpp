@@ -156,9 +156,6 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
             "the adaptive KL coefficient is not implemented yet in the training loop (allowed today: false; "
             "kl.coef stays fixed)");
   }
-  if (c.learner.device == "cuda") {
-    problem("learner.device", "cuda training is not implemented yet (allowed today: cpu; rollout.device may be cuda)");
-  }
   if (c.experiment.keep_checkpoints < 1) problem("experiment.keep_checkpoints", "must keep at least one");
 }
 

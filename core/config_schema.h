@@ -165,7 +165,9 @@ template <class V> void describe(V& v, OptimizerConfig& c) {
 
 template <class V> void describe(V& v, LearnerConfig& c) {
   v.field("workers", c.workers, at_least(1), "learner worker processes (data-parallel ranks)");
-  v.field("device", c.device, one_of({"cpu", "cuda", "auto"}), "where training runs");
+  v.field("device", c.device, one_of({"cpu", "cuda", "auto"}),
+          "where training runs: cuda puts each learner worker on its own GPU (needs a CUDA libtorch, -Dtorch_dir, "
+          "and NCCL for several workers); auto picks cuda when both a GPU per worker and a CUDA libtorch are here");
   v.field("sharding", c.sharding, one_of({"ddp", "zero2", "fsdp"}), "data-parallel strategy");
   v.field("precision", c.precision, one_of({"fp32", "bf16"}),
           "compute dtype of the forward and backward: bf16 casts each float32 master weight where it is used "

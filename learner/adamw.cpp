@@ -8,13 +8,18 @@
 
 namespace tandem {
 
-AdamW::AdamW(int64_t numel, const AdamWOptions& options)
-    : options_(options), exp_avg_(at::zeros({numel}, at::kFloat)), exp_avg_sq_(at::zeros({numel}, at::kFloat)) {}
+AdamW::AdamW(int64_t numel, const AdamWOptions& options, at::Device device)
+    : options_(options),
+      exp_avg_(at::zeros({numel}, at::TensorOptions(at::kFloat).device(device))),
+      exp_avg_sq_(at::zeros({numel}, at::TensorOptions(at::kFloat).device(device))) {}
 
 void AdamW::step(at::Tensor& params, const at::Tensor& grads, double lr) {
   TANDEM_CHECK(params.numel() == exp_avg_.numel() && grads.numel() == exp_avg_.numel(),
                "AdamW holds {} moments; got {} parameters and {} gradients", exp_avg_.numel(), params.numel(),
                grads.numel());
+  TANDEM_CHECK(params.device() == exp_avg_.device() && grads.device() == exp_avg_.device(),
+               "AdamW's moments are on {}; got parameters on {} and gradients on {}", exp_avg_.device().str(),
+               params.device().str(), grads.device().str());
   at::NoGradGuard no_grad;
   ++steps_;
   const double correction1 = 1.0 - std::pow(options_.beta1, static_cast<double>(steps_));

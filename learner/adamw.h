@@ -1,5 +1,6 @@
 // AdamW (decoupled weight decay, bias-corrected moments) over a flat float32 range, so
-// that ZeRO-2/FSDP ranks each keep the moments of their shard only. Weight decay applies
+// that ZeRO-2/FSDP ranks each keep the moments of their shard only. The moments live on
+// the device of the parameters they step (fp32 state whatever learner.precision). Weight decay applies
 // to every parameter (norm scales and biases included), as verl and OpenRLHF do.
 #pragma once
 
@@ -18,7 +19,7 @@ struct AdamWOptions {
 
 class AdamW {
  public:
-  AdamW(int64_t numel, const AdamWOptions& options);
+  AdamW(int64_t numel, const AdamWOptions& options, at::Device device = at::kCPU);
   // One step on `params` (updated in place) with `grads`, both [numel].
   void step(at::Tensor& params, const at::Tensor& grads, double lr);
 

@@ -1,17 +1,14 @@
 #include "learner/collectives.h"
 
 #include "core/error.h"
+#include "learner/collectives_nccl.h"
+#include "learner/rendezvous_store.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
-#include <map>
-#include <mutex>
 
 namespace tandem {
 
@@ -25,45 +22,16 @@ class SingleRank final : public Collectives {
   void all_reduce_max(at::Tensor&) override {}
   void reduce_scatter_sum(const at::Tensor& full, at::Tensor& shard) override { shard.copy_(full); }
   void all_gather(const at::Tensor& shard, at::Tensor& full) override { full.copy_(shard); }
+  void broadcast(at::Tensor&, int) override {}
   void barrier() override {}
 };
-
-// memory:// stores, shared by the ranks (threads) of one process.
-c10::intrusive_ptr<c10d::Store> memory_store(const std::string& name) {
-  static std::mutex mutex;
-  static std::map<std::string, c10::intrusive_ptr<c10d::Store>> stores;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& store = stores[name];
-  if (!store) store = c10::make_intrusive<c10d::HashStore>();
-  return store;
-}
-
-c10::intrusive_ptr<c10d::Store> open_store(const CollectivesOptions& o) {
-  const std::string& address = o.rendezvous;
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
-  if (address.rfind("memory://", 0) == 0) return memory_store(address.substr(9));
-  if (address.rfind("file://", 0) == 0) return c10::make_intrusive<c10d::FileStore>(address.substr(7), o.world_size);
-  if (address.rfind("tcp://", 0) == 0) {
-    const std::string host_port = address.substr(6);
-    const size_t colon = host_port.rfind(':');
-    if (colon == std::string::npos) throw Error(fmt::format("rendezvous {}: expected tcp://HOST:PORT", address));
-    c10d::TCPStoreOptions options;
-    options.port = static_cast<uint16_t>(std::stoi(host_port.substr(colon + 1)));
-    options.isServer = o.rank == 0;
-    options.numWorkers = static_cast<size_t>(o.world_size);
-    options.waitWorkers = true;
-    options.timeout = timeout;
-    return c10::make_intrusive<c10d::TCPStore>(host_port.substr(0, colon), options);
-  }
-  throw Error(fmt::format("rendezvous {}: expected tcp://HOST:PORT, file:///PATH or memory://NAME", address));
-}
 
 class GlooCollectives final : public Collectives {
  public:
   explicit GlooCollectives(const CollectivesOptions& o) : options_(o) {
     TANDEM_CHECK(o.rank >= 0 && o.rank < o.world_size, "rank {} outside world size {}", o.rank, o.world_size);
     try {
-      auto store = c10::make_intrusive<c10d::PrefixStore>("tandem/", open_store(o));
+      auto store = c10::make_intrusive<c10d::PrefixStore>("tandem/", open_rendezvous_store(o));
       auto gloo_options =
           c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000)));
       gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(o.host));
@@ -84,8 +52,7 @@ class GlooCollectives final : public Collectives {
   // the same bytes per rank as a ring reduce-scatter.
   void reduce_scatter_sum(const at::Tensor& full, at::Tensor& shard) override {
     const int64_t n = shard.numel();
-    TANDEM_CHECK(full.numel() == n * world_size(), "reduce_scatter: {} elements do not split into {} shards of {}",
-                 full.numel(), world_size(), n);
+    check_collective_shards("reduce_scatter", full.numel(), n, world_size());
     run("reduce_scatter", [&] {
       at::Tensor work_buffer = full.clone();  // reduce writes partial sums into non-root inputs too
       std::vector<c10::intrusive_ptr<c10d::Work>> pending;
@@ -103,13 +70,22 @@ class GlooCollectives final : public Collectives {
 
   void all_gather(const at::Tensor& shard, at::Tensor& full) override {
     const int64_t n = shard.numel();
-    TANDEM_CHECK(full.numel() == n * world_size(), "all_gather: {} elements are not {} shards of {}", full.numel(),
-                 world_size(), n);
+    check_collective_shards("all_gather", full.numel(), n, world_size());
     run("all_gather", [&] {
       std::vector<std::vector<at::Tensor>> outputs(1);
       for (int r = 0; r < world_size(); ++r) outputs[0].push_back(full.narrow(0, r * n, n));
       std::vector<at::Tensor> inputs{shard.contiguous()};
       group_->allgather(outputs, inputs)->wait();
+    });
+  }
+
+  void broadcast(at::Tensor& tensor, int root) override {
+    TANDEM_CHECK(root >= 0 && root < world_size(), "broadcast: root {} outside world size {}", root, world_size());
+    run("broadcast", [&] {
+      std::vector<at::Tensor> tensors{tensor};
+      c10d::BroadcastOptions options;
+      options.rootRank = root;
+      group_->broadcast(tensors, options)->wait();
     });
   }
 
@@ -147,6 +123,8 @@ class GlooCollectives final : public Collectives {
 
 std::unique_ptr<Collectives> Collectives::create(const CollectivesOptions& options) {
   if (options.world_size == 1) return std::make_unique<SingleRank>();
+  if (options.device == "cuda") return make_nccl_collectives(options);
+  TANDEM_CHECK(options.device == "cpu", "collectives: device \"{}\" (cpu: Gloo, cuda: NCCL)", options.device);
   return std::make_unique<GlooCollectives>(options);
 }
 

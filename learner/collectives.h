@@ -1,5 +1,6 @@
-// The collectives a learner rank needs, over c10d's ProcessGroupGloo (CPU; NCCL on GPU
-// later). No collective is hand-written over sockets: this only wraps the engine.
+// The collectives a learner rank needs: over c10d's ProcessGroupGloo on the CPU
+// (collectives.cpp), over NCCL on GPUs (collectives_nccl.cpp, learner.device: cuda). No
+// collective is hand-written over sockets: these only wrap the engines.
 //
 // Rendezvous addresses (the controller hands one to every rank of a run):
 //   tcp://HOST:PORT   a c10d TCPStore; rank 0 serves it
@@ -7,6 +8,10 @@
 //   memory://NAME     an in-process store: ranks as threads of one process (tests)
 // Every collective waits at most `timeout_s`; a lost peer is an Error naming the
 // collective, the rank and the timeout, never a hang.
+//
+// Tensors are contiguous. On the NCCL path they are the rank's GPU tensors (host tensors
+// work too, staged through device memory); every call returns when its result is in
+// place, as on Gloo.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -22,6 +27,8 @@ struct CollectivesOptions {
   int world_size = 1;
   double timeout_s = 300.0;
   std::string host = "127.0.0.1";  // this rank's address for Gloo's connections
+  std::string device = "cpu";      // cpu: Gloo; cuda: NCCL (needs a build with NCCL and a GPU per rank)
+  int cuda_device = 0;             // device cuda: this rank's GPU (its local rank)
 };
 
 class Collectives {
@@ -40,6 +47,8 @@ class Collectives {
   virtual void reduce_scatter_sum(const at::Tensor& full, at::Tensor& shard) = 0;
   // Every rank's `shard` concatenated in rank order into `full`.
   virtual void all_gather(const at::Tensor& shard, at::Tensor& full) = 0;
+  // In place: every rank ends with rank `root`'s `tensor`.
+  virtual void broadcast(at::Tensor& tensor, int root) = 0;
   virtual void barrier() = 0;
 };
 

@@ -9,7 +9,10 @@ namespace tandem {
 FlatParameters::FlatParameters(const std::vector<std::pair<std::string, at::Tensor>>& parameters, int world_size)
     : world_size_(world_size) {
   TANDEM_CHECK(world_size >= 1, "world size must be >= 1, got {}", world_size);
+  const at::Device device = parameters.empty() ? at::Device(at::kCPU) : parameters.front().second.device();
   for (const auto& [name, p] : parameters) {
+    TANDEM_CHECK(p.device() == device, "parameter {} is on {}, the first one on {}: flat parameters share a device",
+                 name, p.device().str(), device.str());
     TANDEM_CHECK(p.scalar_type() == at::kFloat, "parameter {} is {}, flat parameters hold float32", name,
                  c10::toString(p.scalar_type()));
     TANDEM_CHECK(p.requires_grad(), "parameter {} does not require grad", name);
@@ -17,8 +20,8 @@ FlatParameters::FlatParameters(const std::vector<std::pair<std::string, at::Tens
     numel_ += p.numel();
   }
   const int64_t padded = (numel_ + world_size - 1) / world_size * world_size;
-  values_ = at::zeros({padded}, at::kFloat);
-  grads_ = at::zeros({padded}, at::kFloat);
+  values_ = at::zeros({padded}, at::TensorOptions(at::kFloat).device(device));
+  grads_ = at::zeros({padded}, at::TensorOptions(at::kFloat).device(device));
   for (size_t i = 0; i < parameters.size(); ++i) {
     const Entry& e = entries_[i];
     at::Tensor p = parameters[i].second;

@@ -1,7 +1,8 @@
 // A model's trainable tensors as views into one contiguous float32 buffer, and their
 // gradients as views into a second one (like DDP's gradient buckets and FSDP's flat
 // parameters). Collectives and the optimizer then work on whole buffers or on equal
-// shards of them: the buffer is zero-padded to a multiple of the world size.
+// shards of them: the buffer is zero-padded to a multiple of the world size. Both buffers
+// are on the parameters' device (they must share one).
 //
 // The layout is the parameters in order, back to back, then padding: it does not
 // depend on the world size, so a shard is a global [offset, offset + n) range and a

@@ -12,11 +12,15 @@ FsdpParameters::FsdpParameters(const std::vector<std::pair<std::string, at::Tens
                                const std::vector<size_t>& unit_sizes, Collectives& collectives)
     : parameters_(parameters), offsets_in_unit_(parameters.size()), collectives_(collectives) {
   const int world = collectives.world_size(), rank = collectives.rank();
+  const at::Device device = parameters.empty() ? at::Device(at::kCPU) : parameters.front().second.device();
+  f32_ = at::TensorOptions(at::kFloat).device(device);
   size_t next = 0;
   int64_t global = 0, local = 0;
   for (const auto& [name, p] : parameters) {
     TANDEM_CHECK(p.scalar_type() == at::kFloat, "parameter {} is {}, FSDP shards float32", name,
                  c10::toString(p.scalar_type()));
+    TANDEM_CHECK(p.device() == device, "parameter {} is on {}, the first one on {}: FSDP units share a device", name,
+                 p.device().str(), device.str());
     shapes_.push_back(p.sizes().vec());
   }
   for (size_t size : unit_sizes) {
@@ -40,12 +44,12 @@ FsdpParameters::FsdpParameters(const std::vector<std::pair<std::string, at::Tens
     units_.push_back(u);
   }
   TANDEM_CHECK(next == parameters.size(), "unit sizes cover {} of {} parameters", next, parameters.size());
-  local_values_ = at::zeros({local}, at::kFloat);
-  local_grads_ = at::zeros({local}, at::kFloat);
+  local_values_ = at::zeros({local}, f32_);
+  local_grads_ = at::zeros({local}, f32_);
   {
     at::NoGradGuard no_grad;
     for (const Unit& u : units_) {
-      at::Tensor full = at::zeros({u.shard_numel * world}, at::kFloat);
+      at::Tensor full = at::zeros({u.shard_numel * world}, f32_);
       for (size_t i = u.first; i < u.first + u.count; ++i) {
         const at::Tensor& p = parameters_[i].second;
         full.narrow(0, offsets_in_unit_[i], p.numel()).copy_(p.detach().reshape({-1}));
@@ -60,7 +64,7 @@ FsdpParameters::FsdpParameters(const std::vector<std::pair<std::string, at::Tens
 void FsdpParameters::gather(size_t unit) {
   Unit& u = units_.at(unit);
   if (u.full.defined()) return;
-  u.full = at::empty({u.shard_numel * collectives_.world_size()}, at::kFloat);
+  u.full = at::empty({u.shard_numel * collectives_.world_size()}, f32_);
   collectives_.all_gather(local_values_.narrow(0, u.local_offset, u.shard_numel), u.full);
   for (size_t i = u.first; i < u.first + u.count; ++i) {
     at::Tensor p = parameters_[i].second;  // a handle to the model's own leaf
@@ -73,7 +77,7 @@ void FsdpParameters::release(size_t unit) {
   Unit& u = units_.at(unit);
   for (size_t i = u.first; i < u.first + u.count; ++i) {
     at::Tensor p = parameters_[i].second;
-    p.set_data(at::empty({0}, at::kFloat));
+    p.set_data(at::empty({0}, f32_));  // same device: set_data keeps a leaf on one
     p.mutable_grad() = at::Tensor();
   }
   u.full = at::Tensor();  // the gathered buffer is freed with its last view
@@ -82,13 +86,13 @@ void FsdpParameters::release(size_t unit) {
 void FsdpParameters::reduce_gradients(size_t unit) {
   Unit& u = units_.at(unit);
   TANDEM_CHECK(u.full.defined(), "reduce_gradients on unit {}, which is not gathered", unit);
-  at::Tensor full_grad = at::zeros({u.shard_numel * collectives_.world_size()}, at::kFloat);
+  at::Tensor full_grad = at::zeros({u.shard_numel * collectives_.world_size()}, f32_);
   for (size_t i = u.first; i < u.first + u.count; ++i) {
     at::Tensor p = parameters_[i].second;
     if (p.grad().defined()) full_grad.narrow(0, offsets_in_unit_[i], p.numel()).copy_(p.grad().reshape({-1}));
     p.mutable_grad() = at::Tensor();
   }
-  at::Tensor shard = at::empty({u.shard_numel}, at::kFloat);
+  at::Tensor shard = at::empty({u.shard_numel}, f32_);
   collectives_.reduce_scatter_sum(full_grad, shard);
   local_grads_.narrow(0, u.local_offset, u.shard_numel).add_(shard);
 }

@@ -7,7 +7,8 @@
 // (FlatParameters' order), padded to a multiple of the world size and split in equal
 // shards, so a rank's state is a list of global ranges and checkpoints interoperate with
 // ddp and zero2. The model's parameter tensors stay the same autograd leaves throughout:
-// gathering points them at the gathered buffer, releasing at an empty tensor.
+// gathering points them at the gathered buffer, releasing at an empty tensor. Every buffer
+// is on the parameters' device (they must share one).
 #pragma once
 
 #include "learner/checkpoint_ranges.h"
@@ -55,6 +56,7 @@ class FsdpParameters {
   std::vector<std::vector<int64_t>> shapes_;      // per parameter (released leaves are empty)
   std::vector<Unit> units_;
   Collectives& collectives_;
+  at::TensorOptions f32_;  // float32 on the parameters' device
   at::Tensor local_values_;
   at::Tensor local_grads_;
   std::vector<OwnedRange> owned_;

@@ -7,6 +7,7 @@
 #include "core/command_body.h"
 #include "core/error.h"
 #include "learner/collectives.h"
+#include "learner/learner_device.h"
 #include "learner/sample_codec.h"
 #include "learner/trainer.h"
 #include "weight_sync/local.h"
@@ -57,11 +58,20 @@ struct LearnerState {
     group.rendezvous = body.value("rendezvous", std::string());
     group.rank = body.at("rank").get<int>();
     group.world_size = body.at("world_size").get<int>();
+    // This rank's GPU under learner.device cuda: its index among the learner ranks of its
+    // machine (the local launcher puts every rank on one machine: its rank).
+    options.local_rank = body.value("local_rank", group.rank);
+    if (options.learner.device == "auto") {  // the controller resolves it; a direct caller may not
+      options.learner.device = resolve_learner_device("auto", options.local_rank, learner_cuda_support()).type;
+    }
+    group.device = options.learner.device;  // cuda: NCCL on the trainer's GPU; cpu: Gloo
+    group.cuda_device = options.local_rank;
     // One intra-op thread per core this rank owns: libtorch's OpenMP threads wait at
     // barriers for each other, and oversubscribed cores make that 50x slower
     // (bench/RESULTS.md, learner_cpu). The controller says how many are ours.
     if (const int threads = body.value("threads", 0); threads > 0) at::set_num_threads(threads);
     trainer.reset();
+    collectives.reset();  // a communicator of an earlier init ends before the next one joins
     collectives = Collectives::create(group);
     trainer = std::make_unique<Trainer>(model, load_model_weights(model_dir, model), options, *collectives);
     return {fmt::format("{{\"intra_op_threads\":{}}}", at::get_num_threads()), {}};

@@ -3,7 +3,9 @@
 //   torch_info      the libtorch this worker runs (version, intra-op threads)
 //   learner_init    {"model", "config" (resolved YAML), "rank", "world_size", "rendezvous",
 //                    "total_optimizer_steps", "threads" (intra-op threads; 0: libtorch's
-//                    default)}: loads the policy, joins the process group
+//                    default), "local_rank" (the rank's GPU under learner.device cuda;
+//                    default: rank)}: loads the policy, joins the process group (NCCL under
+//                    learner.device cuda, else Gloo)
 //   learner_train   header + 2 frames (learner/sample_codec.h): one update over this rank's
 //                   shares of the mini-batches; replies the update's metrics as JSON
 //   learner_save    {"dir"}: a checkpoint (all ranks together)

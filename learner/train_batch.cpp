@@ -6,7 +6,7 @@
 
 namespace tandem {
 
-MicroBatch make_micro_batch(const std::vector<TrainingSample>& samples, size_t begin, size_t end) {
+MicroBatch make_micro_batch(const std::vector<TrainingSample>& samples, size_t begin, size_t end, at::Device device) {
   TANDEM_CHECK(begin < end && end <= samples.size(), "micro-batch [{}, {}) of {} samples", begin, end, samples.size());
   const int64_t rows = static_cast<int64_t>(end - begin);
   int64_t longest = 1;
@@ -38,7 +38,7 @@ MicroBatch make_micro_batch(const std::vector<TrainingSample>& samples, size_t b
     sequences.push_back(std::move(sequence));
   }
   MicroBatch batch;
-  batch.layout = padded_layout(sequences);
+  batch.layout = padded_layout(sequences).to(device);
   std::vector<int64_t> position(rows * longest, 0);
   const size_t cells = static_cast<size_t>(rows * longest);
   std::vector<float> mask(cells, 0), old_lp(cells, 0), adv(cells, 0), ref(cells, 0), old_v(cells, 0), ret(cells, 0),
@@ -60,8 +60,9 @@ MicroBatch make_micro_batch(const std::vector<TrainingSample>& samples, size_t b
       }
     }
   }
-  auto floats = [&](const std::vector<float>& v) { return at::tensor(v, at::kFloat).view({rows, longest}); };
-  batch.response_position = at::tensor(position, at::kLong).view({rows, longest});
+  // Built in host memory, then copied to the device once each.
+  auto floats = [&](const std::vector<float>& v) { return at::tensor(v, at::kFloat).view({rows, longest}).to(device); };
+  batch.response_position = at::tensor(position, at::kLong).view({rows, longest}).to(device);
   batch.mask = floats(mask);
   batch.old_logprobs = floats(old_lp);
   batch.advantages = floats(adv);

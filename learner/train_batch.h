@@ -46,9 +46,10 @@ struct MicroBatch {
   at::Tensor stale;              // [B, T] float: 1 on the tokens of stale samples; undefined unless some sample is
 };
 
-// Samples [begin, end) of `samples`; T is their longest response. Errors name the sample
-// whose per-token vectors do not match its response length.
-MicroBatch make_micro_batch(const std::vector<TrainingSample>& samples, size_t begin, size_t end);
+// Samples [begin, end) of `samples`, on `device` (the trainer's); T is their longest
+// response. Errors name the sample whose per-token vectors do not match its response length.
+MicroBatch make_micro_batch(const std::vector<TrainingSample>& samples, size_t begin, size_t end,
+                            at::Device device = at::kCPU);
 
 // Picks the response tokens' entries out of a per-position tensor [B, L] into [B, T].
 at::Tensor response_values(const at::Tensor& per_position, const MicroBatch& batch);

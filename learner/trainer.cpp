@@ -1,6 +1,7 @@
 #include "learner/trainer.h"
 
 #include "learner/head_logprobs.h"
+#include "learner/learner_device.h"
 #include "learner/proximal_weights.h"
 #include "learner/trainer_impl.h"
 
@@ -42,20 +43,27 @@ at::ScalarType compute_dtype(const std::string& precision) {
   throw Error(fmt::format("learner.precision: \"{}\" (allowed: fp32, bf16)", precision));
 }
 
+// learner.device for this rank, resolved once: the CPU needs no probe (and initialises no
+// CUDA runtime); cuda and auto ask what this process has (an Error names what is missing).
+at::Device training_device(const TrainerOptions& o) {
+  if (o.learner.device == "cpu") return at::Device(at::kCPU);
+  const LearnerDevice d = resolve_learner_device(o.learner.device, o.local_rank, learner_cuda_support());
+  return d.type == "cuda" ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(d.index)) : at::Device(at::kCPU);
+}
+
 }  // namespace
 
 Trainer::Impl::Impl(const ModelConfig& config, const ModelWeights& weights, const TrainerOptions& o, Collectives& c)
     : options(o),
       collectives(c),
       strategy(strategy_from_name(o.learner.sharding)),
-      model(config, weights, at::kFloat, compute_dtype(o.learner.precision)),
+      device(training_device(o)),
+      model(config, weights, at::kFloat, compute_dtype(o.learner.precision), device),
       objective(actor_objective_params(o.algorithm, o.algorithm.kl.coef)) {
-  if (o.learner.device != "cpu") {
-    throw Error(fmt::format("learner.device: \"{}\" training is not implemented yet (cpu is)", o.learner.device));
-  }
   if (o.algorithm.advantage == "gae") {
-    value_weight = at::zeros({1, config.hidden_size}, at::kFloat).set_requires_grad(true);
-    value_bias = at::zeros({1}, at::kFloat).set_requires_grad(true);
+    const at::TensorOptions f32 = at::TensorOptions(at::kFloat).device(device);
+    value_weight = at::zeros({1, config.hidden_size}, f32).set_requires_grad(true);
+    value_bias = at::zeros({1}, f32).set_requires_grad(true);
   }
   const auto parameters = trained_parameters();
   if (strategy == Strategy::fsdp) {
@@ -66,8 +74,10 @@ Trainer::Impl::Impl(const ModelConfig& config, const ModelWeights& weights, cons
   }
   const OptimizerConfig& opt = o.learner.optimizer;
   adam = std::make_unique<AdamW>(local_values().numel(),
-                                 AdamWOptions{opt.beta1, opt.beta2, opt.eps, opt.weight_decay});
-  if (objective.kl_coef > 0) reference = std::make_unique<PolicyModel>(config, weights, at::kFloat, model.compute_dtype());
+                                 AdamWOptions{opt.beta1, opt.beta2, opt.eps, opt.weight_decay}, device);
+  if (objective.kl_coef > 0) {
+    reference = std::make_unique<PolicyModel>(config, weights, at::kFloat, model.compute_dtype(), device);
+  }
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Trainer::Impl::trained_parameters() const {
@@ -108,7 +118,7 @@ ModelWeights Trainer::Impl::full_weights(std::vector<WeightTensor>* value_head) 
   if (value_head) {
     value_head->clear();
     for (const auto& [name, t] : value_head_parameters()) {
-      at::Tensor c = t.detach().contiguous();
+      at::Tensor c = t.detach().to(at::kCPU).contiguous();
       value_head->push_back({name, c.sizes().vec(), std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel())});
     }
   }
@@ -123,7 +133,7 @@ std::pair<at::Tensor, at::Tensor> Trainer::Impl::response_logprobs(const PolicyM
   const int64_t rows = normed.size(0), length = normed.size(1), responses = batch.mask.size(1);
   // Response token t of row b sits at position p = response_position[b, t] and is
   // predicted by the hidden state at p - 1. Cells past a row's response are left out.
-  const at::Tensor row_start = (at::arange(rows, at::kLong) * length).unsqueeze(1);
+  const at::Tensor row_start = (at::arange(rows, batch.mask.options().dtype(at::kLong)) * length).unsqueeze(1);
   const at::Tensor cells = batch.mask.flatten().nonzero().squeeze(1);
   const at::Tensor position = (row_start + batch.response_position).flatten().index_select(0, cells);
   const at::Tensor hidden = normed.reshape({rows * length, normed.size(2)}).index_select(0, position - 1);
@@ -199,12 +209,13 @@ AggregationScale Trainer::Impl::global_scale(const std::vector<TrainingSample>& 
     tokens += static_cast<double>(s.response.size());
     sequences += s.response.empty() ? 0 : 1;
   }
-  at::Tensor counts = at::tensor({tokens, sequences, static_cast<double>(share.size())}, at::kDouble);
+  at::Tensor counts = device_doubles({tokens, sequences, static_cast<double>(share.size())});
   collectives.all_reduce_sum(counts);
+  const std::vector<double> total = host_doubles(counts);
   AggregationScale scale;
-  scale.tokens = counts[0].item<double>();
-  scale.sequences = counts[1].item<double>();
-  scale.rows = counts[2].item<double>();
+  scale.tokens = total[0];
+  scale.sequences = total[1];
+  scale.rows = total[2];
   scale.max_response_length = static_cast<double>(options.max_response_length);
   return scale;
 }
@@ -219,15 +230,28 @@ ObjectiveMetrics Trainer::Impl::micro_batch(const MicroBatch& batch, const Aggre
 int64_t Trainer::Impl::micro_batches_to_run(int64_t local_count) {
   if (strategy != Strategy::fsdp) return local_count;
   // FSDP gathers and reduce-scatters inside every micro-batch: all ranks must run as many.
-  at::Tensor count = at::tensor({static_cast<double>(local_count)}, at::kDouble);
+  at::Tensor count = device_doubles({static_cast<double>(local_count)});
   collectives.all_reduce_max(count);
-  return static_cast<int64_t>(count.item<double>());
+  return static_cast<int64_t>(host_doubles(count)[0]);
 }
 
 MicroBatch Trainer::Impl::idle_micro_batch() const {
   TrainingSample nothing;
   nothing.prompt = {0};  // one token, no response: every loss term is masked out
-  return make_micro_batch({nothing}, 0, 1);
+  return micro_batch_of({nothing}, 0, 1);
+}
+
+MicroBatch Trainer::Impl::micro_batch_of(const std::vector<TrainingSample>& samples, size_t begin, size_t end) const {
+  return make_micro_batch(samples, begin, end, device);
+}
+
+at::Tensor Trainer::Impl::device_doubles(const std::vector<double>& values) const {
+  return at::tensor(values, at::TensorOptions(at::kDouble).device(device));
+}
+
+std::vector<double> Trainer::Impl::host_doubles(const at::Tensor& values) {
+  const at::Tensor host = values.to(at::kCPU, at::kDouble).contiguous();
+  return std::vector<double>(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
 }
 
 void Trainer::Impl::zero_gradients() {
@@ -244,7 +268,7 @@ double Trainer::Impl::synchronise_and_step(AdamW& optimizer, double learning_rat
   }
   at::Tensor norm_sq = grads.to(at::kDouble).pow(2).sum().reshape({1});
   if (strategy != Strategy::ddp) collectives.all_reduce_sum(norm_sq);  // each rank holds shards
-  const double norm = std::sqrt(norm_sq.item<double>());
+  const double norm = std::sqrt(host_doubles(norm_sq)[0]);
   const OptimizerConfig& opt = options.learner.optimizer;
   if (opt.grad_clip > 0 && norm > opt.grad_clip) grads.mul_(opt.grad_clip / (norm + 1e-6));
   at::Tensor params = local_values();
@@ -264,7 +288,7 @@ double Trainer::Impl::synchronise_and_step(AdamW& optimizer, double learning_rat
 void Trainer::Impl::adopt_policy_as_reference() {
   if (!reference) return;  // no KL in the loss
   const ModelWeights weights = full_weights();
-  reference = std::make_unique<PolicyModel>(model.config(), weights, at::kFloat, model.compute_dtype());
+  reference = std::make_unique<PolicyModel>(model.config(), weights, at::kFloat, model.compute_dtype(), device);
   reference_from_warmup = true;
 }
 
@@ -283,7 +307,7 @@ UpdateMetrics Trainer::supervised_step(const std::vector<TrainingSample>& share,
   if (!m.supervised_adam) {
     const OptimizerConfig& opt = m.options.learner.optimizer;
     m.supervised_adam = std::make_unique<AdamW>(m.local_values().numel(),
-                                                AdamWOptions{opt.beta1, opt.beta2, opt.eps, opt.weight_decay});
+                                                AdamWOptions{opt.beta1, opt.beta2, opt.eps, opt.weight_decay}, m.device);
   }
   const size_t micro = static_cast<size_t>(m.options.learner.micro_batch_size);
   const AggregationScale scale = m.global_scale(share);
@@ -296,7 +320,7 @@ UpdateMetrics Trainer::supervised_step(const std::vector<TrainingSample>& share,
       const size_t begin = static_cast<size_t>(i) * micro;
       const bool idle = begin >= share.size();
       const ObjectiveMetrics metrics = m.micro_batch(
-          idle ? m.idle_micro_batch() : make_micro_batch(share, begin, std::min(share.size(), begin + micro)), scale);
+          idle ? m.idle_micro_batch() : m.micro_batch_of(share, begin, std::min(share.size(), begin + micro)), scale);
       if (idle) continue;
       loss += metrics.loss;
       tokens += metrics.tokens;
@@ -308,10 +332,11 @@ UpdateMetrics Trainer::supervised_step(const std::vector<TrainingSample>& share,
   m.supervised = false;
   UpdateMetrics out;
   out.grad_norm = m.synchronise_and_step(*m.supervised_adam, lr);
-  at::Tensor sums = at::tensor({loss, tokens}, at::kDouble);
+  at::Tensor sums = m.device_doubles({loss, tokens});
   m.collectives.all_reduce_sum(sums);
-  out.objective.loss = sums[0].item<double>();
-  out.objective.tokens = sums[1].item<double>();
+  const std::vector<double> summed = Impl::host_doubles(sums);
+  out.objective.loss = summed[0];
+  out.objective.tokens = summed[1];
   out.tokens = static_cast<int64_t>(out.objective.tokens);
   out.optimizer_steps = 1;
   out.lr = lr;
@@ -338,7 +363,7 @@ UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& min
       for (int64_t i = 0; i < m.micro_batches_to_run(count); ++i) {
         const size_t begin = static_cast<size_t>(i) * micro;
         if (begin < share.size()) {
-          accumulate(total, m.micro_batch(make_micro_batch(share, begin, std::min(share.size(), begin + micro)), scale));
+          accumulate(total, m.micro_batch(m.micro_batch_of(share, begin, std::min(share.size(), begin + micro)), scale));
         } else {
           m.micro_batch(m.idle_micro_batch(), scale);  // keeps the per-layer collectives in step
         }
@@ -353,14 +378,15 @@ UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& min
 
   // Combine the ranks' reports: shares and token-weighted sums add; extremes take the max.
   const double t = total.tokens;
-  at::Tensor sums = at::tensor({total.loss, total.pg_loss, total.value_loss, total.kl * t, total.entropy * t,
-                                total.clipfrac * t, total.approx_kl * t, total.ratio_mean * t, t,
-                                total.explained_variance * t, total.is_weight_sum, total.is_clipped, total.is_tokens},
-                               at::kDouble);
-  at::Tensor extremes = at::tensor({total.ratio_max, -total.ratio_min}, at::kDouble);
+  at::Tensor sums = m.device_doubles({total.loss, total.pg_loss, total.value_loss, total.kl * t, total.entropy * t,
+                                      total.clipfrac * t, total.approx_kl * t, total.ratio_mean * t, t,
+                                      total.explained_variance * t, total.is_weight_sum, total.is_clipped,
+                                      total.is_tokens});
+  at::Tensor extremes = m.device_doubles({total.ratio_max, -total.ratio_min});
   m.collectives.all_reduce_sum(sums);
   m.collectives.all_reduce_max(extremes);
-  auto s = [&](int i) { return sums[i].item<double>(); };
+  const std::vector<double> summed = Impl::host_doubles(sums), largest = Impl::host_doubles(extremes);
+  auto s = [&](int i) { return summed[static_cast<size_t>(i)]; };
   const double tokens = s(8), per_token = tokens > 0 ? 1.0 / tokens : 0.0;
   const double per_step = steps > 0 ? 1.0 / static_cast<double>(steps) : 0.0;
   UpdateMetrics out;
@@ -373,8 +399,8 @@ UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& min
   out.objective.clipfrac = s(5) * per_token;
   out.objective.approx_kl = s(6) * per_token;
   out.objective.ratio_mean = tokens > 0 ? s(7) * per_token : 1.0;
-  out.objective.ratio_max = tokens > 0 ? extremes[0].item<double>() : 1.0;
-  out.objective.ratio_min = tokens > 0 ? -extremes[1].item<double>() : 1.0;
+  out.objective.ratio_max = tokens > 0 ? largest[0] : 1.0;
+  out.objective.ratio_min = tokens > 0 ? -largest[1] : 1.0;
   out.objective.explained_variance = s(9) * per_token;
   out.objective.tokens = tokens;
   // Summed over epochs too: exact only for one (the only case stale samples are sent in).
@@ -408,7 +434,7 @@ std::vector<std::vector<float>> Trainer::Impl::per_response_token(
   for (int64_t i = 0; i < micro_batches_to_run(count); ++i) {
     const size_t begin = static_cast<size_t>(i) * micro;
     const MicroBatch batch = begin < probes.size()
-                                 ? make_micro_batch(probes, begin, std::min(probes.size(), begin + micro))
+                                 ? micro_batch_of(probes, begin, std::min(probes.size(), begin + micro))
                                  : idle_micro_batch();  // fsdp: every rank gathers as often
     at::Tensor values;  // [rows, T]
     if (strategy == Strategy::fsdp) {
@@ -416,11 +442,11 @@ std::vector<std::vector<float>> Trainer::Impl::per_response_token(
       fsdp->gather(0);
       fsdp->gather(head_unit);
       at::Tensor trunk = fsdp_trunk(batch.layout, model.layer_context(batch.layout, at::kFloat), nullptr);
-      values = read(trunk, batch).contiguous();
+      values = read(trunk, batch).to(at::kCPU).contiguous();
       fsdp->release(0);
       fsdp->release(head_unit);
     } else {
-      values = read(model.trunk(batch.layout), batch).contiguous();
+      values = read(model.trunk(batch.layout), batch).to(at::kCPU).contiguous();
     }
     if (begin >= probes.size()) continue;
     for (int64_t r = 0; r < values.size(0); ++r) {

@@ -16,6 +16,11 @@
 //          saved layer input), its gradients reduce-scattered, then freed
 //          (learner/trainer_fsdp.cpp). The reference policy for the KL stays whole.
 //
+// Device (learner.device, learner/learner_device.h): parameters, gradients, the flat
+// buffers and optimizer state live on the rank's device, micro-batches are made there,
+// metrics come back to the host. The same lines run on the CPU and on a GPU: the device
+// is a value chosen once at construction, not a branch.
+//
 // PPO's critic (algorithm.advantage: gae) is a value head on the policy's trunk, trained
 // in the same backward pass with weight algorithm.value.coef; it joins the flat
 // parameters, so every strategy shards it and checkpoints carry it.
@@ -43,6 +48,9 @@ struct TrainerOptions {
   double temperature = 1.0;           // rollout.temperature: log-probs are of softmax(logits / T)
   int64_t max_response_length = 0;    // rollout.max_new_tokens (Dr.GRPO's normaliser)
   int64_t total_optimizer_steps = 1;  // for the cosine schedule
+  // This rank's index among the learner ranks on its machine: with learner.device cuda it
+  // trains on GPU `local_rank` (learner/learner_device.h).
+  int local_rank = 0;
 };
 
 struct UpdateMetrics {

@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 namespace tandem {
 
@@ -19,7 +20,7 @@ namespace fs = std::filesystem;
 namespace {
 
 TensorToWrite float_tensor(const std::string& name, const at::Tensor& t) {
-  at::Tensor c = t.detach().to(at::kFloat).contiguous();
+  at::Tensor c = t.detach().to(at::kCPU, at::kFloat).contiguous();
   TensorToWrite out{name, DType::f32, {c.numel()}, std::string(static_cast<size_t>(c.numel()) * 4, '\0')};
   std::memcpy(out.bytes.data(), c.data_ptr<float>(), out.bytes.size());
   return out;
@@ -38,6 +39,14 @@ void copy_overlaps(const float* source, const std::vector<OwnedRange>& source_ra
                   static_cast<size_t>(end - begin) * sizeof(float));
     }
   }
+}
+
+// Fills `target` (float32, contiguous, on any device) through host memory: `fill` writes
+// the host floats. On the CPU `host` is `target` itself.
+void fill_through_host(at::Tensor target, const std::function<void(float*)>& fill) {
+  at::Tensor host = target.to(at::kCPU);
+  fill(host.data_ptr<float>());
+  if (!host.is_same(target)) target.copy_(host);
 }
 
 const float* f32_data(const SafetensorsFile& file, const std::string& name, int64_t min_numel) {
@@ -159,7 +168,7 @@ void Trainer::load_checkpoint(const std::string& dir) {
   const std::string reference_dir = dir + "/" + kReferenceDir;
   if (m.reference && fs::exists(reference_dir + "/model.safetensors")) {
     m.reference = std::make_unique<PolicyModel>(m.model.config(), load_model_weights(reference_dir, m.model.config()),
-                                                at::kFloat, m.model.compute_dtype());
+                                                at::kFloat, m.model.compute_dtype(), m.device);
     m.reference_from_warmup = true;
   }
   if (state.value("optimizer", std::string()) != m.options.learner.optimizer.name) {
@@ -189,10 +198,12 @@ void Trainer::load_checkpoint(const std::string& dir) {
   {
     at::NoGradGuard no_grad;
     if (m.strategy == Strategy::fsdp) {
-      copy_overlaps(global.data(), {{0, 0, static_cast<int64_t>(global.size())}}, m.local_values().data_ptr<float>(),
-                    mine);
+      fill_through_host(m.local_values(), [&](float* values) {
+        copy_overlaps(global.data(), {{0, 0, static_cast<int64_t>(global.size())}}, values, mine);
+      });
     } else {  // ddp and zero2 keep the full parameters on every rank
-      std::memcpy(m.flat->values().data_ptr<float>(), global.data(), global.size() * sizeof(float));
+      fill_through_host(m.flat->values(),
+                        [&](float* values) { std::memcpy(values, global.data(), global.size() * sizeof(float)); });
     }
   }
   if (m.options.learner.optimizer.name == "adamw") {
@@ -206,8 +217,12 @@ void Trainer::load_checkpoint(const std::string& dir) {
       const std::vector<OwnedRange> ranges = parse_ranges(ranges_it->second, file->path());
       int64_t needed = 0;
       for (const OwnedRange& r : ranges) needed = std::max(needed, r.local_offset + r.numel);
-      copy_overlaps(f32_data(*file, "exp_avg", needed), ranges, m.adam->exp_avg().data_ptr<float>(), mine);
-      copy_overlaps(f32_data(*file, "exp_avg_sq", needed), ranges, m.adam->exp_avg_sq().data_ptr<float>(), mine);
+      fill_through_host(m.adam->exp_avg(), [&](float* moments) {
+        copy_overlaps(f32_data(*file, "exp_avg", needed), ranges, moments, mine);
+      });
+      fill_through_host(m.adam->exp_avg_sq(), [&](float* moments) {
+        copy_overlaps(f32_data(*file, "exp_avg_sq", needed), ranges, moments, mine);
+      });
     }
     m.adam->set_steps(state.value("adam_steps", int64_t{0}));
   }

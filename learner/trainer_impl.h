@@ -60,6 +60,12 @@ struct Trainer::Impl {
   // the largest over ranks (the extra ones are idle_micro_batch()).
   int64_t micro_batches_to_run(int64_t local_count);
   MicroBatch idle_micro_batch() const;
+  // Samples [begin, end) of `samples` as a micro-batch on the training device.
+  MicroBatch micro_batch_of(const std::vector<TrainingSample>& samples, size_t begin, size_t end) const;
+  // Host values as a float64 tensor on the training device (the collectives reduce there),
+  // and a reduced one read back.
+  at::Tensor device_doubles(const std::vector<double>& values) const;
+  static std::vector<double> host_doubles(const at::Tensor& values);
   // Gradients summed over ranks, clipped by their global norm, then one step of
   // `optimizer` (sgd when learner.optimizer.name says so) at `learning_rate`.
   double synchronise_and_step(AdamW& optimizer, double learning_rate);
@@ -80,6 +86,7 @@ struct Trainer::Impl {
   TrainerOptions options;
   Collectives& collectives;
   Strategy strategy;
+  at::Device device;  // where parameters, gradients, optimizer state and micro-batches live
   PolicyModel model;
   std::unique_ptr<PolicyModel> reference;  // frozen initial policy, when the KL is in the loss
   // The critic (advantage: gae): a linear value head [1, hidden] + [1] on the final-normed

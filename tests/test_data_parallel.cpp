@@ -40,7 +40,7 @@ void run_ranks(int world, const std::function<void(Collectives&)>& body, double 
 
 }  // namespace
 
-TEST_CASE("Gloo collectives: all-reduce, reduce-scatter and all-gather match their definitions") {
+TEST_CASE("Gloo collectives: all-reduce, reduce-scatter, all-gather and broadcast match their definitions") {
   const int world = 3;
   const int64_t shard = 7;
   std::vector<at::Tensor> inputs;
@@ -58,6 +58,9 @@ TEST_CASE("Gloo collectives: all-reduce, reduce-scatter and all-gather match the
     at::Tensor full = at::empty({shard * world});
     c.all_gather(at::full({shard}, static_cast<float>(c.rank() + 1)), full);
     for (int r = 0; r < world; ++r) CHECK(at::all(full.narrow(0, r * shard, shard) == r + 1).item<bool>());
+    at::Tensor sent = inputs[c.rank()].clone();
+    c.broadcast(sent, /*root=*/1);
+    CHECK(at::equal(sent, inputs[1]));
     c.barrier();
   });
 }

@@ -73,8 +73,6 @@ TEST_CASE("validate and run refuse, before anything starts, what run cannot do (
        "c.yaml:4:44: algorithm.kl.in: reward is not implemented yet"},
       {"slurm", with(&SmallConfig::extra, "launcher: {kind: slurm}\n").text(),
        "c.yaml:8:12: launcher.kind: slurm is not implemented yet (allowed today: local)"},
-      {"cuda learner", with(&SmallConfig::learner, "{workers: 1, micro_batch_size: 8, device: cuda}").text(),
-       "c.yaml:6:44: learner.device: cuda training is not implemented yet"},
       {"async colocated", with(&SmallConfig::algorithm, "{group_size: 2, async: {max_staleness: 1}}").text(),
        "c.yaml:4:36: algorithm.async.max_staleness: asynchronous rollout needs placement: disaggregated"},
       {"partial rollouts, synchronous",
@@ -126,9 +124,26 @@ TEST_CASE("validate and run refuse, before anything starts, what run cannot do (
     // One message, said once.
     CHECK(read_text(out).find(refused.expected, read_text(out).find(refused.expected) + 1) == std::string::npos);
   }
+  const std::string out = d + "/out.txt";
+  // learner.device: cuda is a valid config: validate accepts it (with a note where it cannot
+  // train); run refuses it before it starts on a machine without a GPU or a CUDA libtorch.
+  write_text(d + "/c.yaml", with(&SmallConfig::learner, "{workers: 1, micro_batch_size: 8, device: cuda}").text());
+  fs::remove(out);
+  CHECK(run_tandem({"validate", d + "/c.yaml"}, out).exit_code == 0);
+  const std::string cuda_refused = "c.yaml:6:44: learner.device: cuda cannot train here: ";
+  if (read_text(out).find("validate: note: `tandem run` on this machine refuses it: ") == std::string::npos) {
+    MESSAGE("skipped: this machine has a GPU and a CUDA libtorch, so learner.device: cuda trains here");
+  } else {
+    CHECK_MESSAGE(read_text(out).find(cuda_refused) != std::string::npos, read_text(out));
+    fs::remove(out);
+    CHECK(run_tandem({"run", d + "/c.yaml", "--run-dir", d + "/run"}, out).exit_code == 2);
+    const std::string text = read_text(out);
+    CHECK_MESSAGE(text.find(cuda_refused) != std::string::npos, text);
+    CHECK(text.find("Train on the CPU with learner.device: cpu") != std::string::npos);
+    CHECK_FALSE(fs::exists(d + "/run"));
+  }
   // A data.prompt_key the rows lack, given on the command line.
   write_text(d + "/c.yaml", SmallConfig().text());
-  const std::string out = d + "/out.txt";
   fs::remove(out);
   CHECK(run_tandem({"validate", d + "/c.yaml", "--set", "data.prompt_key=question"}, out).exit_code == 2);
   CHECK(read_text(out).find(d + "/data/ok.jsonl:1: no \"question\" field (data.prompt_key)") != std::string::npos);

@@ -5,6 +5,7 @@
 #include "core/files.h"
 #include "core/process.h"
 #include "learner/collectives.h"
+#include "learner/learner_device.h"
 #include "trainer_ranks.h"
 
 #include <ATen/ATen.h>
@@ -202,15 +203,77 @@ TEST_CASE("a policy-gradient step raises the log-probs of positively rewarded to
   CHECK(current(probe.weights(), batch[1]) < before1);
 }
 
-TEST_CASE("unknown strategies and unsupported devices are named") {
+TEST_CASE("unknown strategies are named; learner.device: cuda where it cannot run says what is missing") {
   TrainerScenario s = trainer_scenario(1, "zero3");
   auto collectives = Collectives::create({});
   CHECK_THROWS_WITH_AS(Trainer(s.config, s.weights, s.options, *collectives),
                        doctest::Contains("learner.sharding: unknown strategy \"zero3\""), tandem::Error);
   s.options.learner.sharding = "ddp";
   s.options.learner.device = "cuda";
-  CHECK_THROWS_WITH_AS(Trainer(s.config, s.weights, s.options, *collectives),
-                       doctest::Contains("learner.device: \"cuda\" training is not implemented yet"), tandem::Error);
+  const LearnerCudaSupport here = learner_cuda_support();
+  if (here.gpu_usable && here.torch_has_cuda) {
+    MESSAGE("skipped: this machine has a GPU and a CUDA libtorch, so learner.device: cuda trains here");
+  } else {
+    // This machine: Debian's CPU-only libtorch, and (here) no GPU: both are named.
+    std::string message;
+    try {
+      Trainer trainer(s.config, s.weights, s.options, *collectives);
+    } catch (const tandem::Error& e) {
+      message = e.what();
+    }
+    INFO(message);
+    CHECK(message.find("learner.device: cuda cannot train here: ") == 0);
+    CHECK(message.find(learner_cuda_unavailable_reason(0, here)) != std::string::npos);
+    CHECK(message.find("Train on the CPU with learner.device: cpu") != std::string::npos);
+    if (!here.gpu_usable) CHECK(message.find("no CUDA device is usable (" + here.gpu_detail + ")") != std::string::npos);
+    if (!here.torch_has_cuda) CHECK(message.find("-Dtorch_dir=PREFIX of a CUDA libtorch (meson option torch_dir)") != std::string::npos);
+  }
+  // auto trains where cuda would; here, on the CPU.
+  s.options.learner.device = "auto";
+  if (!(here.gpu_usable && here.torch_has_cuda)) CHECK_NOTHROW(Trainer(s.config, s.weights, s.options, *collectives));
+}
+
+TEST_CASE("learner.device resolves from what the process has: each missing piece is named, auto falls back to cpu") {
+  LearnerCudaSupport none;
+  none.gpu_detail = "CUDA runtime: no CUDA-capable device is detected";
+  none.torch_version = "1.13.1";
+  LearnerCudaSupport gpu_only = none;
+  gpu_only.gpu_usable = true;
+  gpu_only.device_count = 2;
+  gpu_only.gpu_detail = "0: H100 (sm_90, 81000 MiB); 1: H100 (sm_90, 81000 MiB)";
+  LearnerCudaSupport torch_only = none;
+  torch_only.torch_has_cuda = true;
+  LearnerCudaSupport both = gpu_only;
+  both.torch_has_cuda = true;
+
+  CHECK(resolve_learner_device("cpu", 0, none).type == "cpu");
+  CHECK(resolve_learner_device("cpu", 0, none).index == -1);
+  const LearnerDevice cuda1 = resolve_learner_device("cuda", 1, both);
+  CHECK(cuda1.type == "cuda");
+  CHECK(cuda1.index == 1);  // the rank's GPU is its local rank
+
+  CHECK_THROWS_WITH_AS(resolve_learner_device("cuda", 0, none),
+                       doctest::Contains("learner.device: cuda cannot train here: no CUDA device is usable (CUDA runtime: "
+                                         "no CUDA-capable device is detected); and the libtorch 1.13.1 that tandem "
+                                         "links has no CUDA"),
+                       tandem::Error);
+  CHECK_THROWS_WITH_AS(resolve_learner_device("cuda", 0, gpu_only),
+                       doctest::Contains("cannot train here: the libtorch 1.13.1 that tandem links has no CUDA (Debian's "
+                                         "libtorch-dev is CPU-only): configure tandem with -Dtorch_dir=PREFIX"),
+                       tandem::Error);
+  CHECK_THROWS_WITH_AS(resolve_learner_device("cuda", 0, torch_only),
+                       doctest::Contains("cannot train here: no CUDA device is usable"), tandem::Error);
+  CHECK_THROWS_WITH_AS(resolve_learner_device("cuda", 2, both),
+                       doctest::Contains("learner rank 2 on this machine needs GPU 2, and there are 2"), tandem::Error);
+  CHECK_THROWS_WITH_AS(resolve_learner_device("cuda", 0, none), doctest::Contains("learner.device: cpu"), tandem::Error);
+
+  CHECK(resolve_learner_device("auto", 0, both).type == "cuda");
+  CHECK(resolve_learner_device("auto", 0, gpu_only).type == "cpu");
+  CHECK(resolve_learner_device("auto", 0, gpu_only).reason.find("has no CUDA") != std::string::npos);
+  CHECK(resolve_learner_device("auto", 0, torch_only).type == "cpu");
+  CHECK(resolve_learner_device("auto", 5, both).type == "cpu");  // more ranks than GPUs
+  CHECK_THROWS_WITH_AS(resolve_learner_device("gpu", 0, both), doctest::Contains("unknown device \"gpu\""),
+                       tandem::Error);
 }
 
 // Per tensor, the cosine between two runs' updates from `start` (the smallest over tensors).
