@@ -416,6 +416,9 @@ std::vector<TransportUnderTest> transports() {
 // Why transport `t` cannot run on this machine ("" when it can), asked in a child.
 std::string cannot_run(const TransportUnderTest& t) {
   if (t.method != "cuda_ipc" && t.method != "nccl") return "";
+#ifdef TANDEM_CUDASIM
+  if (t.method == "cuda_ipc") return "CUDA IPC is not simulated by cudasim (tools/cudasim/README.md); run it on a GPU";
+#endif
   return in_child([&] {
     std::string why = cuda_unavailable_reason(0);
     if (why.empty() && t.method == "nccl" && cuda_device_count() < t.receivers + 1) {
