@@ -141,6 +141,12 @@ ModelWeights PolicyModel::to_weights() const {
   return ModelWeights(std::move(tensors));
 }
 
+std::vector<std::pair<std::string, at::Tensor>> PolicyModel::weight_tensors() const {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& [name, t] : parameters_) tensors.emplace_back(name, t.detach().to(at::kFloat).contiguous());
+  return tensors;
+}
+
 at::Tensor PolicyModel::attention(const at::Tensor& x, int64_t layer, const at::Tensor& cos, const at::Tensor& sin,
                                   const at::Tensor& bias) const {
   const ModelConfig& c = config_;

@@ -82,6 +82,9 @@ class PolicyModel {
   std::vector<at::Tensor> parameters() const;
   // The current weights as float32 in host memory (for saving or for a rollout engine).
   ModelWeights to_weights() const;
+  // The same tensors as to_weights(), detached and contiguous float32 where they live (the
+  // model's device): no copy, for weight sync straight from the parameters.
+  std::vector<std::pair<std::string, at::Tensor>> weight_tensors() const;
 
  private:
   const at::Tensor& param(const std::string& name) const;

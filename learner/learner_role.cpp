@@ -136,23 +136,31 @@ CommandHandler learner_command_handler(std::function<void(const Config&)> prepar
       // The current policy for rollout workers: every rank calls (fsdp gathers), rank 0 writes.
       const nlohmann::json body = command_json(command);
       Trainer& t = state->require_trainer(command.name);
-      const ModelWeights weights = t.weights();
       const int64_t version = body.at("version").get<int64_t>();
-      if (state->collectives->rank() != 0) return {"{}", {}};
+      const bool root = state->collectives->rank() == 0;
       if (body.value("local", false)) {
-        LocalWeights local;
-        local.version = version;
-        for (const WeightTensor& w : weights.tensors()) {
-          local.tensors.push_back({w.name, w.shape});
-          local.data.push_back(w.data);
+        const ModelWeights weights = t.weights();
+        if (root) {
+          LocalWeights local;
+          local.version = version;
+          for (const WeightTensor& w : weights.tensors()) {
+            local.tensors.push_back({w.name, w.shape});
+            local.data.push_back(w.data);
+          }
+          put_local_weights(std::move(local));
         }
-        put_local_weights(std::move(local));
       }
       if (!body.contains("transport")) return {"{}", {}};
-      std::vector<OutgoingTensor> tensors;
-      for (const WeightTensor& w : weights.tensors()) tensors.push_back({w.name, w.shape, w.data.data()});
-      const WeightSyncOptions options = weight_sync_options_from_json(body.at("transport"), command.name);
-      const PublishStats stats = state->sender.for_options(options).publish(version, tensors);
+      // Sent from where the parameters live: host memory on the CPU, device memory on a GPU
+      // (the cuda_ipc and nccl transports copy device to device; no host copy of the weights).
+      PublishStats stats;
+      t.with_weight_tensors([&](const std::vector<std::pair<std::string, at::Tensor>>& weights) {
+        if (!root) return;
+        std::vector<OutgoingTensor> tensors;
+        for (const auto& [name, w] : weights) tensors.push_back({name, w.sizes().vec(), w.data_ptr()});
+        const WeightSyncOptions options = weight_sync_options_from_json(body.at("transport"), command.name);
+        stats = state->sender.for_options(options).publish(version, tensors);
+      });
       return {fmt::format("{{\"bytes\":{},\"buckets\":{}}}", stats.bytes, stats.buckets), {}};
     }
     if (command.name == "learner_nccl_id") {

@@ -302,6 +302,24 @@ int64_t Trainer::optimizer_steps() const { return impl_->steps; }
 
 ModelWeights Trainer::weights() const { return impl_->full_weights(); }
 
+void Trainer::with_weight_tensors(
+    const std::function<void(const std::vector<std::pair<std::string, at::Tensor>>&)>& use) const {
+  Impl& m = *impl_;
+  if (m.strategy == Strategy::fsdp) {
+    for (size_t u = 0; u < m.fsdp->units(); ++u) m.fsdp->gather(u);
+  }
+  // Released again however `use` ends: a failed publish must not leave every unit gathered.
+  struct Release {
+    Impl& m;
+    ~Release() {
+      if (m.strategy == Strategy::fsdp) {
+        for (size_t u = 0; u < m.fsdp->units(); ++u) m.fsdp->release(u);
+      }
+    }
+  } release{m};
+  use(m.model.weight_tensors());
+}
+
 UpdateMetrics Trainer::supervised_step(const std::vector<TrainingSample>& share, double lr) {
   Impl& m = *impl_;
   if (!m.supervised_adam) {

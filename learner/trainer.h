@@ -33,6 +33,7 @@
 #include "learner/objective_metrics.h"
 #include "learner/train_batch.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -82,6 +83,11 @@ class Trainer {
   // The current policy, float32 (identical on every rank). Under fsdp this gathers every
   // unit: all ranks must call it together.
   ModelWeights weights() const;
+  // Calls `use` with the policy's weights as tensors on the training device (every FSDP
+  // unit gathered for the call): weight sync sends them from there, a GPU learner's
+  // straight from device memory. Every rank must call it (fsdp gathers).
+  void with_weight_tensors(
+      const std::function<void(const std::vector<std::pair<std::string, at::Tensor>>&)>& use) const;
   // The critic's V(s_t) for every response token of `samples` (this rank's share), as
   // TrainingSample::old_values wants them; the gae estimator's `values`. Needs
   // algorithm.advantage: gae. Collective under fsdp (every rank calls, any share size).
