@@ -107,7 +107,9 @@ struct State {
   char grid_start = 0, grid_end = 0;  // launch boundaries
   std::mt19937_64 rng{options().seed};
 };
-State the_state;  // a plain global: a function-local static's guard check cost ~10% of a switch
+// A plain global (a function-local static's guard check cost ~10% of a switch), never
+// destroyed: fibers parked at exit must not see their stacks freed under them.
+State& the_state = *new State;
 State& state() { return the_state; }
 
 // Fibers read `running` while the scheduler writes it: relaxed atomics are neither a race
@@ -276,7 +278,10 @@ bool run_block(const dim3& idx) {
     b.status[i] = Status::ready;
     t.wait_site = Site{"(start)", 0};
     t.waiting_in = "";
-    t.fiber.start(&thread_main, /*fresh_identity=*/true);
+    // Fresh TSan identities per block made TSan runs 10x slower (a TSan thread per GPU
+    // thread per block): slots keep theirs, so only thread i of one block and thread i of
+    // another are ordered for TSan; every other pair of blocks stays unordered.
+    t.fiber.start(&thread_main, /*fresh_identity=*/false);
   }
   std::vector<int> order(b.threads);
   for (int i = 0; i < b.threads; ++i) order[i] = i;
