@@ -23,22 +23,29 @@ extern "C" void __tsan_ignore_thread_end();
 namespace cudasim::device {
 namespace {
 
-// The simulator's own bookkeeping is not the kernel's memory traffic: TSan ignores it, and
-// only barriers, __syncwarp and launch boundaries order one GPU thread's accesses before
-// another's (shuffles and ballots order nothing, as on the GPU).
+// Only barriers, __syncwarp and launch boundaries order one GPU thread's accesses before
+// another's for TSan (shuffles and ballots order nothing, as on the GPU).
 #if CUDASIM_TSAN
+void release(void* sync) { __tsan_release(sync); }
+void acquire(void* sync) { __tsan_acquire(sync); }
+#else
+void release(void*) {}
+void acquire(void*) {}
+#endif
+
+// The simulator's own bookkeeping is not the kernel's memory traffic. The TSan variant
+// builds this file uninstrumented (meson.build: CUDASIM_TSAN without -fsanitize=thread),
+// since ignoring it at run time cost a stack-depot insertion per switch; an instrumented
+// build of it ignores its accesses here.
+#if defined(__SANITIZE_THREAD__)
 struct Quiet {
   Quiet() { __tsan_ignore_thread_begin(); }
   ~Quiet() { __tsan_ignore_thread_end(); }
 };
-void release(void* sync) { __tsan_release(sync); }
-void acquire(void* sync) { __tsan_acquire(sync); }
 #else
 struct Quiet {
   Quiet() {}  // user-provided, so that `Quiet q;` is not an unused variable
 };
-void release(void*) {}
-void acquire(void*) {}
 #endif
 
 enum class Status { ready, at_barrier, in_warp_op, done, faulted };
@@ -74,8 +81,7 @@ struct SharedObject {
   void* data;
 };
 
-// Happens-before objects of one block. Heap-allocated per block, so that TSan drops their
-// history with the block and nothing orders one block after another (blocks are unordered).
+// Happens-before objects of the running block (see run_block for why they are reused).
 struct BlockSync {
   explicit BlockSync(size_t warps) : warp_ops(warps * kWarpOpSlots) {}
   char barrier[2] = {0, 0};
@@ -237,7 +243,6 @@ void free_block_memory(Block& b) {
   b.shared.clear();
   if (b.dynamic) ::operator delete(b.dynamic, std::align_val_t(128));
   b.dynamic = nullptr;
-  b.sync.reset();
 }
 
 void* poisoned(size_t bytes) {
@@ -264,7 +269,13 @@ bool run_block(const dim3& idx) {
     const int lanes = std::min(32, b.threads - 32 * w);
     b.warps[w].lanes = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
   }
-  b.sync = std::make_unique<BlockSync>(warps);
+  // Kept from block to block: new sync objects per block (so that TSan saw blocks as
+  // unordered) cost TSan a stack-depot insertion each and made its runs several times
+  // slower than CI allows. Blocks are therefore ordered for TSan; the order fuzzing and
+  // the bit-for-bit comparison of runs are what catch races between blocks.
+  if (!b.sync || b.sync->warp_ops.size() < static_cast<size_t>(warps) * kWarpOpSlots) {
+    b.sync = std::make_unique<BlockSync>(static_cast<size_t>(warps));
+  }
   if (l.dynamic_shared_bytes > 0) b.dynamic = poisoned(l.dynamic_shared_bytes);
   for (int i = 0; i < b.threads; ++i) {
     Thread& t = *s.threads[i];
@@ -556,6 +567,10 @@ std::string run_grid(const Launch& launch) {
       Quiet q;
       ok = run_block(idx);
       if (!ok) report = s.block.fault;
+    }
+    acquire(&s.grid_end);  // the block's threads are done with its shared memory
+    {
+      Quiet q;
       free_block_memory(s.block);
     }
     if (!ok) break;
