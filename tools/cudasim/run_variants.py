@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs a cudasim test binary under several schedules and poison bytes.
 
-    run_variants.py [--compare] BINARY --run ORDER,POISON [--run ...] [-- ARGS...]
+    run_variants.py [--compare] BINARY --run ORDER,POISON [--run ...] [--arg=ARG ...]
 
 Each run gets CUDASIM_ORDER=ORDER (forward | reverse | shuffle) and CUDASIM_POISON=POISON,
 and every run the same TANDEM_TEST_SEED (a fresh one, printed, unless the environment has
@@ -24,7 +24,7 @@ def main():
     parser.add_argument("binary")
     parser.add_argument("--run", action="append", required=True, help="ORDER,POISON")
     parser.add_argument("--compare", action="store_true")
-    parser.add_argument("args", nargs="*")
+    parser.add_argument("--arg", action="append", default=[], dest="args", help="an argument for the binary")
     a = parser.parse_args()
     seed = os.environ.get("TANDEM_TEST_SEED") or str(random.getrandbits(63))
     print(f"run_variants: TANDEM_TEST_SEED={seed}", flush=True)
