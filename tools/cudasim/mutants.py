@@ -117,7 +117,8 @@ def main():
             if m.target and code == 0:
                 env = dict(os.environ, TANDEM_TEST_SEED="12345", **(m.env or {}))
                 code, out, secs = run(m.command, build, env)
-            caught = code != 0 and re.search(m.expect, out) is not None
+            # A crash (killed by a signal) fails the suite as surely as a named report.
+            caught = code < 0 or (code != 0 and re.search(m.expect, out) is not None)
             line = next((l for l in out.splitlines() if re.search(m.expect, l)), "").strip()[:200]
             print(f"{m.name}: {'CAUGHT' if caught else 'SURVIVED'} ({m.bug}; exit {code}, {secs:.0f} s): {line}",
                   flush=True)
