@@ -18,6 +18,14 @@ struct RunArgs {
   std::string run_dir;  // empty: runs/<experiment.name>-<time>
 };
 
+struct SubmitArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string run_dir;  // empty: runs/<experiment.name>-<time>, made absolute
+  bool dry_run = false;
+};
+int cli_submit(const SubmitArgs& args);
+
 struct ResumeArgs {
   std::string run_dir;
   std::vector<std::string> overrides;  // --set: e.g. experiment.steps=N extends a run
@@ -43,6 +51,9 @@ struct WorkerArgs {
   size_t max_message_bytes = 64u << 20;
   std::string log_file;
   std::string log_level = "info";
+  // CURVE key file (core/curve_auth.h); empty: $TANDEM_WORKER_KEYS, and without that none.
+  std::string keys_path;
+  double keys_wait_s = 120.0;  // how long to wait for the key file to appear
 };
 
 struct TokenizeArgs {
@@ -123,5 +134,25 @@ int cli_worker(const WorkerArgs& args);
 // Prints the compiler flags that build a plugin library against this tandem.
 int cli_plugin_flags();
 int cli_version();
+
+// `tandem k8s render CONFIG --image IMAGE [--out DIR] [--set k=v]... [--run-dir PATH]`:
+// the Kubernetes objects of a run (controller/k8s_render.h).
+struct K8sRenderArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string image;
+  std::string out;      // empty: one multi-document YAML on stdout
+  std::string run_dir;  // relative to the shared volume; empty: the Job's name
+};
+int cli_k8s_render(const K8sRenderArgs& args);
+
+// `tandem k8s pod CONFIG --run-dir RUN`: the entrypoint of each pod of the rendered Job
+// (controller/k8s_discovery.h): pod 0 runs (or resumes) the controller, pod i worker i.
+struct K8sPodArgs {
+  std::string config_path;
+  std::string run_dir;
+  bool dry_run = false;  // print what this pod would run, run nothing
+};
+int cli_k8s_pod(const K8sPodArgs& args);
 
 }  // namespace tandem

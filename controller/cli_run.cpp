@@ -3,12 +3,15 @@
 // drives the training loop (controller/training_loop.h).
 #include "controller/checkpoints.h"
 #include "controller/cli.h"
+#include "controller/k8s_render.h"
+#include "controller/launch_plan.h"
 #include "controller/metrics_writer.h"
 #include "controller/progress.h"
 #include "controller/run_dir.h"
 #include "controller/training_loop.h"
 #include "controller/worker_pool.h"
 #include "core/config.h"
+#include "core/config_error.h"
 #include "core/files.h"
 #include "core/log.h"
 #include "core/signals.h"
@@ -21,11 +24,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 namespace tandem {
 
 namespace {
+
+// Only the local launcher runs the workers on this machine: the device checks of other
+// kinds happen on the workers' own nodes (each worker refuses a device it lacks).
+bool workers_run_here(const Config& c) { return c.launcher.kind == "local"; }
 
 // The GPU transports need what they use to be here: CUDA, and for nccl a GPU per group
 // rank (two ranks of one communicator cannot share a GPU).
@@ -56,11 +64,17 @@ void check_weight_sync_runnable(const LoadedConfig& loaded) {
 }  // namespace
 
 RunInputs check_runnable(const LoadedConfig& loaded) {
-  check_weight_sync_runnable(loaded);
-  try {
-    resolve_device(loaded.config.rollout.device, "rollout.device");
-  } catch (const UsageError& e) {
-    throw UsageError(fmt::format("{}: {}", loaded.origin_of("rollout.device"), e.what()));
+  if (loaded.config.launcher.kind == "kubernetes") {
+    const std::vector<std::string> problems = k8s_config_problems(loaded, training_workers(loaded.config));
+    if (!problems.empty()) throw ConfigError(problems);
+  }
+  if (workers_run_here(loaded.config)) {
+    check_weight_sync_runnable(loaded);
+    try {
+      resolve_device(loaded.config.rollout.device, "rollout.device");
+    } catch (const UsageError& e) {
+      throw UsageError(fmt::format("{}: {}", loaded.origin_of("rollout.device"), e.what()));
+    }
   }
   // learner.device: cuda is checked against this machine by run and resume only
   // (learner_device_problem): validate accepts a config meant for a GPU machine.
@@ -69,7 +83,7 @@ RunInputs check_runnable(const LoadedConfig& loaded) {
 
 std::string learner_device_problem(const LoadedConfig& loaded) {
   const LearnerConfig& learner = loaded.config.learner;
-  if (learner.device != "cuda") return "";
+  if (learner.device != "cuda" || !workers_run_here(loaded.config)) return "";
   // The local launcher puts every learner rank on this machine: rank r on GPU r.
   try {
     resolve_learner_device("cuda", static_cast<int>(learner.workers) - 1, learner_cuda_support());
@@ -81,6 +95,15 @@ std::string learner_device_problem(const LoadedConfig& loaded) {
 
 namespace {
 
+// launcher.kind: slurm outside an allocation fails before anything is created.
+void check_launcher_runnable(const LoadedConfig& loaded) {
+  if (loaded.config.launcher.kind == "slurm" && !std::getenv("SLURM_JOB_ID")) {
+    throw UsageError(fmt::format("{}: launcher.kind: slurm runs inside a Slurm allocation (SLURM_JOB_ID is not set): "
+                                 "submit it with `tandem submit CONFIG`, or run `tandem run` inside sbatch or salloc",
+                                 loaded.origin_of("launcher.kind")));
+  }
+}
+
 void check_learner_device_runnable(const LoadedConfig& loaded) {
   const std::string problem = learner_device_problem(loaded);
   if (!problem.empty()) throw UsageError(problem);
@@ -88,7 +111,7 @@ void check_learner_device_runnable(const LoadedConfig& loaded) {
 
 // The learner's device as the log says it: auto with what it picked and why.
 std::string describe_learner_device(const Config& c) {
-  if (c.learner.device != "auto") return c.learner.device;
+  if (c.learner.device != "auto" || !workers_run_here(c)) return c.learner.device;
   const LearnerDevice picked =
       resolve_learner_device("auto", static_cast<int>(c.learner.workers) - 1, learner_cuda_support());
   return fmt::format("{} (auto: {})", picked.type, picked.reason);
@@ -116,7 +139,8 @@ void check_same_rows(const std::optional<CheckpointRef>& newest, const RunInputs
 
 // Starts the workers and drives the loop in an existing run directory.
 int run_in(const Config& c, RunInputs inputs, const std::string& run_dir, bool resume) {
-  std::string rollout_device = resolve_device(c.rollout.device, "rollout.device");
+  const std::string rollout_device =
+      workers_run_here(c) ? resolve_device(c.rollout.device, "rollout.device") : c.rollout.device;
   const std::string learner_device = describe_learner_device(c);
   log::Options log_options;
   log_options.tag = "controller-0";
@@ -127,15 +151,22 @@ int run_in(const Config& c, RunInputs inputs, const std::string& run_dir, bool r
   log::info("{} {} in {} (rollout on {}, learner on {})", resume ? "resuming run" : "run", c.experiment.name, run_dir,
             rollout_device, learner_device);
   std::fprintf(stderr, "tandem: %s %s -> %s\n", resume ? "resume" : "run", c.experiment.name.c_str(), run_dir.c_str());
-  install_interrupt_handlers();
+  install_interrupt_handlers(/*stop_on_sigterm=*/c.launcher.kind == "slurm");
 
   TempDir sockets("tandem-");
-  WorkerPool pool(pool_options_from_config(c.launcher, run_dir + "/logs", sockets.path()),
-                  make_local_launcher(current_executable()));
+  const std::vector<WorkerId> workers = training_workers(c);
+  LaunchPlan plan = plan_launch(c, run_dir, sockets.path(), workers);
+  log::info("{}", plan.description);
+  WorkerPool pool(std::move(plan.pool), std::move(plan.launcher));
   try {
-    pool.start(training_workers(c));
+    pool.start(workers);
     run_training(pool, c, std::move(inputs), run_dir, resume);
     pool.shutdown("run complete");
+  } catch (const StopRequested& e) {
+    log::info("{}", e.what());
+    std::fprintf(stderr, "\ntandem: %s (continue with: tandem resume %s)\n", e.what(), run_dir.c_str());
+    pool.shutdown(e.what());
+    return 128 + e.signal();
   } catch (const Interrupted& e) {
     log::info("{}: stopping the workers", e.what());  // the file only: the console line follows
     std::fprintf(stderr, "\ntandem: %s; stopping the workers (continue with: tandem resume %s)\n", e.what(),
@@ -160,6 +191,7 @@ int cli_run(const RunArgs& args) {
   LoadedConfig loaded = load_config_file(args.config_path, args.overrides);
   RunInputs inputs = check_runnable(loaded);
   check_learner_device_runnable(loaded);
+  check_launcher_runnable(loaded);
   const Config& c = loaded.config;
   std::string run_dir = args.run_dir.empty() ? default_run_dir(c.experiment.name) : args.run_dir;
   check_run_dir_free(run_dir);
@@ -187,6 +219,7 @@ int cli_resume(const ResumeArgs& args) {
   }
   RunInputs inputs = check_runnable(loaded);
   check_learner_device_runnable(loaded);
+  check_launcher_runnable(loaded);
   // Looked up once, after every config check (it reads each checkpoint file against its
   // manifest, and sets a damaged newest one aside).
   const std::optional<CheckpointRef> newest = newest_whole_checkpoint(args.run_dir);

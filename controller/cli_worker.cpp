@@ -8,6 +8,8 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
+
 namespace tandem {
 
 int cli_worker(const WorkerArgs& args) {
@@ -48,6 +50,16 @@ int cli_worker(const WorkerArgs& args) {
   log::init(log_options);
   log::info("worker {} starting (pid {})", options.id.name(), ::getpid());
   try {
+    const char* keys_from_environment = std::getenv("TANDEM_WORKER_KEYS");
+    const std::string keys_path = !args.keys_path.empty() ? args.keys_path
+                                  : keys_from_environment ? keys_from_environment
+                                                          : "";
+    if (!keys_path.empty()) {
+      options.curve = read_curve_key_file(keys_path, args.keys_wait_s);
+      if (options.curve->server_public_key.empty()) {
+        throw Error(fmt::format("key file {} has no server line (the controller's public key)", keys_path));
+      }
+    }
     return run_worker(options, handler);
   } catch (const std::exception& e) {
     log::error("worker failed: {}", e.what());

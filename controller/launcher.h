@@ -1,6 +1,8 @@
-// Launchers start worker processes and report how they end. The local launcher forks
-// children on this host; Slurm and Kubernetes launchers (later) start the same
-// `tandem worker` command line elsewhere.
+// Launchers start worker processes and report how they end. Every kind starts the same
+// `tandem worker` command line (worker_argv): the local launcher as children on this
+// host, the Slurm launcher as `srun` job steps on the allocation's nodes
+// (launcher_slurm.cpp), and the external one not at all: the workers are started by
+// someone else (Kubernetes, a supervisor, a person) from RUN_DIR/workers.txt.
 #pragma once
 
 #include "core/process.h"
@@ -20,7 +22,13 @@ struct LaunchRequest {
   double heartbeat_interval_s = 0.5;
   double controller_timeout_s = 10.0;
   size_t max_message_bytes = 64u << 20;
+  std::string keys_path;  // the worker's CURVE key file; empty: no CURVE
 };
+
+// `tandem worker ...` for a request (no key material: the key file's path goes in the
+// environment, worker_environment).
+std::vector<std::string> worker_argv(const std::string& tandem_binary, const LaunchRequest& request);
+std::vector<std::string> worker_environment(const LaunchRequest& request);
 
 class Launcher {
  public:
@@ -36,6 +44,11 @@ class Launcher {
 
 // `tandem_binary`: the executable that hosts every role (normally /proc/self/exe).
 std::unique_ptr<Launcher> make_local_launcher(const std::string& tandem_binary);
+
+// Starts nothing: appends each worker's command line (with its key file as --keys) to
+// `commands_path` for whoever starts the workers, and waits for them to register.
+// reap() never reports an exit (a dead worker shows as missed heartbeats).
+std::unique_ptr<Launcher> make_external_launcher(const std::string& tandem_binary, const std::string& commands_path);
 
 // The path of the running executable.
 std::string current_executable();

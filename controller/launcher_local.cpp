@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <map>
+#include <set>
 #include <thread>
 
 namespace tandem {
@@ -20,19 +22,10 @@ class LocalLauncher : public Launcher {
   ~LocalLauncher() override { stop_all(0.0); }
 
   int launch(const LaunchRequest& r) override {
-    std::vector<std::string> argv = {
-        binary_, "worker",
-        "--role", r.id.role,
-        "--rank", std::to_string(r.id.rank),
-        "--controller", r.controller_address,
-        "--heartbeat-interval", fmt::format("{}", r.heartbeat_interval_s),
-        "--controller-timeout", fmt::format("{}", r.controller_timeout_s),
-        "--max-message-bytes", std::to_string(r.max_message_bytes),
-        "--log-file", r.log_path,
-    };
     SpawnOptions options;
     options.output_path = r.log_path;
-    ChildProcess child = ChildProcess::spawn(argv, options);
+    options.environment = worker_environment(r);
+    ChildProcess child = ChildProcess::spawn(worker_argv(binary_, r), options);
     int pid = child.pid();
     log::debug("launched {} as pid {}", r.id.name(), pid);
     children_[r.id] = std::move(child);
@@ -72,7 +65,71 @@ class LocalLauncher : public Launcher {
   std::map<WorkerId, ChildProcess> children_;
 };
 
+// Workers started by someone else: their command lines go to a file, and their ends show
+// as missed heartbeats (the pool kills nothing it did not start).
+class ExternalLauncher : public Launcher {
+ public:
+  ExternalLauncher(std::string binary, std::string commands_path)
+      : binary_(std::move(binary)), commands_path_(std::move(commands_path)) {}
+
+  int launch(const LaunchRequest& r) override {
+    std::vector<std::string> argv = worker_argv(binary_, r);
+    if (!r.keys_path.empty()) {
+      argv.push_back("--keys");
+      argv.push_back(r.keys_path);
+    }
+    std::string line;
+    for (const std::string& part : argv) line += (line.empty() ? "" : " ") + shell_quote(part);
+    if (!written_.count(r.id)) {
+      std::ofstream(commands_path_, std::ios::app) << line << "\n";
+      written_.insert(r.id);
+    }
+    log::info("waiting for {} to be started elsewhere: {}", r.id.name(), line);
+    return 0;
+  }
+  std::vector<std::pair<WorkerId, ExitStatus>> reap() override { return {}; }
+  void send_signal(const WorkerId&, int) override {}
+  void stop_all(double) override {}
+
+ private:
+  static std::string shell_quote(const std::string& text) {
+    if (text.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:=@,+") ==
+        std::string::npos) {
+      return text;
+    }
+    std::string quoted = "'";
+    for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return quoted + "'";
+  }
+
+  std::string binary_;
+  std::string commands_path_;
+  std::set<WorkerId> written_;
+};
+
 }  // namespace
+
+std::vector<std::string> worker_argv(const std::string& binary, const LaunchRequest& r) {
+  return {
+      binary, "worker",
+      "--role", r.id.role,
+      "--rank", std::to_string(r.id.rank),
+      "--controller", r.controller_address,
+      "--heartbeat-interval", fmt::format("{}", r.heartbeat_interval_s),
+      "--controller-timeout", fmt::format("{}", r.controller_timeout_s),
+      "--max-message-bytes", std::to_string(r.max_message_bytes),
+      "--log-file", r.log_path,
+  };
+}
+
+std::vector<std::string> worker_environment(const LaunchRequest& r) {
+  if (r.keys_path.empty()) return {};
+  return {"TANDEM_WORKER_KEYS=" + r.keys_path};
+}
+
+std::unique_ptr<Launcher> make_external_launcher(const std::string& tandem_binary, const std::string& commands_path) {
+  return std::make_unique<ExternalLauncher>(tandem_binary, commands_path);
+}
 
 std::unique_ptr<Launcher> make_local_launcher(const std::string& tandem_binary) {
   return std::make_unique<LocalLauncher>(tandem_binary);

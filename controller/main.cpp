@@ -22,6 +22,14 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--set", run.overrides, "override a config key: key.path=value (repeatable)");
   run_cmd->add_option("--run-dir", run.run_dir, "run directory (default: runs/<experiment.name>-<time>)");
 
+  SubmitArgs submit;
+  auto* submit_cmd = app.add_subcommand("submit", "submit a launcher.kind: slurm config as a Slurm batch job (sbatch)");
+  submit_cmd->add_option("config", submit.config_path, "experiment config (YAML)")->required();
+  submit_cmd->add_option("--set", submit.overrides, "override a config key: key.path=value (repeatable)");
+  submit_cmd->add_option("--run-dir", submit.run_dir, "run directory on a file system every node sees "
+                                                      "(default: runs/<experiment.name>-<time>)");
+  submit_cmd->add_flag("--dry-run", submit.dry_run, "print the sbatch script instead of submitting it");
+
   ResumeArgs resume;
   auto* resume_cmd = app.add_subcommand(
       "resume", "continue an interrupted run from its last good checkpoint, or extend a finished one");
@@ -50,6 +58,10 @@ int main(int argc, char** argv) {
   worker_cmd->add_option("--max-message-bytes", worker.max_message_bytes, "bytes")->check(CLI::PositiveNumber);
   worker_cmd->add_option("--log-file", worker.log_file, "log file (default: stderr)");
   worker_cmd->add_option("--log-level", worker.log_level, "debug | info | warn | error");
+  worker_cmd->add_option("--keys", worker.keys_path,
+                         "CURVE key file of this worker (RUN_DIR/keys/ROLE-RANK.key; default: $TANDEM_WORKER_KEYS)");
+  worker_cmd->add_option("--keys-wait", worker.keys_wait_s, "seconds to wait for the key file to appear")
+      ->check(CLI::NonNegativeNumber);
 
   std::string reward_file, reward_function = "compute_score";
   bool reward_batched = false;
@@ -130,6 +142,26 @@ int main(int argc, char** argv) {
   auto* plugin_flags_cmd = app.add_subcommand(
       "plugin-flags", "print the compiler flags of a plugin: g++ my_reward.cpp $(tandem plugin-flags) -o libmy_reward.so");
 
+  K8sRenderArgs k8s_render;
+  K8sPodArgs k8s_pod;
+  auto* k8s_cmd = app.add_subcommand("k8s", "run on Kubernetes: render the objects of a run, or be one of its pods");
+  k8s_cmd->require_subcommand(1);
+  auto* k8s_render_cmd = k8s_cmd->add_subcommand(
+      "render", "write the ConfigMap, headless Service and Indexed Job that run a config (docs/kubernetes.md)");
+  k8s_render_cmd->add_option("config", k8s_render.config_path, "experiment config (YAML), launcher.kind: kubernetes")
+      ->required();
+  k8s_render_cmd->add_option("--image", k8s_render.image, "container image holding tandem")->required();
+  k8s_render_cmd->add_option("--out", k8s_render.out,
+                             "directory for one file per object and a kustomization.yaml (default: one YAML on stdout)");
+  k8s_render_cmd->add_option("--set", k8s_render.overrides, "override a config key: key.path=value (repeatable)");
+  k8s_render_cmd->add_option("--run-dir", k8s_render.run_dir,
+                             "the run directory, relative to the shared volume (default: the Job's name)");
+  auto* k8s_pod_cmd =
+      k8s_cmd->add_subcommand("pod", "internal: a pod of the rendered Job (JOB_COMPLETION_INDEX 0: controller, i: worker i)");
+  k8s_pod_cmd->add_option("config", k8s_pod.config_path, "the run's config (the ConfigMap's)")->required();
+  k8s_pod_cmd->add_option("--run-dir", k8s_pod.run_dir, "the run directory on the shared volume")->required();
+  k8s_pod_cmd->add_flag("--dry-run", k8s_pod.dry_run, "print what this pod would run, and run nothing");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -143,6 +175,7 @@ int main(int argc, char** argv) {
 
   try {
     if (run_cmd->parsed()) return cli_run(run);
+    if (submit_cmd->parsed()) return cli_submit(submit);
     if (resume_cmd->parsed()) return cli_resume(resume);
     if (plot_cmd->parsed()) return cli_plot(plot);
     if (validate_cmd->parsed()) return cli_validate(validate);
@@ -154,6 +187,8 @@ int main(int argc, char** argv) {
     if (plugin_flags_cmd->parsed()) return cli_plugin_flags();
     if (convert_cmd->parsed()) return cli_convert(convert);
     if (export_cmd->parsed()) return cli_export(export_args);
+    if (k8s_render_cmd->parsed()) return cli_k8s_render(k8s_render);
+    if (k8s_pod_cmd->parsed()) return cli_k8s_pod(k8s_pod);
     if (logprobs_cmd->parsed()) {
       if (logprobs.text.empty() && logprobs.ids.empty()) throw UsageError("logprobs: give --text or --ids");
       return cli_logprobs(logprobs);

@@ -29,7 +29,14 @@ std::string default_run_dir(const std::string& experiment_name) {
 void check_run_dir_free(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return;
-  if (fs::is_directory(path, ec) && fs::is_empty(path, ec)) return;
+  if (fs::is_directory(path, ec)) {
+    // `tandem submit` leaves its script and Slurm the job's output (slurm-*) before the run starts.
+    bool only_slurm_files = true;
+    for (const auto& entry : fs::directory_iterator(path, ec)) {
+      only_slurm_files = only_slurm_files && entry.path().filename().string().rfind("slurm-", 0) == 0;
+    }
+    if (!ec && only_slurm_files) return;
+  }
   throw UsageError(fmt::format("run directory {} already exists and is not empty; pick another --run-dir "
                                "(or continue it with `tandem resume {}`)",
                                path, path));

@@ -6,6 +6,7 @@
 #include "actor/presets.h"
 #include "core/files.h"
 #include "core/log.h"
+#include "core/signals.h"
 #include "core/text.h"
 #include "learner/advantages.h"
 #include "learner/objective_registry.h"
@@ -593,6 +594,13 @@ void TrainingLoop::run(bool resume) {
       try {
         run_step(++step);
         if (c_.experiment.checkpoint_every > 0 && step % c_.experiment.checkpoint_every == 0) last_checkpoint = step;
+        if (const int signal = pending_stop_request(); signal != 0 && step < c_.experiment.steps) {
+          // Asked to stop (Slurm's SIGTERM): the step is whole, so it is checkpointed and the
+          // run ends here; `tandem resume` (or a requeued job) continues after it.
+          if (last_checkpoint != step) checkpoint(step);
+          progress_->finish();
+          throw StopRequested(signal, step);
+        }
       } catch (const LearnerLost& lost) {
         step = recover_learners(lost);
         progress_ = std::make_unique<ProgressLine>(c_.logging.console, c_.experiment.steps, step);

@@ -126,6 +126,9 @@ class TrainingLoop {
   void start_workers();
   void init_rollout(const WorkerId& worker);
   void init_learners(const std::vector<WorkerId>& workers);
+  int64_t local_rank_of(const std::vector<WorkerId>& workers, size_t index) const;
+  // Whether every worker registered from one host (same name and address): shm weight sync works.
+  bool workers_on_one_host() const;
   // Sends every request and waits for the replies (by request index). A rollout worker
   // that dies or hangs is restarted with the current weights and its requests are sent
   // again; a worker hosting a learner rank that dies or hangs is a LearnerLost. An error

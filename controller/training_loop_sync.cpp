@@ -39,7 +39,12 @@ bool TrainingLoop::mailbox_transport() const {
 
 WeightSyncOptions TrainingLoop::transport_options() const {
   WeightSyncOptions o;
-  o.method = c_.weight_sync.method == "auto" ? "shm" : c_.weight_sync.method;  // the local launcher: one host
+  // auto: shared memory on one host; across hosts a Gloo broadcast (shm cannot cross).
+  if (c_.weight_sync.method != "auto") {
+    o.method = c_.weight_sync.method;
+  } else {
+    o.method = workers_on_one_host() ? "shm" : "collective";
+  }
   o.bucket_bytes = c_.weight_sync.bucket_mb << 20;
   o.timeout_s = c_.weight_sync.timeout_s;
   if (o.method == "shm" || o.method == "cuda_ipc") o.address = shm_name_;
@@ -121,6 +126,7 @@ void TrainingLoop::sync_through_group(int64_t version, bool rewind, const std::v
 
 void TrainingLoop::send_group_sync(int64_t version, bool rewind, bool local, std::vector<uint64_t>& ids) {
   WeightSyncOptions options = group_->options;
+  options.host = pool_.worker_status(learner_worker(c_, 0)).address;  // group rank 0 sends
   nlohmann::json publish = {{"version", version}, {"transport", weight_sync_options_to_json(options)}};
   if (local) publish["local"] = true;
   // All at once: the publish returns only when every receiver has checked every bucket.
@@ -133,6 +139,7 @@ void TrainingLoop::send_group_sync(int64_t version, bool rewind, bool local, std
     const int64_t rollout_rank = group_->receivers[i];
     if (options.method == "nccl") options.cuda_device = static_cast<int>(rollout_rank + (colocated(c_) ? 0 : 1));
     const WorkerId worker = rollout_worker(c_, rollout_rank);
+    options.host = pool_.worker_status(worker).address;
     const std::string body = load_body({{"transport", weight_sync_options_to_json(options)}}, rewind);
     loads.emplace_back(worker, pool_.send(worker, "rollout_load_weights", body));
   }

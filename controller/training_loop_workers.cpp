@@ -34,6 +34,26 @@ void TrainingLoop::init_rollout(const WorkerId& worker) {
   pool_.wait({pool_.send(worker, "rollout_init", body.dump())});
 }
 
+// A learner rank's index among the ranks on its host (its GPU under learner.device: cuda):
+// hosts told apart by name and address, as the workers registered.
+int64_t TrainingLoop::local_rank_of(const std::vector<WorkerId>& workers, size_t index) const {
+  const WorkerStatus& mine = pool_.worker_status(workers[index]);
+  int64_t local_rank = 0;
+  for (size_t i = 0; i < index; ++i) {
+    const WorkerStatus& other = pool_.worker_status(workers[i]);
+    if (other.hostname == mine.hostname && other.address == mine.address) ++local_rank;
+  }
+  return local_rank;
+}
+
+bool TrainingLoop::workers_on_one_host() const {
+  const std::vector<WorkerStatus> workers = pool_.status();
+  for (const WorkerStatus& w : workers) {
+    if (w.hostname != workers.front().hostname || w.address != workers.front().address) return false;
+  }
+  return true;
+}
+
 void TrainingLoop::init_learners(const std::vector<WorkerId>& workers) {
   const std::string config_text = config_for_workers();
   const int64_t optimizer_steps = c_.experiment.steps * c_.learner.epochs * c_.learner.mini_batches;
@@ -44,7 +64,8 @@ void TrainingLoop::init_learners(const std::vector<WorkerId>& workers) {
                            {"sampled_vocab_size", model_.sampled_vocab_size},
                            {"config", config_text},
                            {"rank", r},
-                           {"local_rank", r},  // the local launcher: every rank on this machine
+                           {"local_rank", local_rank_of(workers, static_cast<size_t>(r))},
+                           {"host", pool_.worker_status(workers[static_cast<size_t>(r)]).address},
                            {"world_size", c_.learner.workers},
                            {"rendezvous", c_.learner.workers > 1 ? rendezvous : std::string()},
                            {"total_optimizer_steps", optimizer_steps},

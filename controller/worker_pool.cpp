@@ -49,12 +49,22 @@ WorkerFailure::WorkerFailure(WorkerId worker, int pid, std::string reason, const
 Interrupted::Interrupted(int signal)
     : Error(fmt::format("interrupted by {}", signal_word(signal))), signal_(signal) {}
 
+StopRequested::StopRequested(int signal, int64_t step)
+    : Error(fmt::format("stopped after step {} on {}, with a checkpoint", step, signal_word(signal))),
+      signal_(signal),
+      step_(step) {}
+
 WorkerPool::WorkerPool(PoolOptions options, std::unique_ptr<Launcher> launcher)
     : options_(std::move(options)),
       launcher_(std::move(launcher)),
       context_(1),
-      channel_(context_, Channel::Kind::router, ChannelOptions{options_.max_message_bytes}) {
+      authenticator_(options_.keys ? std::make_unique<CurveAuthenticator>(context_, options_.keys->worker_public_keys)
+                                   : nullptr),
+      channel_(context_, Channel::Kind::router,
+               ChannelOptions{options_.max_message_bytes,
+                              options_.keys ? std::optional<CurveKeys>(options_.keys->controller) : std::nullopt}) {
   address_ = channel_.bind(options_.bind_address);
+  if (!options_.advertised_address.empty()) address_ = options_.advertised_address;
 }
 
 WorkerPool::~WorkerPool() {
@@ -74,7 +84,8 @@ LaunchRequest WorkerPool::launch_request(const WorkerId& id) const {
   return LaunchRequest{id, address_, log_path(id), options_.heartbeat_interval_s,
                        // Workers outlive a slow controller event loop by a wide margin.
                        std::max(options_.heartbeat_timeout_s, 5.0 * options_.heartbeat_interval_s),
-                       options_.max_message_bytes};
+                       options_.max_message_bytes,
+                       options_.keys ? options_.keys->worker_key_path(id.name()) : std::string()};
 }
 
 void WorkerPool::start(const std::vector<WorkerId>& ids) {
@@ -103,7 +114,8 @@ void WorkerPool::restart(const WorkerId& id) {
     }
   }
   const int old_pid = w->status.pid;
-  w->status = WorkerStatus{id, 0, WorkerState::starting, ""};
+  w->status = WorkerStatus{};
+  w->status.id = id;
   w->peer.clear();
   w->status.pid = launcher_->launch(launch_request(id));  // ends and reaps the old process first
   w->last_seen = Clock::now();
@@ -263,6 +275,12 @@ WorkerFailure WorkerPool::failure_of(const Worker& w) const {
   return WorkerFailure(w.status.id, w.status.pid, reason, log_path(w.status.id));
 }
 
+const WorkerStatus& WorkerPool::worker_status(const WorkerId& id) const {
+  for (const Worker& w : workers_)
+    if (w.status.id == id) return w.status;
+  throw Error(fmt::format("no worker {}", id.name()));
+}
+
 WorkerPool::Worker* WorkerPool::find(const WorkerId& id) {
   for (Worker& w : workers_)
     if (w.status.id == id) return &w;
@@ -303,6 +321,10 @@ void WorkerPool::handle(Envelope& e) {
       fail(*w, fmt::format("speaks protocol version {}, the controller {}", r->protocol_version, protocol_version()));
       return;
     }
+    if (options_.keys && e.user_id != r->worker.name()) {
+      return reject(e.peer, fmt::format("registration for {} from a peer keyed as {}", r->worker.name(),
+                                        e.user_id.empty() ? "nobody" : e.user_id));
+    }
     if (w->status.pid != 0 && static_cast<int>(r->pid) != w->status.pid) {
       return reject(e.peer, fmt::format("registration for {} from pid {}, but the launcher started pid {}",
                                         r->worker.name(), r->pid, w->status.pid));
@@ -310,8 +332,10 @@ void WorkerPool::handle(Envelope& e) {
     w->peer = e.peer;
     w->status.pid = static_cast<int>(r->pid);
     w->status.state = WorkerState::ready;
+    w->status.hostname = r->hostname;
+    w->status.address = r->address.empty() ? "127.0.0.1" : r->address;
     w->last_seen = Clock::now();
-    log::debug("{} registered (pid {} on {})", r->worker.name(), r->pid, r->hostname);
+    log::info("{} registered (pid {} on {}, {})", r->worker.name(), r->pid, r->hostname, w->status.address);
     return;
   }
   if (!sender) return reject(e.peer, fmt::format("{} message from an unknown sender", message_kind(e.message)));
@@ -364,6 +388,7 @@ void WorkerPool::pump(int timeout_ms) {
     handle(*first);
     while (auto next = channel_.receive(0)) handle(*next);
   }
+  channel_.poll_handshake_failures();  // logs each refused connection as it happens
   auto now = Clock::now();
   if (now >= next_heartbeat_) {
     ++heartbeat_sequence_;

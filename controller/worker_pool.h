@@ -9,6 +9,7 @@
 
 #include "controller/launcher.h"
 #include "core/channel.h"
+#include "core/curve_auth.h"
 #include "core/error.h"
 
 #include <chrono>
@@ -25,6 +26,9 @@ struct LauncherConfig;
 
 struct PoolOptions {
   std::string bind_address = "tcp://127.0.0.1:*";
+  // The address workers dial, when it differs from the bound one (tcp://0.0.0.0:P binds
+  // every interface; workers dial a name or address of this host). Empty: the bound one.
+  std::string advertised_address;
   std::string log_dir = ".";
   double register_timeout_s = 60.0;
   double heartbeat_interval_s = 0.5;
@@ -32,6 +36,9 @@ struct PoolOptions {
   double command_timeout_s = 600.0;
   double shutdown_grace_s = 5.0;
   size_t max_message_bytes = 64u << 20;
+  // CURVE on the control channel: only these keys' workers get in, and each registers
+  // only as the worker its key belongs to. Empty: no authentication (loopback, ipc).
+  std::optional<RunKeys> keys;
 };
 
 // Options from the `launcher:` config section; ipc sockets live under `socket_dir`.
@@ -66,6 +73,19 @@ class Interrupted : public Error {
   int signal_;
 };
 
+// The run stopped after step `step`, checkpointed, because `signal` asked it to
+// (install_interrupt_handlers with stop_on_sigterm).
+class StopRequested : public Error {
+ public:
+  StopRequested(int signal, int64_t step);
+  int signal() const { return signal_; }
+  int64_t step() const { return step_; }
+
+ private:
+  int signal_;
+  int64_t step_;
+};
+
 enum class WorkerState { starting, ready, failed, stopped };
 
 struct WorkerStatus {
@@ -73,6 +93,8 @@ struct WorkerStatus {
   int pid = 0;
   WorkerState state = WorkerState::starting;
   std::string failure;  // set when failed
+  std::string hostname;  // as the worker registered
+  std::string address;   // where its peers reach it (RegisterMsg::address)
 };
 
 struct CommandReply {
@@ -123,6 +145,10 @@ class WorkerPool {
   std::optional<WorkerFailure> first_failure() const;
   // Frames and messages dropped as malformed, unexpected or from unknown senders.
   uint64_t rejected_messages() const { return channel_.rejected_count() + rejected_; }
+  // Connections refused by CURVE authentication (an unknown or unkeyed peer).
+  uint64_t refused_connections() { return channel_.poll_handshake_failures(); }
+  // The registered worker's host name and address (empty before it registers).
+  const WorkerStatus& worker_status(const WorkerId& id) const;
   const std::string& address() const { return address_; }
 
  private:
@@ -154,6 +180,7 @@ class WorkerPool {
   PoolOptions options_;
   std::unique_ptr<Launcher> launcher_;
   zmq::context_t context_;
+  std::unique_ptr<CurveAuthenticator> authenticator_;  // before channel_: it must answer from the first connection
   Channel channel_;
   std::string address_;
   std::vector<Worker> workers_;

@@ -6,6 +6,7 @@
 #include <zmq_addon.hpp>
 
 #include <chrono>
+#include <cstring>
 
 namespace tandem {
 
@@ -26,6 +27,27 @@ Channel::Channel(zmq::context_t& context, Kind kind, const ChannelOptions& optio
   // Control messages are small and latency-bound.
   socket_.set(zmq::sockopt::sndhwm, 100000);
   socket_.set(zmq::sockopt::rcvhwm, 100000);
+  if (options.curve) {
+    if (kind == Kind::router) {
+      socket_.set(zmq::sockopt::curve_server, 1);
+      socket_.set(zmq::sockopt::curve_secretkey, options.curve->own.secret_key);
+      socket_.set(zmq::sockopt::zap_domain, kZapDomain);
+    } else {
+      socket_.set(zmq::sockopt::curve_serverkey, options.curve->server_public_key);
+      socket_.set(zmq::sockopt::curve_publickey, options.curve->own.public_key);
+      socket_.set(zmq::sockopt::curve_secretkey, options.curve->own.secret_key);
+    }
+    // Handshake failures are only visible as monitor events: both ends watch for them.
+    const std::string monitor_address = fmt::format("inproc://channel-monitor-{}", static_cast<const void*>(this));
+    const int events = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                       ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+    if (zmq_socket_monitor(socket_.handle(), monitor_address.c_str(), events) != 0) {
+      throw Error(fmt::format("cannot monitor the control channel: {}", zmq_strerror(zmq_errno())));
+    }
+    monitor_.emplace(context, zmq::socket_type::pair);
+    monitor_->set(zmq::sockopt::linger, 0);
+    monitor_->connect(monitor_address);
+  }
 }
 
 std::string Channel::bind(const std::string& address) {
@@ -45,6 +67,28 @@ void Channel::connect(const std::string& address) {
   }
 }
 
+uint64_t Channel::poll_handshake_failures() {
+  if (!monitor_) return 0;
+  while (true) {
+    // An event is two frames: 16-bit event id + 32-bit value, then the peer's endpoint.
+    zmq::message_t event;
+    if (!monitor_->recv(event, zmq::recv_flags::dontwait)) break;
+    zmq::message_t endpoint;
+    if (event.more()) (void)monitor_->recv(endpoint, zmq::recv_flags::none);
+    if (event.size() < 6) continue;
+    uint16_t id = 0;
+    std::memcpy(&id, event.data(), sizeof id);
+    ++handshake_failures_;
+    const bool server = kind_ == Kind::router;
+    const char* why = id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? (server ? "its CURVE key was refused" : "our CURVE key was refused")
+                      : id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ? "the handshake protocol was broken"
+                                                                  : "the CURVE handshake failed (an unkeyed peer, or the wrong server key?)";
+    log::warn("control channel: {} {}: {}", server ? "refused a connection on" : "the handshake with",
+              endpoint.to_string(), why);
+  }
+  return handshake_failures_;
+}
+
 void Channel::reject(const std::string& peer, const std::string& why) {
   ++rejected_count_;
   last_rejection_ = why;
@@ -61,7 +105,15 @@ bool Channel::parse(std::vector<zmq::message_t>& frames, Envelope& out) {
     reject(out.peer, "no payload frame");
     return false;
   }
-  const zmq::message_t& payload = frames[first];
+  zmq::message_t& payload = frames[first];
+  out.user_id.clear();
+  if (kind_ == Kind::router && options_.curve) {
+    // Set by the ZAP handler for the connection; absent (a throw) on unauthenticated ones.
+    try {
+      out.user_id = payload.gets("User-Id");
+    } catch (const zmq::error_t&) {
+    }
+  }
   DecodeLimits limits;
   limits.max_bytes = options_.max_message_bytes;
   std::string error;
@@ -125,7 +177,13 @@ bool Channel::send(const std::string& peer, const Message& message, const std::v
   try {
     if (kind_ == Kind::router) socket_.send(zmq::buffer(peer), zmq::send_flags::sndmore);
     auto more = attachments.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore;
-    socket_.send(zmq::buffer(payload), more);
+    // A DEALER with no peer blocks on send: never wait for one (a controller that refused
+    // our key, or is gone, must not wedge the heartbeat loop).
+    if (kind_ == Kind::dealer) {
+      if (!socket_.send(zmq::buffer(payload), more | zmq::send_flags::dontwait)) return false;
+    } else {
+      socket_.send(zmq::buffer(payload), more);
+    }
     for (size_t i = 0; i < attachments.size(); ++i) {
       auto flags = i + 1 == attachments.size() ? zmq::send_flags::none : zmq::send_flags::sndmore;
       socket_.send(zmq::buffer(attachments[i]), flags);

@@ -7,6 +7,7 @@
 // and logged, and receive() goes on waiting. Not thread-safe: one thread per channel.
 #pragma once
 
+#include "core/curve_auth.h"
 #include "core/protocol.h"
 
 #include <zmq.hpp>
@@ -19,10 +20,14 @@ namespace tandem {
 
 struct ChannelOptions {
   size_t max_message_bytes = 64u << 20;
+  // CURVE (curve_auth.h): the ROUTER becomes a CURVE server with `own` (its peers are
+  // admitted by the context's CurveAuthenticator); a DEALER a client of server_public_key.
+  std::optional<CurveKeys> curve;
 };
 
 struct Envelope {
   std::string peer;  // ZeroMQ routing id of the sender (ROUTER side), empty on DEALER side
+  std::string user_id;  // CURVE: the worker name its key was admitted as; empty without CURVE
   Message message;
   std::vector<std::string> attachments;
 };
@@ -45,6 +50,10 @@ class Channel {
   }
 
   uint64_t rejected_count() const { return rejected_count_; }
+  // Connections whose handshake failed (CURVE refused the key, or the peer spoke no
+  // CURVE): each logged with the peer's address. Counted as poll_handshake_failures()
+  // reads the socket's monitor events; only on a ROUTER with CURVE.
+  uint64_t poll_handshake_failures();
   const std::string& last_rejection() const { return last_rejection_; }
   zmq::socket_t& socket() { return socket_; }
 
@@ -55,6 +64,8 @@ class Channel {
   Kind kind_;
   ChannelOptions options_;
   zmq::socket_t socket_;
+  std::optional<zmq::socket_t> monitor_;  // PAIR receiving socket_'s handshake-failure events
+  uint64_t handshake_failures_ = 0;
   uint64_t rejected_count_ = 0;
   std::string last_rejection_;
 };

@@ -174,8 +174,37 @@ struct WeightSyncConfig {
   double timeout_s = 120;         // longest wait for a peer of a sync; a hung peer fails the sync at this limit
 };
 
+// launcher.kind: slurm. The sbatch options `tandem submit` writes; inside an allocation
+// `tandem run` takes nodes and GPUs from Slurm's environment instead.
+struct SlurmConfig {
+  std::string partition;        // empty: the cluster's default
+  std::string account;          // empty: the user's default
+  std::string time;             // wall-clock limit in Slurm's syntax ("04:00:00"); empty: the partition's
+  int64_t nodes = 1;
+  int64_t gpus_per_node = 0;
+  int64_t cpus_per_task = 0;    // 0: Slurm's default
+  std::string extra_args;       // more sbatch options, whitespace-separated ("--qos=high --exclusive")
+  bool requeue = true;          // sbatch --requeue: a requeued job resumes from its newest checkpoint
+};
+
+// launcher.kind: kubernetes. What `tandem k8s render` writes into the manifests.
+struct KubernetesConfig {
+  std::string namespace_name = "default";  // key: namespace
+  std::string run_dir_claim;               // PersistentVolumeClaim holding the run directory; empty: host_path
+  std::string host_path;                   // hostPath for the run directory when run_dir_claim is empty
+  std::string gpu_resource = "nvidia.com/gpu";
+  std::string service_account;             // empty: the namespace's default
+};
+
 struct LauncherConfig {
   std::string kind = "local";
+  // Control-plane authentication: curve (ZeroMQ CURVE, a key pair per run and per worker),
+  // none, or auto (curve whenever the control plane leaves loopback).
+  std::string auth = "auto";
+  std::string host;   // address the controller binds and workers dial off loopback; empty: the launcher's choice
+  int64_t port = 0;   // control-plane TCP port off loopback; 0: any free port (kinds that start workers)
+  SlurmConfig slurm;
+  KubernetesConfig kubernetes;
   double register_timeout_s = 60.0;
   double heartbeat_interval_s = 0.5;
   double heartbeat_timeout_s = 10.0;

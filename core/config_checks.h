@@ -55,6 +55,7 @@ inline Number strictly_between(double lo, double hi) {
   return {lo, std::nextafter(hi, lo), true, fmt::format("a number in ({}, {})", lo, hi)};
 }
 inline Integer at_least(int64_t lo) { return {lo, std::numeric_limits<int64_t>::max(), fmt::format("an integer >= {}", lo)}; }
+inline Integer integer_between(int64_t lo, int64_t hi) { return {lo, hi, fmt::format("an integer in [{}, {}]", lo, hi)}; }
 inline Integer any_integer() { return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), "an integer"}; }
 inline Number any_number() { return {-std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity(), false, "a number"}; }
 inline Choice one_of(std::vector<std::string> allowed) { return {std::move(allowed)}; }

@@ -144,8 +144,10 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
 
   // Declared values whose implementation has not landed: refused here, so that `tandem
   // validate` never accepts what `tandem run` cannot do.
-  if (c.launcher.kind != "local") {
-    problem("launcher.kind", fmt::format("{} is not implemented yet (allowed today: local)", c.launcher.kind));
+  if ((c.launcher.kind == "external" || c.launcher.kind == "kubernetes") && c.launcher.port == 0) {
+    problem("launcher.port", fmt::format("launcher.kind {} needs a fixed port: its workers are started elsewhere "
+                                         "and must know where to dial",
+                                         c.launcher.kind));
   }
   if (c.algorithm.kl.in == "reward" && c.algorithm.kl.coef > 0) {
     problem_at({"algorithm.kl.in", "algorithm.kl.coef"},

@@ -225,8 +225,39 @@ template <class V> void describe(V& v, WeightSyncConfig& c) {
           "one that hangs fails the sync (and the run) at this limit");
 }
 
+template <class V> void describe(V& v, SlurmConfig& c) {
+  v.field("partition", c.partition, text(), "sbatch --partition; empty: the cluster's default");
+  v.field("account", c.account, text(), "sbatch --account; empty: the user's default");
+  v.field("time", c.time, text(), "sbatch --time, the job's wall-clock limit (\"04:00:00\"); empty: the partition's");
+  v.field("nodes", c.nodes, at_least(1), "sbatch --nodes");
+  v.field("gpus_per_node", c.gpus_per_node, at_least(0), "sbatch --gpus-per-node; 0: no GPUs asked for");
+  v.field("cpus_per_task", c.cpus_per_task, at_least(0), "CPUs of each worker's job step; 0: Slurm's default");
+  v.field("extra_args", c.extra_args, text(), "more sbatch options, whitespace-separated");
+  v.field("requeue", c.requeue, "sbatch --requeue: a requeued job resumes from its newest whole checkpoint");
+}
+
+template <class V> void describe(V& v, KubernetesConfig& c) {
+  v.field("namespace", c.namespace_name, required_text(), "namespace of the rendered objects");
+  v.field("run_dir_claim", c.run_dir_claim, text(),
+          "PersistentVolumeClaim (ReadWriteMany) mounted as the run directory in every pod; empty: host_path");
+  v.field("host_path", c.host_path, text(), "hostPath directory for the run directory when run_dir_claim is empty");
+  v.field("gpu_resource", c.gpu_resource, required_text(), "extended resource name of a GPU");
+  v.field("service_account", c.service_account, text(), "service account of the pods; empty: the default");
+}
+
 template <class V> void describe(V& v, LauncherConfig& c) {
-  v.field("kind", c.kind, one_of({"local", "slurm", "kubernetes"}), "how worker processes are started");
+  v.field("kind", c.kind, one_of({"local", "slurm", "kubernetes", "external"}),
+          "how worker processes are started: local children, Slurm job steps, Kubernetes pods, or by you "
+          "(external: `tandem worker` command lines in RUN_DIR/workers.txt)");
+  v.field("auth", c.auth, one_of({"auto", "curve", "none"}),
+          "control-plane authentication: curve (ZeroMQ CURVE, keys under RUN_DIR/keys), none, or auto (curve "
+          "whenever the control plane leaves loopback)");
+  v.field("host", c.host, text(),
+          "address the controller binds and workers dial off loopback; empty: the launcher's choice (slurm: the "
+          "first node's NodeAddr, kubernetes: every interface)");
+  v.field("port", c.port, integer_between(0, 65535), "control-plane TCP port off loopback; 0: any free port");
+  v.section("slurm", c.slurm, "sbatch options of `tandem submit`");
+  v.section("kubernetes", c.kubernetes, "what `tandem k8s render` writes");
   v.field("register_timeout_s", c.register_timeout_s, positive(), "seconds for all workers to register");
   v.field("heartbeat_interval_s", c.heartbeat_interval_s, positive(), "seconds between heartbeats");
   v.field("heartbeat_timeout_s", c.heartbeat_timeout_s, positive(),

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -55,6 +56,21 @@ ChildProcess ChildProcess::spawn(const std::vector<std::string>& argv, const Spa
   const pid_t parent = ::getpid();
   const char exec_failed[] = "tandem: exec failed for the worker program\n";
 
+  // The child's environment is built here: nothing but async-signal-safe calls after fork.
+  std::vector<std::string> environment_entries;
+  std::vector<char*> environment;
+  if (!options.environment.empty()) {
+    for (char** entry = environ; *entry; ++entry) {
+      const std::string text = *entry;
+      const std::string name = text.substr(0, text.find('=') + 1);
+      bool replaced = false;
+      for (const std::string& extra : options.environment) replaced = replaced || extra.rfind(name, 0) == 0;
+      if (!replaced) environment_entries.push_back(text);
+    }
+    environment_entries.insert(environment_entries.end(), options.environment.begin(), options.environment.end());
+    for (std::string& entry : environment_entries) environment.push_back(entry.data());
+    environment.push_back(nullptr);
+  }
   pid_t pid = ::fork();
   if (pid < 0) {
     int err = errno;
@@ -78,7 +94,11 @@ ChildProcess ChildProcess::spawn(const std::vector<std::string>& argv, const Spa
       ::dup2(output_fd, STDERR_FILENO);
     }
     if (options.stdout_fd >= 0) ::dup2(options.stdout_fd, STDOUT_FILENO);
-    ::execv(args[0], args.data());
+    if (options.environment.empty()) {
+      ::execv(args[0], args.data());
+    } else {
+      ::execve(args[0], args.data(), environment.data());
+    }
     ssize_t ignored = ::write(STDERR_FILENO, exec_failed, sizeof exec_failed - 1);
     (void)ignored;
     ::_exit(127);
@@ -145,6 +165,48 @@ bool process_alive(pid_t pid) {
   if (close == std::string::npos || close + 2 >= content.size()) return false;
   char state = content[close + 2];
   return state != 'Z' && state != 'X';
+}
+
+std::string find_on_path(const std::string& name) {
+  if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  std::string directories = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= directories.size()) {
+    size_t end = directories.find(':', start);
+    if (end == std::string::npos) end = directories.size();
+    const std::string candidate = (end > start ? directories.substr(start, end - start) : ".") + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return "";
+}
+
+std::string run_command(const std::vector<std::string>& argv, double timeout_s) {
+  TANDEM_CHECK(!argv.empty(), "run_command needs a program");
+  std::string command;
+  for (const std::string& part : argv) command += (command.empty() ? "" : " ") + part;
+  const std::string program = find_on_path(argv[0]);
+  if (program.empty()) throw Error(fmt::format("`{}`: {} is not installed (not on PATH)", command, argv[0]));
+  char output_path[] = "/tmp/tandem-command-XXXXXX";
+  int fd = ::mkstemp(output_path);
+  if (fd < 0) throw Error(fmt::format("`{}`: cannot make a file for its output: {}", command, std::strerror(errno)));
+  ::close(fd);
+  std::vector<std::string> resolved = argv;
+  resolved[0] = program;
+  SpawnOptions options;
+  options.output_path = output_path;
+  ChildProcess child = ChildProcess::spawn(resolved, options);
+  std::optional<ExitStatus> status = child.wait_for(timeout_s);
+  if (!status) child.kill_and_reap();
+  std::ifstream file(output_path);
+  std::string output((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  ::unlink(output_path);
+  if (!status) throw Error(fmt::format("`{}` did not finish within {} s; it printed: {}", command, timeout_s, output));
+  if (!status->success()) {
+    throw Error(fmt::format("`{}` failed ({}): {}", command, status->describe(), output));
+  }
+  return output;
 }
 
 }  // namespace tandem

@@ -29,7 +29,13 @@ struct SpawnOptions {
   // output_path. The parent keeps its copies (close them after spawn).
   int stdin_fd = -1;
   int stdout_fd = -1;
+  // "NAME=value" entries added to (or replacing in) the child's environment.
+  std::vector<std::string> environment;
 };
+
+// The full path of program `name` on $PATH (or `name` itself when it holds a slash);
+// empty when it is not found.
+std::string find_on_path(const std::string& name);
 
 class ChildProcess {
  public:
@@ -57,6 +63,11 @@ class ChildProcess {
   pid_t pid_ = -1;
   std::optional<ExitStatus> status_;
 };
+
+// Runs a command to its end and returns what it printed (stdout and stderr together).
+// Error naming the command when it cannot start, runs past timeout_s (it is killed), or
+// exits non-zero (with its output).
+std::string run_command(const std::vector<std::string>& argv, double timeout_s);
 
 // Whether a process with this pid exists (and is not a zombie).
 bool process_alive(pid_t pid);

@@ -19,6 +19,9 @@ struct Register {
   pid @1 :UInt32;
   hostname @2 :Text;
   protocolVersion @3 :UInt32;
+  # The worker's address as seen on the route to the controller (the interface it dials
+  # from): where its peers reach it for Gloo and weight sync. 127.0.0.1 on one host.
+  address @4 :Text;
 }
 
 # Both directions, every heartbeat interval: a worker proves it is alive to the

@@ -45,6 +45,7 @@ struct Encoder {
     b.setPid(v.pid);
     b.setHostname(v.hostname);
     b.setProtocolVersion(v.protocol_version);
+    b.setAddress(v.address);
   }
   void operator()(const HeartbeatMsg& v) {
     auto b = m.initHeartbeat();
@@ -85,7 +86,8 @@ Message read_message(wire::Message::Reader r) {
   switch (r.which()) {
     case wire::Message::REGISTER: {
       auto v = r.getRegister();
-      return RegisterMsg{get_worker(v.getWorker()), v.getPid(), v.getHostname(), v.getProtocolVersion()};
+      return RegisterMsg{get_worker(v.getWorker()), v.getPid(), v.getHostname(), v.getProtocolVersion(),
+                         v.getAddress()};
     }
     case wire::Message::HEARTBEAT: {
       auto v = r.getHeartbeat();

@@ -27,6 +27,7 @@ struct RegisterMsg {
   uint32_t pid = 0;
   std::string hostname;
   uint32_t protocol_version = 0;
+  std::string address;  // where peers reach this worker (its route to the controller); see protocol.capnp
 };
 
 struct HeartbeatMsg {

@@ -8,8 +8,11 @@ namespace tandem {
 namespace {
 
 std::atomic<int> received_signal{0};
+std::atomic<int> stop_request{0};
+std::atomic<bool> sigterm_stops{false};
 
 void on_interrupt(int signal) {
+  if (signal == SIGTERM && sigterm_stops && stop_request.exchange(signal) == 0) return;  // stop after the step
   if (received_signal.exchange(signal) != 0) {
     ::signal(signal, SIG_DFL);
     ::raise(signal);
@@ -18,7 +21,8 @@ void on_interrupt(int signal) {
 
 }  // namespace
 
-void install_interrupt_handlers() {
+void install_interrupt_handlers(bool stop_on_sigterm) {
+  sigterm_stops = stop_on_sigterm;
   struct sigaction action {};
   action.sa_handler = on_interrupt;
   sigemptyset(&action.sa_mask);
@@ -27,5 +31,7 @@ void install_interrupt_handlers() {
 }
 
 int pending_interrupt() { return received_signal.load(); }
+
+int pending_stop_request() { return stop_request.load(); }
 
 }  // namespace tandem

@@ -3,6 +3,7 @@
 #include "core/channel.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/net_address.h"
 
 #include <unistd.h>
 
@@ -29,13 +30,16 @@ void io_loop(zmq::context_t& context, const WorkerOptions& options, const std::s
              std::atomic<int>& exit_code) {
   ChannelOptions channel_options;
   channel_options.max_message_bytes = options.max_message_bytes;
-  Channel controller(context, Channel::Kind::dealer, channel_options);
   Channel executor(context, Channel::Kind::dealer, channel_options);
+  channel_options.curve = options.curve;
+  Channel controller(context, Channel::Kind::dealer, channel_options);
   controller.connect(options.controller_address);
   executor.connect(pair_address);
 
-  controller.send(RegisterMsg{options.id, static_cast<uint32_t>(::getpid()), hostname(), protocol_version()});
-  log::info("registered with the controller at {}", options.controller_address);
+  const std::string address = local_address_towards(options.controller_address);
+  controller.send(RegisterMsg{options.id, static_cast<uint32_t>(::getpid()), hostname(), protocol_version(), address});
+  log::info("registered with the controller at {} (from {}{})", options.controller_address, address,
+            options.curve ? ", CURVE" : "");
 
   const auto interval = std::chrono::duration<double>(options.heartbeat_interval_s);
   const auto controller_timeout = std::chrono::duration<double>(options.controller_timeout_s);
@@ -49,6 +53,13 @@ void io_loop(zmq::context_t& context, const WorkerOptions& options, const std::s
     if (now >= next_heartbeat) {
       controller.send(HeartbeatMsg{options.id, ++sequence});
       next_heartbeat = now + std::chrono::duration_cast<Clock::duration>(interval);
+    }
+    if (!stopping && controller.poll_handshake_failures() > 0) {
+      log::error("the controller at {} refused this worker's CURVE key: exiting (is the key file this run's?)",
+                 options.controller_address);
+      exit_code = 1;
+      stopping = true;
+      executor.send(ShutdownMsg{"controller refused our key"});
     }
     if (!stopping && now - controller_seen > controller_timeout) {
       log::error("no heartbeat from the controller for {:.1f} s: it is gone, exiting", options.controller_timeout_s);

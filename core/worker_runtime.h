@@ -8,9 +8,11 @@
 // while a stopped or wedged process does (its heartbeats stop).
 #pragma once
 
+#include "core/curve_auth.h"
 #include "core/protocol.h"
 
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace tandem {
@@ -21,6 +23,7 @@ struct WorkerOptions {
   double heartbeat_interval_s = 0.5;
   double controller_timeout_s = 10.0;  // no heartbeat from the controller for this long: exit
   size_t max_message_bytes = 64u << 20;
+  std::optional<CurveKeys> curve;  // CURVE keys when the controller requires them (curve_auth.h)
 };
 
 struct CommandResult {

@@ -58,6 +58,7 @@ struct LearnerState {
     group.rendezvous = body.value("rendezvous", std::string());
     group.rank = body.at("rank").get<int>();
     group.world_size = body.at("world_size").get<int>();
+    group.host = body.value("host", group.host);  // this rank's address, as the controller saw it register
     // This rank's GPU under learner.device cuda: its index among the learner ranks of its
     // machine (the local launcher puts every rank on one machine: its rank).
     options.local_rank = body.value("local_rank", group.rank);

@@ -10,6 +10,7 @@ packages=(
   libopenblas0-openmp libicu-dev libgloo-dev
   python3-dev pybind11-dev python3-jinja2 python3-numpy libcurl4-openssl-dev
   libboost-context-dev
+  slurm-wlm munge iproute2 nftables
 )
 
 missing=()
@@ -27,6 +28,9 @@ optional_missing=()
 for p in "${optional[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || optional_missing+=("$p")
 done
+# kubectl (for `kubectl kustomize` in the k8s_render test): any kubectl on PATH will do;
+# otherwise Debian's kubernetes-client, optional (the test skips without one).
+if ! command -v kubectl >/dev/null; then optional_missing+=(kubernetes-client); fi
 if [ ${#missing[@]} -eq 0 ] && [ ${#optional_missing[@]} -gt 0 ] && [ -f "$HOME/.cache/tandem-optional-tried" ]; then
   optional_missing=()  # tried once already on this machine: not again on every test run
 fi

@@ -8,6 +8,7 @@ scripts/build.sh
 scripts/fetch_tokenizer_assets.sh || echo "test: tokenizer assets not fetched; the bpe_tokenizer reference test says how" >&2
 scripts/fetch_llama_cpp.sh || echo "test: llama.cpp not fetched; the gguf_llama_cpp test says how" >&2
 scripts/fetch_chat_assets.sh || echo "test: chat-template assets not fetched; the chat_templates test says how" >&2
+scripts/fetch_k8s_assets.sh || echo "test: Kubernetes schema assets not fetched; the k8s_render test says how" >&2
 status=0
 meson test -C build --print-errorlogs "$@" || status=$?
 # One closing line any CI reader understands: "tests: N passed, N failed, N skipped".

@@ -13,7 +13,7 @@ namespace {
 
 struct Fixture {
   zmq::context_t context{1};
-  Channel router{context, Channel::Kind::router, ChannelOptions{1u << 20}};
+  Channel router{context, Channel::Kind::router, ChannelOptions{1u << 20, std::nullopt}};
   std::string address = router.bind("tcp://127.0.0.1:*");
 
   // A raw DEALER, to send whatever bytes a broken or hostile peer might.

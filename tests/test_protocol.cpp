@@ -35,7 +35,8 @@ std::vector<Message> random_messages() {
   std::vector<uint64_t> sizes(rng()() % 4);
   for (auto& s : sizes) s = rng()();
   return {
-      RegisterMsg{random_worker(), static_cast<uint32_t>(rng()()), random_text(rng()() % 64), static_cast<uint32_t>(rng()())},
+      RegisterMsg{random_worker(), static_cast<uint32_t>(rng()()), random_text(rng()() % 64), static_cast<uint32_t>(rng()()),
+                  random_text(rng()() % 40)},
       HeartbeatMsg{random_worker(), rng()()},
       CommandMsg{rng()(), random_text(1 + rng()() % 20), random_bytes(rng()() % 5000), sizes},
       ReplyMsg{rng()(), random_worker(), random_bytes(rng()() % 5000), sizes},
@@ -52,7 +53,7 @@ bool same(const Message& a, const Message& b) {
   if (auto* x = std::get_if<RegisterMsg>(&a)) {
     auto& y = std::get<RegisterMsg>(b);
     return same(x->worker, y.worker) && x->pid == y.pid && x->hostname == y.hostname &&
-           x->protocol_version == y.protocol_version;
+           x->protocol_version == y.protocol_version && x->address == y.address;
   }
   if (auto* x = std::get_if<HeartbeatMsg>(&a)) {
     auto& y = std::get<HeartbeatMsg>(b);

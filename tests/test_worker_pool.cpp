@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <fstream>
 #include <filesystem>
 #include <random>
 #include <thread>
@@ -17,6 +18,12 @@ using namespace tandem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+SpawnOptions log_to(const std::string& path) {
+  SpawnOptions options;
+  options.output_path = path;
+  return options;
+}
 
 PoolOptions fast_options(const std::string& dir) {
   PoolOptions o;
@@ -260,8 +267,8 @@ TEST_CASE("unknown senders and forged registrations are rejected; the pool goes 
   Channel intruder(context, Channel::Kind::dealer);
   intruder.connect(pool.address());
   intruder.send(HeartbeatMsg{WorkerId{"rollout", 0}, 1});                     // never registered
-  intruder.send(RegisterMsg{WorkerId{"rollout", 0}, 1, "h", protocol_version()});  // already registered
-  intruder.send(RegisterMsg{WorkerId{"rollout", 9}, 1, "h", protocol_version()});  // not a worker of ours
+  intruder.send(RegisterMsg{WorkerId{"rollout", 0}, 1, "h", protocol_version(), "127.0.0.1"});  // already registered
+  intruder.send(RegisterMsg{WorkerId{"rollout", 9}, 1, "h", protocol_version(), "127.0.0.1"});  // not a worker of ours
   intruder.send(ReplyMsg{42, WorkerId{"rollout", 0}, "forged", {}});
   zmq::socket_t raw(context, zmq::socket_type::dealer);
   raw.set(zmq::sockopt::linger, 0);
@@ -275,6 +282,83 @@ TEST_CASE("unknown senders and forged registrations are rejected; the pool goes 
   pool.shutdown("test done");
 }
 
+TEST_CASE("CURVE: the run's workers get in with their keys; wrong, unkeyed and forged peers are refused") {
+  TempDir temp;
+  const std::string& dir = temp.path();
+  PoolOptions options = fast_options(dir);
+  const std::vector<WorkerId> workers = {{"rollout", 0}, {"learner", 0}};
+  options.keys = prepare_run_keys(dir + "/keys", {"rollout-0", "learner-0"});
+  WorkerPool pool(options, make_local_launcher(TANDEM_BINARY));
+  pool.start(workers);  // the local launcher hands each worker its key file's path
+  CHECK(pool.call_all("ping", "keyed")[0].reply.body == "keyed");
+  CHECK(pool.worker_status({"rollout", 0}).address == "127.0.0.1");
+
+  // A worker process whose key pair is not one of the run's: it never gets in.
+  CurveKeys stranger{generate_curve_key_pair(), options.keys->controller.own.public_key};
+  {
+    std::ofstream(dir + "/stranger.key") << curve_key_file_text(stranger);
+  }
+  std::filesystem::permissions(dir + "/stranger.key", std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  ChildProcess rogue = ChildProcess::spawn({TANDEM_BINARY, "worker", "--role", "rollout", "--rank", "0", "--controller",
+                                            pool.address(), "--heartbeat-interval", "0.1", "--controller-timeout", "1",
+                                            "--keys", dir + "/stranger.key"},
+                                           log_to(dir + "/rogue.log"));
+  // An unkeyed peer: a plain DEALER speaking no CURVE at all.
+  zmq::context_t context(1);
+  Channel unkeyed(context, Channel::Kind::dealer);
+  unkeyed.connect(pool.address());
+  unkeyed.send(RegisterMsg{WorkerId{"rollout", 0}, 1, "h", protocol_version(), "127.0.0.1"});
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (pool.refused_connections() < 2 && Clock::now() < deadline) pool.poll_events(0.05);
+  CHECK(pool.refused_connections() >= 2);
+  // The rogue exits once it sees its key refused; the pool keeps its own workers' heartbeats going.
+  std::optional<ExitStatus> rogue_status;
+  deadline = Clock::now() + std::chrono::seconds(10);
+  while (!(rogue_status = rogue.poll()) && Clock::now() < deadline) pool.poll_events(0.05);
+  REQUIRE_MESSAGE(rogue_status.has_value(), read_file(dir + "/rogue.log").value_or("(no log)"));
+  CHECK(rogue_status->exit_code == 1);
+  CHECK(read_file(dir + "/rogue.log").value_or("").find("refused this worker's CURVE key") != std::string::npos);
+
+  // A keyed peer (learner-0's key) registering as another worker: refused by name.
+  CurveKeys learner_keys = read_curve_key_file(options.keys->worker_key_path("learner-0"));
+  ChannelOptions forged_options;
+  forged_options.curve = learner_keys;
+  Channel forger(context, Channel::Kind::dealer, forged_options);
+  forger.connect(pool.address());
+  const uint64_t rejected_before = pool.rejected_messages();
+  forger.send(RegisterMsg{WorkerId{"rollout", 1}, 1, "h", protocol_version(), "127.0.0.1"});
+  forger.send(HeartbeatMsg{WorkerId{"rollout", 0}, 1});
+  deadline = Clock::now() + std::chrono::seconds(5);
+  while (pool.rejected_messages() < rejected_before + 2 && Clock::now() < deadline) pool.poll_events(0.05);
+  CHECK(pool.rejected_messages() == rejected_before + 2);
+  CHECK(pool.call_all("ping", "still fine")[1].reply.body == "still fine");
+  CHECK_FALSE(pool.first_failure().has_value());
+  pool.shutdown("test done");
+}
+
+TEST_CASE("CURVE: a registration keyed as one worker but naming another is refused") {
+  TempDir temp;
+  const std::string& dir = temp.path();
+  PoolOptions options = fast_options(dir);
+  options.register_timeout_s = 1.0;
+  options.keys = prepare_run_keys(dir + "/keys", {"rollout-0", "learner-0"});
+  auto launcher = std::make_unique<SilentLauncher>();
+  WorkerPool pool(options, std::move(launcher));
+  zmq::context_t context(1);
+  ChannelOptions keyed;
+  keyed.curve = read_curve_key_file(options.keys->worker_key_path("learner-0"));
+  Channel impostor(context, Channel::Kind::dealer, keyed);
+  impostor.connect(pool.address());
+  impostor.send(RegisterMsg{WorkerId{"rollout", 0}, 0, "h", protocol_version(), "127.0.0.1"});
+  try {
+    pool.start({{"rollout", 0}});
+    FAIL("the impostor was admitted as rollout-0");
+  } catch (const WorkerFailure& f) {
+    CHECK(f.reason() == "did not register within 1 s (launcher.register_timeout_s)");
+  }
+  CHECK(pool.rejected_messages() >= 1);
+}
+
 TEST_CASE("a worker exits by itself when its controller is gone") {
   TempDir temp;
   const std::string& dir = temp.path();
@@ -283,7 +367,7 @@ TEST_CASE("a worker exits by itself when its controller is gone") {
   std::string address = fake_controller.bind("tcp://127.0.0.1:*");
   ChildProcess worker = ChildProcess::spawn({TANDEM_BINARY, "worker", "--role", "rollout", "--rank", "0", "--controller",
                                              address, "--heartbeat-interval", "0.1", "--controller-timeout", "1"},
-                                            {dir + "/worker.log"});
+                                            log_to(dir + "/worker.log"));
   auto registered = fake_controller.receive(10000);
   REQUIRE(registered.has_value());
   CHECK(std::holds_alternative<RegisterMsg>(registered->message));

@@ -1,0 +1,118 @@
+// The pieces of launching off one machine that need no cluster: control-plane addresses,
+// when CURVE is wanted, Slurm placement, the sbatch script and srun command lines.
+#include "controller/launch_plan.h"
+#include "controller/launcher_slurm.h"
+#include "controller/slurm_submit.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/net_address.h"
+#include "core/process.h"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+using namespace tandem;
+
+namespace {
+
+bool has_line(const std::string& text, const std::string& line) {
+  return ("\n" + text + "\n").find("\n" + line + "\n") != std::string::npos;
+}
+
+Config slurm_config() {
+  Config c = load_config_text("experiment: {name: my run}\nlauncher: {kind: slurm}\n", "<test>").config;
+  c.launcher.slurm.nodes = 3;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("endpoints: which stay on this host, and the address on the route to a peer") {
+  CHECK(endpoint_is_local("ipc:///tmp/x/control.sock"));
+  CHECK(endpoint_is_local("tcp://127.0.0.1:5555"));
+  CHECK(endpoint_is_local("tcp://localhost:5555"));
+  CHECK(endpoint_is_local("tcp://[::1]:5555"));
+  CHECK_FALSE(endpoint_is_local("tcp://10.0.0.1:5555"));
+  CHECK_FALSE(endpoint_is_local("tcp://0.0.0.0:5555"));
+  CHECK(endpoint_host("tcp://10.1.2.3:80") == "10.1.2.3");
+  CHECK(endpoint_host("tcp://[fe80::1]:80") == "fe80::1");
+  CHECK(endpoint_host("ipc:///x") == "");
+  CHECK(local_address_towards("tcp://127.0.0.1:9") == "127.0.0.1");
+  CHECK(local_address_towards("ipc:///tmp/x") == "127.0.0.1");
+  // (No lookup of a real name here: a test sends nothing beyond loopback, DNS included.)
+  CHECK_THROWS_WITH_AS(local_address_towards("tcp://:9"), doctest::Contains("not a tcp://HOST:PORT endpoint"), Error);
+}
+
+TEST_CASE("CURVE is wanted off loopback by default, always with curve, never with none") {
+  CHECK_FALSE(curve_wanted("auto", "ipc:///tmp/x"));
+  CHECK_FALSE(curve_wanted("auto", "tcp://127.0.0.1:*"));
+  CHECK(curve_wanted("auto", "tcp://10.0.0.1:*"));
+  CHECK(curve_wanted("auto", "tcp://0.0.0.0:29400"));
+  CHECK(curve_wanted("curve", "tcp://127.0.0.1:*"));
+  CHECK_FALSE(curve_wanted("none", "tcp://10.0.0.1:*"));
+}
+
+TEST_CASE("Slurm placement spreads the run's workers round robin over the nodes") {
+  CHECK(place_workers_on_nodes(4, 3) == std::vector<size_t>{0, 1, 2, 0});
+  CHECK(place_workers_on_nodes(2, 1) == std::vector<size_t>{0, 0});
+  CHECK(place_workers_on_nodes(0, 2).empty());
+}
+
+TEST_CASE("srun command line of a worker step") {
+  if (find_on_path("srun").empty()) {
+    MESSAGE("skipped: srun is not installed (slurm-wlm)");
+    return;
+  }
+  Config c = slurm_config();
+  c.learner.device = "cuda";
+  c.launcher.slurm.cpus_per_task = 2;
+  const SlurmAllocation allocation{"42", {{"n1", "10.0.0.1"}, {"n2", "10.0.0.2"}}};
+  const std::vector<std::string> argv =
+      srun_argv(allocation, allocation.nodes[1], c, {"learner", 1}, "/runs/x/logs/learner-1.log", {"/bin/tandem", "worker"});
+  auto has = [&](const std::string& arg) { return std::count(argv.begin(), argv.end(), arg) == 1; };
+  CHECK(argv[0] == find_on_path("srun"));
+  for (const char* arg : {"--jobid=42", "--job-name=learner-1", "--nodes=1", "--ntasks=1", "--nodelist=n2", "--exact",
+                          "--overlap", "--kill-on-bad-exit=0", "--output=/runs/x/logs/learner-1.log",
+                          "--cpus-per-task=2", "--gpus=1"}) {
+    CHECK_MESSAGE(has(arg), arg);
+  }
+  CHECK(argv[argv.size() - 2] == "/bin/tandem");
+  CHECK(argv.back() == "worker");
+  const std::vector<std::string> rollout =
+      srun_argv(allocation, allocation.nodes[0], c, {"rollout", 0}, "/l", {"/bin/tandem", "worker"});
+  CHECK(std::count(rollout.begin(), rollout.end(), "--gpus=1") == 0);  // rollout.device: cpu
+}
+
+TEST_CASE("the sbatch script carries launcher.slurm's options and the resolved config") {
+  Config c = slurm_config();
+  c.launcher.slurm.partition = "gpu";
+  c.launcher.slurm.account = "lab";
+  c.launcher.slurm.time = "04:00:00";
+  c.launcher.slurm.gpus_per_node = 8;
+  c.launcher.slurm.extra_args = "  --qos=high   --exclusive ";
+  const SubmitPlan plan = plan_submission(c, "/shared/runs/r1", "/opt/tandem/bin/tandem");
+  for (const char* line : {"#!/bin/bash", "#SBATCH --job-name=tandem-my_run", "#SBATCH --nodes=3",
+                           "#SBATCH --partition=gpu", "#SBATCH --account=lab", "#SBATCH --time=04:00:00",
+                           "#SBATCH --gpus-per-node=8", "#SBATCH --requeue", "#SBATCH --qos=high",
+                           "#SBATCH --exclusive", "#SBATCH --signal=B:TERM@120",
+                           "#SBATCH --output=/shared/runs/r1/slurm-%j.out", "run_dir='/shared/runs/r1'",
+                           "tandem='/opt/tandem/bin/tandem'"}) {
+    CHECK_MESSAGE(has_line(plan.script, line), line);
+  }
+  CHECK(plan.script.find(plan.config_yaml) != std::string::npos);
+  CHECK(load_config_text(plan.config_yaml, "<script>").config.launcher.slurm.nodes == 3);
+
+  c.launcher.slurm.requeue = false;
+  c.launcher.slurm.partition.clear();
+  const std::string plain = plan_submission(c, "/r", "/t").script;
+  CHECK(has_line(plain, "#SBATCH --no-requeue"));
+  CHECK(plain.find("--partition") == std::string::npos);
+}
+
+TEST_CASE("sbatch --parsable output gives the job id") {
+  CHECK(parse_sbatch_job_id("1234\n") == "1234");
+  CHECK(parse_sbatch_job_id("77;cluster1\n") == "77");
+  CHECK_THROWS_WITH_AS(parse_sbatch_job_id("sbatch: error: Batch job submission failed\n"),
+                       doctest::Contains("did not print a job id"), Error);
+}
