@@ -276,7 +276,10 @@ bool run_block(const dim3& idx) {
   if (!b.sync || b.sync->warp_ops.size() < static_cast<size_t>(warps) * kWarpOpSlots) {
     b.sync = std::make_unique<BlockSync>(static_cast<size_t>(warps));
   }
-  if (l.dynamic_shared_bytes > 0) b.dynamic = poisoned(l.dynamic_shared_bytes);
+  if (l.dynamic_shared_bytes > 0) {
+    b.dynamic = poisoned(l.dynamic_shared_bytes);
+    release(b.dynamic);  // acquired by each thread in dynamic_shared()
+  }
   for (int i = 0; i < b.threads; ++i) {
     Thread& t = *s.threads[i];
     t.linear = i;
@@ -514,24 +517,39 @@ uint64_t warp_collective(WarpKind kind, unsigned mask, uint64_t value, int arg, 
   return out;
 }
 
+// Shared memory is allocated by one thread (the block's first to reach the declaration,
+// or the scheduler for the dynamic array) and used by all: the allocation is released on
+// its address and every thread acquires it, so that TSan orders the allocator's writes
+// before the kernel's (GPU shared memory exists before the block starts).
 void* static_shared(size_t bytes, size_t alignment, Site site) {
   Block& b = state().block;
-  Quiet q;
-  for (const SharedObject& o : b.shared) {
-    if (same(o.site, site)) return o.data;
+  void* found = nullptr;
+  {
+    Quiet q;
+    for (const SharedObject& o : b.shared) {
+      if (same(o.site, site)) found = o.data;
+    }
+    if (!found) {
+      if (alignment > 128) fault("__shared__ object aligned to more than 128 bytes", site);
+      b.shared.push_back(SharedObject{site, poisoned(bytes)});  // its own heap block: ASan sees overflows
+      release(b.shared.back().data);
+      return b.shared.back().data;
+    }
   }
-  if (alignment > 128) fault("__shared__ object aligned to more than 128 bytes", site);
-  b.shared.push_back(SharedObject{site, poisoned(bytes)});  // its own heap block: ASan sees overflows
-  return b.shared.back().data;
+  acquire(found);
+  return found;
 }
 
 void* dynamic_shared(size_t alignment, Site site) {
   State& s = state();
-  Quiet q;
-  if (alignment > 16) fault("extern __shared__ array aligned to more than 16 bytes", site);
-  if (!s.block.dynamic) {
-    fault("extern __shared__ array used by a launch with 0 bytes of dynamic shared memory", site);
+  {
+    Quiet q;
+    if (alignment > 16) fault("extern __shared__ array aligned to more than 16 bytes", site);
+    if (!s.block.dynamic) {
+      fault("extern __shared__ array used by a launch with 0 bytes of dynamic shared memory", site);
+    }
   }
+  acquire(s.block.dynamic);
   return s.block.dynamic;
 }
 
