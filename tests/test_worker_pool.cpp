@@ -286,6 +286,7 @@ TEST_CASE("CURVE: the run's workers get in with their keys; wrong, unkeyed and f
   TempDir temp;
   const std::string& dir = temp.path();
   PoolOptions options = fast_options(dir);
+  options.heartbeat_timeout_s = 5;  // the test pauses its pumping now and then: no false deaths under load
   const std::vector<WorkerId> workers = {{"rollout", 0}, {"learner", 0}};
   options.keys = prepare_run_keys(dir + "/keys", {"rollout-0", "learner-0"});
   WorkerPool pool(options, make_local_launcher(TANDEM_BINARY));
