@@ -57,7 +57,19 @@ bool TrainingLoop::workers_on_one_host() const {
 void TrainingLoop::init_learners(const std::vector<WorkerId>& workers) {
   const std::string config_text = config_for_workers();
   const int64_t optimizer_steps = c_.experiment.steps * c_.learner.epochs * c_.learner.mini_batches;
-  const std::string rendezvous = fmt::format("file://{}/.rendezvous-{}-{}", run_dir_, ::getpid(), restarts_);
+  // The group's rendezvous: a file store in the run directory when the ranks share a host,
+  // else a TCP store served by rank 0 on a port it finds free on its own address.
+  std::string rendezvous = fmt::format("file://{}/.rendezvous-{}-{}", run_dir_, ::getpid(), restarts_);
+  const std::string& rank0_address = pool_.worker_status(workers[0]).address;
+  bool one_host = true;
+  for (const WorkerId& w : workers) one_host = one_host && pool_.worker_status(w).address == rank0_address;
+  if (c_.learner.workers > 1 && !one_host) {
+    const std::string reply = pool_.wait({pool_.send(workers[0], "learner_free_port",
+                                                     nlohmann::json{{"host", rank0_address}}.dump())})
+                                  .begin()->second.reply.body;
+    rendezvous = fmt::format("tcp://{}:{}", rank0_address, nlohmann::json::parse(reply).at("port").get<int>());
+  }
+  if (c_.learner.workers > 1) log::info("learner group of {} ranks meets at {}", c_.learner.workers, rendezvous);
   std::vector<uint64_t> pending;
   for (int64_t r = 0; r < c_.learner.workers; ++r) {
     nlohmann::json body = {{"model", model_dir_},
@@ -74,7 +86,7 @@ void TrainingLoop::init_learners(const std::vector<WorkerId>& workers) {
     pending.push_back(pool_.send(workers[static_cast<size_t>(r)], "learner_init", body.dump()));
   }
   pool_.wait(pending);
-  fs::remove(rendezvous.substr(7));
+  if (rendezvous.rfind("file://", 0) == 0) fs::remove(rendezvous.substr(7));
 }
 
 std::vector<WorkerId> TrainingLoop::learner_hosts() const {

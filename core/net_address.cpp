@@ -62,4 +62,34 @@ std::string local_address_towards(const std::string& endpoint) {
   return local;
 }
 
+int free_tcp_port(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), "0", &hints, &found); rc != 0) {
+    throw Error(fmt::format("free_tcp_port: {} is not a numeric address: {}", host, gai_strerror(rc)));
+  }
+  int port = 0;
+  std::string error = "no address";
+  for (addrinfo* a = found; a && port == 0; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage name{};
+    socklen_t length = sizeof name;
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&name), &length) == 0) {
+      port = ntohs(name.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&name)->sin6_port
+                                              : reinterpret_cast<sockaddr_in*>(&name)->sin_port);
+    } else {
+      error = std::strerror(errno);
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  if (port == 0) throw Error(fmt::format("free_tcp_port: cannot bind a port on {}: {}", host, error));
+  return port;
+}
+
 }  // namespace tandem

@@ -14,6 +14,10 @@ std::string local_address_towards(const std::string& endpoint);
 // Whether `endpoint` stays on this host: ipc://, inproc://, or tcp:// on a loopback address.
 bool endpoint_is_local(const std::string& endpoint);
 
+// A TCP port free on `host` (an address of this machine) right now: bound with port 0,
+// read back, and closed. Another process may take it before it is used again.
+int free_tcp_port(const std::string& host);
+
 // The HOST of tcp://HOST:PORT (brackets removed for IPv6); empty for other schemes.
 std::string endpoint_host(const std::string& endpoint);
 

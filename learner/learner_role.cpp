@@ -6,6 +6,7 @@
 #include "core/config.h"
 #include "core/command_body.h"
 #include "core/error.h"
+#include "core/net_address.h"
 #include "learner/collectives.h"
 #include "learner/learner_device.h"
 #include "learner/sample_codec.h"
@@ -164,6 +165,12 @@ CommandHandler learner_command_handler(std::function<void(const Config&)> prepar
       });
       return {fmt::format("{{\"bytes\":{},\"buckets\":{}}}", stats.bytes, stats.buckets), {}};
     }
+    if (command.name == "learner_free_port") {
+      // Learner rank 0 serves its group's rendezvous store across hosts: a port free on its
+      // own address, which the controller then hands every rank.
+      const nlohmann::json body = command_json(command);
+      return {nlohmann::json{{"port", free_tcp_port(body.at("host").get<std::string>())}}.dump(), {}};
+    }
     if (command.name == "learner_nccl_id") {
       // A new NCCL weight-sync group: rank 0 makes its id and stays its bootstrap root.
       return {nlohmann::json{{"nccl_unique_id", nccl_unique_id_to_hex(nccl_new_unique_id())}}.dump(), {}};
@@ -185,7 +192,7 @@ CommandHandler learner_command_handler(std::function<void(const Config&)> prepar
       return {"{}", {}};
     }
     throw Error(fmt::format("learner worker: unknown command \"{}\" (known: ping, describe, torch_info, learner_init, "
-                            "learner_train, learner_sft, learner_values, learner_logprobs, learner_probe_logprobs, learner_publish, learner_nccl_id, learner_save, learner_load, learner_export)",
+                            "learner_train, learner_sft, learner_values, learner_logprobs, learner_probe_logprobs, learner_publish, learner_free_port, learner_nccl_id, learner_save, learner_load, learner_export)",
                             command.name));
   };
 }

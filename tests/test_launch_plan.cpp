@@ -40,6 +40,10 @@ TEST_CASE("endpoints: which stay on this host, and the address on the route to a
   CHECK(endpoint_host("ipc:///x") == "");
   CHECK(local_address_towards("tcp://127.0.0.1:9") == "127.0.0.1");
   CHECK(local_address_towards("ipc:///tmp/x") == "127.0.0.1");
+  const int port = free_tcp_port("127.0.0.1");
+  CHECK(port > 0);
+  CHECK(port < 65536);
+  CHECK_THROWS_WITH_AS(free_tcp_port("localhost"), doctest::Contains("not a numeric address"), Error);
   // (No lookup of a real name here: a test sends nothing beyond loopback, DNS included.)
   CHECK_THROWS_WITH_AS(local_address_towards("tcp://:9"), doctest::Contains("not a tcp://HOST:PORT endpoint"), Error);
 }

@@ -3,7 +3,8 @@
 the controller on 10.77.0.1 (launcher.kind: external, CURVE on by default off loopback),
 workers started from RUN_DIR/workers.txt on three other "hosts" by a supervisor that
 restarts a worker process when it exits (as Kubernetes or systemd would). Weight sync
-`auto` must pick `collective` across hosts; the learners' Gloo group spans two hosts.
+`auto` must pick `collective` across hosts; the learners' Gloo group spans two hosts and
+meets at a TCP store on learner-0's address.
 Midway the link of the host with rollout-1 goes down for a few seconds: the heartbeats
 notice, the controller restarts the worker, and the run finishes.
 
@@ -148,6 +149,8 @@ def run(tandem: str, hosts: NetnsHosts, work: Path) -> None:
         check(re.search(rf"{name} registered \(pid \d+ on \S+, {re.escape(hosts.address(host))}\)", log) is not None,
               f"{name} did not register from {hosts.address(host)}{explain}")
     check("weight sync: new collective group" in log, f"weight sync auto did not pick collective{explain}")
+    check(re.search(rf"learner group of 2 ranks meets at tcp://{re.escape(hosts.address('w1'))}:\d+", log) is not None,
+          f"the learners' rendezvous is not learner-0's TCP store{explain}")
     check(re.search(r"rollout-1 .*(heartbeat|died).*restarting it", log) is not None,
           f"the partition was not noticed and recovered{explain}")
     print(f"ok: {STEPS} steps over 4 namespaces; rollout-1's host partitioned for 5 s and recovered "
