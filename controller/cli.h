@@ -18,6 +18,16 @@ struct RunArgs {
   std::string run_dir;  // empty: runs/<experiment.name>-<time>
 };
 
+struct StatusArgs {
+  std::string run_dir;
+};
+int cli_status(const StatusArgs& args);
+
+struct StopArgs {
+  std::string run_dir;
+};
+int cli_stop(const StopArgs& args);
+
 struct SubmitArgs {
   std::string config_path;
   std::vector<std::string> overrides;

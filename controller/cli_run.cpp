@@ -8,6 +8,7 @@
 #include "controller/metrics_writer.h"
 #include "controller/progress.h"
 #include "controller/run_dir.h"
+#include "controller/run_status.h"
 #include "controller/training_loop.h"
 #include "controller/worker_pool.h"
 #include "core/config.h"
@@ -20,6 +21,7 @@
 #include "weight_sync/nccl_info.h"
 
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -137,6 +139,23 @@ void check_same_rows(const std::optional<CheckpointRef>& newest, const RunInputs
   }
 }
 
+// The run's end in RUN_DIR/status.json (the loop wrote the rest as it went).
+void mark_run_status(const std::string& run_dir, const std::string& state, const std::string& error) {
+  try {
+    RunStatus status = read_run_status(run_dir).value_or(RunStatus{});
+    status.state = state;
+    status.pid = ::getpid();
+    status.updated_unix = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    if (!error.empty()) {
+      status.last_error = error;
+      status.last_error_log = run_dir + "/logs/controller-0.log";
+    }
+    write_run_status(run_dir, status);
+  } catch (const std::exception& e) {
+    log::warn("cannot record the run's end in {}: {}", run_status_path(run_dir), e.what());
+  }
+}
+
 // Starts the workers and drives the loop in an existing run directory.
 int run_in(const Config& c, RunInputs inputs, const std::string& run_dir, bool resume) {
   const std::string rollout_device =
@@ -166,16 +185,19 @@ int run_in(const Config& c, RunInputs inputs, const std::string& run_dir, bool r
     log::info("{}", e.what());
     std::fprintf(stderr, "\ntandem: %s (continue with: tandem resume %s)\n", e.what(), run_dir.c_str());
     pool.shutdown(e.what());
-    return 128 + e.signal();
+    mark_run_status(run_dir, "stopped", "");
+    return e.signal() != 0 ? 128 + e.signal() : 0;  // `tandem stop` asked for exactly this
   } catch (const Interrupted& e) {
     log::info("{}: stopping the workers", e.what());  // the file only: the console line follows
     std::fprintf(stderr, "\ntandem: %s; stopping the workers (continue with: tandem resume %s)\n", e.what(),
                  run_dir.c_str());
     pool.shutdown(e.what());
+    mark_run_status(run_dir, "interrupted", "");
     return 128 + e.signal();
   } catch (const std::exception& e) {
     log::error("{}", e.what());  // "error: ..." on the console, once, and in the controller's log
     pool.shutdown("run failed");
+    mark_run_status(run_dir, "failed", e.what());
     return 1;
   }
   log::info("run complete");

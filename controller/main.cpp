@@ -22,6 +22,13 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--set", run.overrides, "override a config key: key.path=value (repeatable)");
   run_cmd->add_option("--run-dir", run.run_dir, "run directory (default: runs/<experiment.name>-<time>)");
 
+  StatusArgs status;
+  auto* status_cmd = app.add_subcommand("status", "is a run going, at which step, its workers, its last error");
+  status_cmd->add_option("run_dir", status.run_dir, "the run directory")->required();
+  StopArgs stop;
+  auto* stop_cmd = app.add_subcommand("stop", "ask a running run to checkpoint after its current step and stop");
+  stop_cmd->add_option("run_dir", stop.run_dir, "the run directory")->required();
+
   SubmitArgs submit;
   auto* submit_cmd = app.add_subcommand("submit", "submit a launcher.kind: slurm config as a Slurm batch job (sbatch)");
   submit_cmd->add_option("config", submit.config_path, "experiment config (YAML)")->required();
@@ -176,6 +183,8 @@ int main(int argc, char** argv) {
   try {
     if (run_cmd->parsed()) return cli_run(run);
     if (submit_cmd->parsed()) return cli_submit(submit);
+    if (status_cmd->parsed()) return cli_status(status);
+    if (stop_cmd->parsed()) return cli_stop(stop);
     if (resume_cmd->parsed()) return cli_resume(resume);
     if (plot_cmd->parsed()) return cli_plot(plot);
     if (validate_cmd->parsed()) return cli_validate(validate);

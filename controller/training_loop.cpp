@@ -2,6 +2,7 @@
 #include "controller/training_loop_impl.h"
 
 #include "controller/run_dir.h"
+#include "controller/run_status.h"
 
 #include "actor/presets.h"
 #include "core/files.h"
@@ -572,6 +573,7 @@ void TrainingLoop::run(bool resume) {
   const std::string group_dirs = run_dir_ + "/weight_sync";  // rendezvous of broadcast groups
   std::error_code cleanup_error;  // best effort: a late rank of a dead group may still write there
   std::filesystem::remove_all(group_dirs, cleanup_error);
+  std::filesystem::remove(stop_request_path(run_dir_), cleanup_error);  // an earlier `tandem stop`, honoured
   try {
     start_workers();
     int64_t step = 0;
@@ -590,14 +592,20 @@ void TrainingLoop::run(bool resume) {
     // The ETA is the pace of the steps run since (re)starting.
     progress_ = std::make_unique<ProgressLine>(c_.logging.console, c_.experiment.steps, step);
     int64_t last_checkpoint = resume ? step : -1;
+    const Clock::time_point steps_start = Clock::now();
+    const int64_t first_step = step;
+    report_status("running", step, 0.0);
     while (step < c_.experiment.steps) {
       try {
         run_step(++step);
         if (c_.experiment.checkpoint_every > 0 && step % c_.experiment.checkpoint_every == 0) last_checkpoint = step;
-        if (const int signal = pending_stop_request(); signal != 0 && step < c_.experiment.steps) {
-          // Asked to stop (Slurm's SIGTERM): the step is whole, so it is checkpointed and the
-          // run ends here; `tandem resume` (or a requeued job) continues after it.
+        report_status("running", step, seconds_since(steps_start) / static_cast<double>(std::max<int64_t>(1, step - first_step)));
+        const int signal = pending_stop_request();
+        if ((signal != 0 || std::filesystem::exists(stop_request_path(run_dir_))) && step < c_.experiment.steps) {
+          // Asked to stop (Slurm's SIGTERM, or `tandem stop`): the step is whole, so it is
+          // checkpointed and the run ends here; `tandem resume` (or a requeued job) continues.
           if (last_checkpoint != step) checkpoint(step);
+          std::filesystem::remove(stop_request_path(run_dir_), cleanup_error);
           progress_->finish();
           throw StopRequested(signal, step);
         }
@@ -612,6 +620,7 @@ void TrainingLoop::run(bool resume) {
     if (c_.experiment.checkpoint_every > 0 && last_checkpoint != step) checkpoint(step);
     export_policy();
     mark_run_finished(run_dir_, step);
+    report_status("finished", step, 0.0);
   } catch (...) {
     remove_weights_shm(shm_name_);
     std::filesystem::remove_all(group_dirs, cleanup_error);
@@ -619,6 +628,32 @@ void TrainingLoop::run(bool resume) {
   }
   remove_weights_shm(shm_name_);
   std::filesystem::remove_all(group_dirs, cleanup_error);
+}
+
+void TrainingLoop::report_status(const std::string& state, int64_t step, double step_seconds) {
+  RunStatus s;
+  s.state = state;
+  s.pid = ::getpid();
+  char hostname[256] = {};
+  ::gethostname(hostname, sizeof hostname - 1);
+  s.hostname = hostname;
+  s.started_unix = started_unix_;
+  s.updated_unix = unix_now();
+  s.step = step;
+  s.steps = c_.experiment.steps;
+  s.step_seconds = step_seconds;
+  for (const WorkerStatus& w : pool_.status()) {
+    const char* states[] = {"starting", "ready", "failed", "stopped"};
+    s.workers.push_back({w.id.name(), states[static_cast<int>(w.state)], w.pid, w.hostname, w.address, w.restarts,
+                         pool_.log_path(w.id)});
+  }
+  s.last_error = last_error_;
+  s.last_error_log = last_error_log_;
+  try {
+    write_run_status(run_dir_, s);
+  } catch (const std::exception& e) {  // a report, not the run: a full disk shows at the next checkpoint
+    log::warn("cannot update {}: {}", run_status_path(run_dir_), e.what());
+  }
 }
 
 }  // namespace training

@@ -36,6 +36,10 @@ namespace tandem::training {
 
 using Clock = std::chrono::steady_clock;
 
+inline double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 inline double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 inline bool colocated(const Config& c) { return c.placement == "colocated"; }
@@ -126,6 +130,8 @@ class TrainingLoop {
   void start_workers();
   void init_rollout(const WorkerId& worker);
   void init_learners(const std::vector<WorkerId>& workers);
+  // Rewrites RUN_DIR/status.json (controller/run_status.h).
+  void report_status(const std::string& state, int64_t step, double step_seconds);
   int64_t local_rank_of(const std::vector<WorkerId>& workers, size_t index) const;
   // Whether every worker registered from one host (same name and address): shm weight sync works.
   bool workers_on_one_host() const;
@@ -290,6 +296,9 @@ class TrainingLoop {
   std::optional<WeightGroup> group_;
   int64_t groups_made_ = 0;
   int64_t restarts_ = 0;            // worker restarts so far (launcher.max_restarts)
+  double started_unix_ = unix_now();
+  std::string last_error_;          // the newest worker failure, for RUN_DIR/status.json
+  std::string last_error_log_;
   PrefillCounts last_prefill_;  // of the latest generate()
   // Asynchronous RL: the next step's rollout, generated during this step's training.
   std::optional<StepRollout> prefetched_;

@@ -111,6 +111,8 @@ void TrainingLoop::count_restart(const WorkerFailure& failure) {
                             failure.what(), c_.launcher.max_restarts));
   }
   ++restarts_;
+  last_error_ = failure.what();
+  last_error_log_ = failure.log_path();
 }
 
 void TrainingLoop::restart_rollout(const WorkerFailure& failure, bool load_weights) {

@@ -44,13 +44,15 @@ WorkerFailure::WorkerFailure(WorkerId worker, int pid, std::string reason, const
       worker_(std::move(worker)),
       pid_(pid),
       reason_(std::move(reason)),
+      log_path_(log_path),
       command_error_(command_error) {}
 
 Interrupted::Interrupted(int signal)
     : Error(fmt::format("interrupted by {}", signal_word(signal))), signal_(signal) {}
 
 StopRequested::StopRequested(int signal, int64_t step)
-    : Error(fmt::format("stopped after step {} on {}, with a checkpoint", step, signal_word(signal))),
+    : Error(fmt::format("stopped after step {} on {}, with a checkpoint", step,
+                        signal == 0 ? "request (tandem stop)" : signal_word(signal))),
       signal_(signal),
       step_(step) {}
 
@@ -114,8 +116,10 @@ void WorkerPool::restart(const WorkerId& id) {
     }
   }
   const int old_pid = w->status.pid;
+  const int64_t restarts = w->status.restarts + 1;
   w->status = WorkerStatus{};
   w->status.id = id;
+  w->status.restarts = restarts;
   w->peer.clear();
   w->status.pid = launcher_->launch(launch_request(id));  // ends and reaps the old process first
   w->last_seen = Clock::now();

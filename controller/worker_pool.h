@@ -55,11 +55,13 @@ class WorkerFailure : public Error {
   int pid() const { return pid_; }
   const std::string& reason() const { return reason_; }
   bool command_error() const { return command_error_; }
+  const std::string& log_path() const { return log_path_; }
 
  private:
   WorkerId worker_;
   int pid_;
   std::string reason_;
+  std::string log_path_;
   bool command_error_;
 };
 
@@ -74,7 +76,7 @@ class Interrupted : public Error {
 };
 
 // The run stopped after step `step`, checkpointed, because `signal` asked it to
-// (install_interrupt_handlers with stop_on_sigterm).
+// (install_interrupt_handlers with stop_on_sigterm), or `tandem stop` did (signal 0).
 class StopRequested : public Error {
  public:
   StopRequested(int signal, int64_t step);
@@ -95,6 +97,7 @@ struct WorkerStatus {
   std::string failure;  // set when failed
   std::string hostname;  // as the worker registered
   std::string address;   // where its peers reach it (RegisterMsg::address)
+  int64_t restarts = 0;  // times restart() started it again
 };
 
 struct CommandReply {
@@ -143,6 +146,7 @@ class WorkerPool {
 
   std::vector<WorkerStatus> status() const;
   std::optional<WorkerFailure> first_failure() const;
+  std::string log_path(const WorkerId& id) const;
   // Frames and messages dropped as malformed, unexpected or from unknown senders.
   uint64_t rejected_messages() const { return channel_.rejected_count() + rejected_; }
   // Connections refused by CURVE authentication (an unknown or unkeyed peer).
@@ -175,7 +179,6 @@ class WorkerPool {
   Worker* find(const WorkerId& id);
   Worker* find_peer(const std::string& peer);
   WorkerFailure failure_of(const Worker& worker) const;
-  std::string log_path(const WorkerId& id) const;
 
   PoolOptions options_;
   std::unique_ptr<Launcher> launcher_;

@@ -197,3 +197,41 @@ TEST_CASE("a worker killed during a run with no restarts left fails the run with
   CHECK(out.find("used all 0 restarts (launcher.max_restarts)") != std::string::npos);
   CHECK(all_gone_within(workers, 5));
 }
+
+TEST_CASE("tandem status tells a running run's step and workers; tandem stop checkpoints it and stops it") {
+  TempDir dir;
+  std::vector<int> workers;
+  write_file(dir.path() + "/long.yaml", long_run_config);
+  ChildProcess controller = start_long_run(dir, workers);
+  const std::string run = dir.path() + "/run";
+  const std::string out = dir.path() + "/status.txt";
+  REQUIRE(run_tandem({"status", run}, out).success());
+  const std::string status = read_text(out);
+  CHECK_MESSAGE(status.find(fmt::format("state:    running (pid {})", controller.pid())) != std::string::npos, status);
+  CHECK_MESSAGE(status.find(" / 1000000") != std::string::npos, status);
+  CHECK_MESSAGE(status.find("eta:") != std::string::npos, status);
+  for (const char* worker : {"rollout-0", "rollout-1", "learner-0", "learner-1"}) {
+    CHECK_MESSAGE(status.find(std::string("  ") + worker) != std::string::npos, status);
+  }
+  CHECK_MESSAGE(status.find("ready") != std::string::npos, status);
+
+  REQUIRE(run_tandem({"stop", run}, dir.path() + "/stop.txt").success());
+  const auto ended = controller.wait_for(60);
+  REQUIRE_MESSAGE(ended.has_value(), read_text(dir.path() + "/out.txt"));
+  CHECK_MESSAGE(ended->success(), read_text(dir.path() + "/out.txt"));  // a stop asked for is not a failure
+  CHECK(all_gone_within(workers, 10));
+  const std::string said = read_text(dir.path() + "/out.txt");
+  const size_t at = said.find("stopped after step ");
+  REQUIRE_MESSAGE(at != std::string::npos, said);
+  const int step = std::stoi(said.substr(at + 19));
+  CHECK(fs::is_directory(fmt::format("{}/checkpoints/step_{}", run, step)));
+  CHECK_FALSE(fs::exists(run + "/stop_request"));  // honoured, and gone: a resume does not stop at once
+  CHECK_FALSE(fs::exists(run + "/finished.json"));
+
+  REQUIRE(run_tandem({"status", run}, dir.path() + "/after.txt").success());
+  CHECK_MESSAGE(read_text(dir.path() + "/after.txt").find("state:    stopped") != std::string::npos,
+                read_text(dir.path() + "/after.txt"));
+  // Stopping a run that is not running is a usage error.
+  CHECK(run_tandem({"stop", run}, dir.path() + "/again.txt").exit_code == 2);
+  CHECK(run_tandem({"status", dir.path()}, dir.path() + "/none.txt").exit_code == 2);
+}

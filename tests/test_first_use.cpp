@@ -71,8 +71,6 @@ TEST_CASE("validate and run refuse, before anything starts, what run cannot do (
   const std::vector<RefusedCase> cases = {
       {"kl in reward", with(&SmallConfig::algorithm, "{group_size: 2, kl: {coef: 0.1, in: reward}}").text(),
        "c.yaml:4:44: algorithm.kl.in: reward is not implemented yet"},
-      {"slurm", with(&SmallConfig::extra, "launcher: {kind: slurm}\n").text(),
-       "c.yaml:8:12: launcher.kind: slurm is not implemented yet (allowed today: local)"},
       {"async colocated", with(&SmallConfig::algorithm, "{group_size: 2, async: {max_staleness: 1}}").text(),
        "c.yaml:4:36: algorithm.async.max_staleness: asynchronous rollout needs placement: disaggregated"},
       {"partial rollouts, synchronous",
@@ -142,6 +140,16 @@ TEST_CASE("validate and run refuse, before anything starts, what run cannot do (
     CHECK(text.find("Train on the CPU with learner.device: cpu") != std::string::npos);
     CHECK_FALSE(fs::exists(d + "/run"));
   }
+  // launcher.kind: slurm is a valid config; run refuses it outside a Slurm allocation.
+  write_text(d + "/c.yaml", with(&SmallConfig::extra, "launcher: {kind: slurm}\n").text());
+  fs::remove(out);
+  CHECK(run_tandem({"validate", d + "/c.yaml"}, out).exit_code == 0);
+  fs::remove(out);
+  CHECK(run_tandem({"run", d + "/c.yaml", "--run-dir", d + "/run"}, out).exit_code == 2);
+  CHECK_MESSAGE(read_text(out).find("c.yaml:8:12: launcher.kind: slurm runs inside a Slurm allocation (SLURM_JOB_ID is "
+                                    "not set): submit it with `tandem submit CONFIG`") != std::string::npos,
+                read_text(out));
+  CHECK_FALSE(fs::exists(d + "/run"));
   // A data.prompt_key the rows lack, given on the command line.
   write_text(d + "/c.yaml", SmallConfig().text());
   fs::remove(out);

@@ -24,8 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from slurm_cluster import SlurmCluster, SlurmClusterError, _static_unavailable_reason  # noqa: E402
 
 SKIP = 77
+# Runs long enough that a kill or a requeue lands mid-run (a step takes 0.03 to 0.5 s).
+STEPS = 200
 CONFIG = """
-experiment: {{name: {name}, seed: 1, steps: {steps}, checkpoint_every: 2, keep_checkpoints: 5}}
+experiment: {{name: {name}, seed: 1, steps: {steps}, checkpoint_every: 10, keep_checkpoints: 2}}
 model:      {{path: "builtin:tiny", dtype: float32}}
 data:       {{train: "builtin:addition1", prompt_key: prompt, batch_size: 8}}
 algorithm:  {{advantage: grpo, group_size: 4}}
@@ -117,17 +119,18 @@ class Runs:
 
 
 def run_end_to_end_with_a_killed_step(runs: Runs) -> None:
-    job, run_dir = runs.submit("three-nodes", steps=6)
+    # Steps take 0.03 s on a fast machine: enough of them that the kill lands mid-run.
+    job, run_dir = runs.submit("three-nodes", steps=STEPS)
     try:
         wait_for("step 2 of the run", lambda: runs.steps_done(run_dir) >= 2, 120)
         step = runs.step_of_worker(job, "rollout-1")
         check(step != "", "no job step named rollout-1")
         runs.cluster.run(["scancel", step], timeout=20, check=False)  # scancel's exit code lies for steps
-        state = runs.wait_job_done(job, 180)
+        state = runs.wait_job_done(job, 300)
         check(state == "COMPLETED", f"job ended {state}")
         check(runs.job_field(job, "ExitCode") == "0:0", f"job exit code {runs.job_field(job, 'ExitCode')}")
         check((run_dir / "finished.json").exists(), "no finished.json")
-        check(runs.steps_done(run_dir) == 6, f"{runs.steps_done(run_dir)} metric rows, want 6")
+        check(runs.steps_done(run_dir) == STEPS, f"{runs.steps_done(run_dir)} metric rows, want {STEPS}")
         log = (run_dir / "logs" / "controller-0.log").read_text()
         nodes = set(re.findall(r"as a job step of Slurm job \d+ on (n\d)", log))
         check(nodes == {"n1", "n2", "n3"}, f"worker steps ran on {sorted(nodes)}, want n1..n3")
@@ -158,23 +161,23 @@ def scancel_checkpoints_and_stops(runs: Runs) -> None:
 
 
 def requeue_resumes(runs: Runs) -> None:
-    job, run_dir = runs.submit("requeued", steps=8)
+    job, run_dir = runs.submit("requeued", steps=STEPS)
     try:
-        wait_for("the checkpoint of step 2", lambda: (run_dir / "checkpoints" / "step_2").is_dir()
-                 and runs.steps_done(run_dir) >= 3, 120)
+        wait_for("the checkpoint of step 10", lambda: (run_dir / "checkpoints" / "step_10").is_dir()
+                 and runs.steps_done(run_dir) >= 11, 120)
         runs.cluster.run(["scontrol", "requeue", job], timeout=20)
         # A requeued job waits (BeginTime) before it may start again: start it now.
         wait_for("the job to be pending again", lambda: runs.job_field(job, "JobState") == "PENDING", 60, 0.5)
         runs.cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], timeout=20)
-        state = runs.wait_job_done(job, 180)
+        state = runs.wait_job_done(job, 300)
         check(state == "COMPLETED", f"requeued job ended {state}")
         check(runs.job_field(job, "Restarts") == "1", f"Restarts={runs.job_field(job, 'Restarts')}")
         out = (run_dir / f"slurm-{job}.out").read_text()
         check(re.search(r"tandem: resuming after step \d+", out) is not None, "the requeued job did not resume")
         check((run_dir / "finished.json").exists(), "the resumed run did not finish")
         finished = json.loads((run_dir / "finished.json").read_text())
-        check(finished.get("steps") == 8, f"finished.json: {finished}")
-        print(f"ok: job {job} requeued and resumed from its checkpoint to step 8")
+        check(finished.get("steps") == STEPS, f"finished.json: {finished}")
+        print(f"ok: job {job} requeued and resumed from its checkpoint to step {STEPS}")
     except Failure as e:
         raise Failure(f"{e}\n{runs.explain(run_dir, job)}") from None
 
