@@ -145,7 +145,7 @@ void mark_run_status(const std::string& run_dir, const std::string& state, const
     RunStatus status = read_run_status(run_dir).value_or(RunStatus{});
     status.state = state;
     status.pid = ::getpid();
-    status.updated_unix = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    status.updated_unix = unix_now();
     if (!error.empty()) {
       status.last_error = error;
       status.last_error_log = run_dir + "/logs/controller-0.log";

@@ -4,6 +4,7 @@
 #include "controller/run_status.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/net_address.h"
 #include "core/process.h"
 
 #include <unistd.h>
@@ -14,12 +15,6 @@
 
 namespace tandem {
 namespace {
-
-std::string this_hostname() {
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  return name;
-}
 
 RunStatus require_status(const std::string& run_dir, const char* command) {
   if (!std::filesystem::is_regular_file(run_dir + "/config.yaml")) {
@@ -42,8 +37,7 @@ bool controller_alive_here(const RunStatus& status) {
 
 int cli_status(const StatusArgs& args) {
   const RunStatus status = require_status(args.run_dir, "status");
-  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  std::fputs(describe_run_status(status, args.run_dir, controller_alive_here(status), this_hostname(), now).c_str(),
+  std::fputs(describe_run_status(status, args.run_dir, controller_alive_here(status), this_hostname(), unix_now()).c_str(),
              stdout);
   return 0;
 }

@@ -15,12 +15,6 @@ std::string tcp_endpoint(const std::string& host, int64_t port) {
   return fmt::format("tcp://{}:{}", ipv6 ? "[" + host + "]" : host, port > 0 ? std::to_string(port) : "*");
 }
 
-std::string this_hostname() {
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  return name;
-}
-
 }  // namespace
 
 bool curve_wanted(const std::string& auth, const std::string& bind_address) {

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/text.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -92,16 +93,6 @@ class ExternalLauncher : public Launcher {
   void stop_all(double) override {}
 
  private:
-  static std::string shell_quote(const std::string& text) {
-    if (text.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:=@,+") ==
-        std::string::npos) {
-      return text;
-    }
-    std::string quoted = "'";
-    for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return quoted + "'";
-  }
-
   std::string binary_;
   std::string commands_path_;
   std::set<WorkerId> written_;

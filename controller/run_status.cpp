@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cmath>
 
 namespace tandem {
@@ -19,6 +20,10 @@ std::string duration_text(double seconds) {
 }
 
 }  // namespace
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 std::string run_status_path(const std::string& run_dir) { return run_dir + "/status.json"; }
 std::string stop_request_path(const std::string& run_dir) { return run_dir + "/stop_request"; }

@@ -34,6 +34,9 @@ struct RunStatus {
   std::string last_error_log;  // the log file that says more
 };
 
+// Seconds since the Unix epoch, as status.json's times are.
+double unix_now();
+
 std::string run_status_path(const std::string& run_dir);
 std::string stop_request_path(const std::string& run_dir);
 

@@ -2,19 +2,13 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/text.h"
 
 #include <cctype>
 #include <sstream>
 
 namespace tandem {
 namespace {
-
-// Single-quoted for the shell: nothing inside is expanded.
-std::string shell_quote(const std::string& text) {
-  std::string quoted = "'";
-  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
 
 // A Slurm job name: the experiment's name, without what #SBATCH lines cannot carry.
 std::string job_name(const std::string& experiment) {
@@ -49,8 +43,8 @@ SubmitPlan plan_submission(const Config& c, const std::string& run_dir, const st
   std::istringstream extra(s.extra_args);
   for (std::string arg; extra >> arg;) script << "#SBATCH " << arg << "\n";
   script << "set -euo pipefail\n"
-         << "run_dir=" << shell_quote(run_dir) << "\n"
-         << "tandem=" << shell_quote(tandem_binary) << "\n"
+         << "run_dir=" << shell_quote(run_dir, /*always=*/true) << "\n"
+         << "tandem=" << shell_quote(tandem_binary, /*always=*/true) << "\n"
          << "# A requeued job (SLURM_RESTART_COUNT > 0), or one whose run has started, resumes\n"
          << "# from the newest whole checkpoint.\n"
          << "if [ -f \"$run_dir/config.yaml\" ]; then exec \"$tandem\" resume \"$run_dir\"; fi\n"

@@ -7,6 +7,7 @@
 #include "actor/presets.h"
 #include "core/files.h"
 #include "core/log.h"
+#include "core/net_address.h"
 #include "core/signals.h"
 #include "core/text.h"
 #include "learner/advantages.h"
@@ -634,9 +635,7 @@ void TrainingLoop::report_status(const std::string& state, int64_t step, double 
   RunStatus s;
   s.state = state;
   s.pid = ::getpid();
-  char hostname[256] = {};
-  ::gethostname(hostname, sizeof hostname - 1);
-  s.hostname = hostname;
+  s.hostname = this_hostname();
   s.started_unix = started_unix_;
   s.updated_unix = unix_now();
   s.step = step;

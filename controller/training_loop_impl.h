@@ -11,6 +11,7 @@
 #include "controller/checkpoints.h"
 #include "controller/dataset.h"
 #include "controller/scoring_thread.h"
+#include "controller/run_status.h"
 #include "controller/metrics_writer.h"
 #include "controller/progress.h"
 #include "controller/run_inputs.h"
@@ -35,10 +36,6 @@
 namespace tandem::training {
 
 using Clock = std::chrono::steady_clock;
-
-inline double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 inline double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 

@@ -12,6 +12,12 @@
 
 namespace tandem {
 
+std::string this_hostname() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
 std::string endpoint_host(const std::string& endpoint) {
   const std::string scheme = "tcp://";
   if (endpoint.rfind(scheme, 0) != 0) return "";

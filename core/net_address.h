@@ -18,6 +18,9 @@ bool endpoint_is_local(const std::string& endpoint);
 // read back, and closed. Another process may take it before it is used again.
 int free_tcp_port(const std::string& host);
 
+// This machine's host name (gethostname).
+std::string this_hostname();
+
 // The HOST of tcp://HOST:PORT (brackets removed for IPv6); empty for other schemes.
 std::string endpoint_host(const std::string& endpoint);
 

@@ -78,4 +78,12 @@ std::string quoted(const std::string& text, size_t max_length) {
   return out + "\"";
 }
 
+std::string shell_quote(const std::string& text, bool always) {
+  const char* safe = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:=@,+";
+  if (!always && !text.empty() && text.find_first_not_of(safe) == std::string::npos) return text;
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 }  // namespace tandem

@@ -21,4 +21,8 @@ std::vector<std::string> split(const std::string& text, char separator);
 // Quotes text for a message, escaping control characters; long text is shortened.
 std::string quoted(const std::string& text, size_t max_length = 80);
 
+// `text` as one shell word: in single quotes (nothing inside is expanded), or as it is when
+// it holds only characters the shell takes literally and `always` is false.
+std::string shell_quote(const std::string& text, bool always = false);
+
 }  // namespace tandem

@@ -18,11 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string hostname() {
-  char buffer[256] = {};
-  ::gethostname(buffer, sizeof buffer - 1);
-  return buffer;
-}
 
 // The I/O thread: socket to the controller on one side, inproc pair to the executor
 // on the other. Ends when the executor says so (it forwards the executor's Shutdown).
@@ -37,7 +32,7 @@ void io_loop(zmq::context_t& context, const WorkerOptions& options, const std::s
   executor.connect(pair_address);
 
   const std::string address = local_address_towards(options.controller_address);
-  controller.send(RegisterMsg{options.id, static_cast<uint32_t>(::getpid()), hostname(), protocol_version(), address});
+  controller.send(RegisterMsg{options.id, static_cast<uint32_t>(::getpid()), this_hostname(), protocol_version(), address});
   log::info("registered with the controller at {} (from {}{})", options.controller_address, address,
             options.curve ? ", CURVE" : "");
 
@@ -125,7 +120,7 @@ class Executor {
         result.attachments = in.attachments;
       } else if (command->name == "describe") {
         result.body = fmt::format("{{\"role\":\"{}\",\"rank\":{},\"pid\":{},\"host\":\"{}\"}}", options_.id.role,
-                                  options_.id.rank, ::getpid(), hostname());
+                                  options_.id.rank, ::getpid(), this_hostname());
       } else {
         result = run_handler(*command, in.attachments);
       }

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checks import Failure, check  # noqa: E402
 from netns_hosts import NetnsHosts, unavailable_reason  # noqa: E402
 
 SKIP = 77
@@ -50,15 +51,6 @@ launcher:
   command_timeout_s: 60
 logging:    {{console: plain}}
 """
-
-
-class Failure(Exception):
-    pass
-
-
-def check(condition: bool, what: str) -> None:
-    if not condition:
-        raise Failure(what)
 
 
 def worker_name(argv: list[str]) -> str:

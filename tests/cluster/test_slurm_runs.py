@@ -17,10 +17,10 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checks import Failure, check, wait_for  # noqa: E402
 from slurm_cluster import SlurmCluster, SlurmClusterError, _static_unavailable_reason  # noqa: E402
 
 SKIP = 77
@@ -43,25 +43,6 @@ launcher:
   slurm: {{nodes: 3, time: "10:00"}}
 logging:    {{console: plain}}
 """
-
-
-class Failure(Exception):
-    pass
-
-
-def check(condition: bool, what: str) -> None:
-    if not condition:
-        raise Failure(what)
-
-
-def wait_for(what: str, predicate, timeout: float, poll: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll)
-    raise Failure(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 class Runs:
