@@ -213,6 +213,9 @@ struct LauncherConfig {
   int64_t max_message_mb = 64;
   std::string transport = "ipc";  // how workers reach the controller on one host
   int64_t max_restarts = 3;       // worker restarts a run survives before it stops
+  // A hung worker (missed heartbeats, command past its timeout) writes every thread's
+  // stack into its log before it is killed; seconds the controller waits for them.
+  double hang_stacks_timeout_s = 5.0;
 };
 
 // Evaluation on data.val: responses drawn with these settings, scored by the config's rewards.
@@ -222,11 +225,30 @@ struct EvalConfig {
   double correct_threshold = 1.0;  // a response whose summed reward reaches this counts as correct
 };
 
+// logging.prometheus: the controller serves /metrics.
+struct PrometheusConfig {
+  int64_t port = -1;               // -1: off; 0: any free port (written to RUN_DIR/prometheus_port)
+  std::string bind = "127.0.0.1";  // address /metrics listens on
+};
+
+// logging.straggler: a worker whose command takes `factor` times the median of its peers'
+// (same command, same step) for `steps` steps in a row is reported.
+struct StragglerConfig {
+  double factor = 1.5;
+  int64_t steps = 3;
+};
+
 struct LoggingConfig {
   std::string console = "progress";
   bool jsonl = true;
   std::string level = "info";  // log file level
   int64_t samples_per_step = 4;  // completions appended to samples.jsonl each step; 0: none
+  bool tensorboard = false;      // RUN_DIR/tensorboard/events.out.tfevents.*
+  PrometheusConfig prometheus;
+  int64_t trace_every = 0;       // RUN_DIR/traces/step_<N>.json every N steps; 0: none
+  bool dashboard = false;        // serve `tandem dashboard` during the run
+  int64_t dashboard_port = 0;    // its port on 127.0.0.1; 0: any free port (RUN_DIR/dashboard_url)
+  StragglerConfig straggler;
 };
 
 struct Config {

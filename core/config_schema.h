@@ -268,6 +268,20 @@ template <class V> void describe(V& v, LauncherConfig& c) {
   v.field("max_message_mb", c.max_message_mb, at_least(1), "largest control message accepted, MiB");
   v.field("max_restarts", c.max_restarts, at_least(0), "worker restarts a run survives before it stops");
   v.field("transport", c.transport, one_of({"ipc", "tcp"}), "control-plane transport on one host");
+  v.field("hang_stacks_timeout_s", c.hang_stacks_timeout_s, non_negative(),
+          "seconds a hung worker gets to write every thread's stack into its log before it is killed; 0: none");
+}
+
+template <class V> void describe(V& v, PrometheusConfig& c) {
+  v.field("port", c.port, integer_between(-1, 65535),
+          "port of the controller's /metrics; -1: off, 0: any free port (written to RUN_DIR/prometheus_port)");
+  v.field("bind", c.bind, required_text(), "address /metrics listens on");
+}
+
+template <class V> void describe(V& v, StragglerConfig& c) {
+  v.field("factor", c.factor, positive(),
+          "a worker whose command takes this many times its peers' median is slow (perf/stragglers)");
+  v.field("steps", c.steps, at_least(1), "steps in a row a worker must be slow to be reported as a straggler");
 }
 
 template <class V> void describe(V& v, EvalConfig& c) {
@@ -285,6 +299,14 @@ template <class V> void describe(V& v, LoggingConfig& c) {
   v.field("samples_per_step", c.samples_per_step, at_least(0),
           "completions appended to RUN_DIR/samples.jsonl each step (prompt, response, reward and its parts, "
           "weight version); 0: none");
+  v.field("tensorboard", c.tensorboard, "write every metric as a TensorBoard scalar (RUN_DIR/tensorboard/)");
+  v.section("prometheus", c.prometheus, "the controller's Prometheus /metrics endpoint");
+  v.field("trace_every", c.trace_every, at_least(0),
+          "write a Chrome trace of every N-th step to RUN_DIR/traces/step_<N>.json; 0: none");
+  v.field("dashboard", c.dashboard, "serve the live dashboard during the run (RUN_DIR/dashboard_url)");
+  v.field("dashboard_port", c.dashboard_port, integer_between(0, 65535),
+          "the dashboard's port on 127.0.0.1; 0: any free port");
+  v.section("straggler", c.straggler, "reporting workers slower than their peers");
 }
 
 template <class V> void describe(V& v, Config& c) {
