@@ -1,6 +1,7 @@
 #include "controller/cli.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/trace.h"
 #include "core/worker_runtime.h"
 #include "learner/learner_role.h"
 #include "plugins/plugin_loader.h"
@@ -9,8 +10,34 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <mutex>
+#include <set>
+
+#include <nlohmann/json.hpp>
 
 namespace tandem {
+namespace {
+
+// Every role's commands, traced: each is a span named after it (core/trace.h), and
+// `trace_collect` hands the process's spans to the controller (logging.trace_every).
+CommandHandler traced(CommandHandler handler) {
+  return [handler](const CommandMsg& command, const std::vector<std::string>& attachments) {
+    if (command.name == "trace_collect") return CommandResult{trace::collect_json().dump(), {}};
+    // The span's name must outlive the process's records: command names are few, so
+    // each distinct one is kept once.
+    static std::mutex names_mutex;
+    static std::set<std::string> names;
+    const char* name;
+    {
+      std::lock_guard<std::mutex> lock(names_mutex);
+      name = names.insert(command.name).first->c_str();
+    }
+    trace::Span span(name, "command");
+    return handler(command, attachments);
+  };
+}
+
+}  // namespace
 
 int cli_worker(const WorkerArgs& args) {
   CommandHandler handler;
@@ -60,7 +87,7 @@ int cli_worker(const WorkerArgs& args) {
         throw Error(fmt::format("key file {} has no server line (the controller's public key)", keys_path));
       }
     }
-    return run_worker(options, handler);
+    return run_worker(options, traced(handler));
   } catch (const std::exception& e) {
     log::error("worker failed: {}", e.what());
     return 1;

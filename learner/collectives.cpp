@@ -1,4 +1,5 @@
 #include "learner/collectives.h"
+#include "core/trace.h"
 
 #include "core/error.h"
 #include "learner/collectives_nccl.h"
@@ -107,6 +108,7 @@ class GlooCollectives final : public Collectives {
 
   template <class Fn>
   void run(const char* what, Fn fn) {
+    trace::Span span(what, "collective");
     try {
       fn();
     } catch (const std::exception& e) {

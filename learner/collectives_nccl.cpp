@@ -1,6 +1,7 @@
 // The NCCL collectives (collectives_nccl.h): compiled whenever nvcc and NCCL are found, so
 // they cannot rot on machines without a GPU; run only on GPUs.
 #include "core/error.h"
+#include "core/trace.h"
 #include "learner/collectives_nccl.h"
 #include "learner/rendezvous_store.h"
 #include "weight_sync/cuda_util.h"
@@ -219,6 +220,7 @@ class NcclCollectives final : public Collectives {
   // Queues one NCCL call and waits for it (see collectives_nccl.h).
   template <class Enqueue>
   void run(const char* what, Enqueue enqueue) {
+    trace::Span span(what, "collective");
     const std::string label = fmt::format("{}: {}", where_, what);
     if (comm_.broken) throw Error(label + ": the communicator was aborted after an earlier failure");
     const ncclResult_t queued = enqueue();  // ncclInProgress: still being queued (non-blocking communicator)

@@ -4,6 +4,7 @@
 #include "learner/learner_device.h"
 #include "learner/proximal_weights.h"
 #include "learner/trainer_impl.h"
+#include "core/trace.h"
 
 #include <c10/core/InferenceMode.h>
 
@@ -221,6 +222,8 @@ AggregationScale Trainer::Impl::global_scale(const std::vector<TrainingSample>& 
 }
 
 ObjectiveMetrics Trainer::Impl::micro_batch(const MicroBatch& batch, const AggregationScale& scale) {
+  trace::Span span("micro_batch", "train");
+  span.set_count(batch.layout.input_ids.numel());  // tokens, padding included
   if (strategy == Strategy::fsdp) return fsdp_micro_batch(batch, scale);
   ObjectiveResult result = objective_from_trunk(model.trunk(batch.layout), batch, scale);
   result.loss.backward();  // accumulates into the flat gradient buffer
@@ -260,6 +263,7 @@ void Trainer::Impl::zero_gradients() {
 }
 
 double Trainer::Impl::synchronise_and_step(AdamW& optimizer, double learning_rate) {
+  trace::Span span("optimizer_step", "train");
   at::Tensor grads = local_grads();
   switch (strategy) {
     case Strategy::ddp: collectives.all_reduce_sum(flat->grads()); break;

@@ -1,4 +1,5 @@
 #include "rollout/engine.h"
+#include "core/trace.h"
 
 #include "core/error.h"
 #include "rollout/kv_cache.h"
@@ -179,6 +180,12 @@ std::vector<GeneratedSample> RolloutEngine::step() {
   std::vector<GeneratedSample> finished;
   if (plan.chunks.empty()) return finished;
   ++stats_.steps;
+  // A step that runs any prompt tokens is a prefill step in the trace; one-token steps are decode.
+  const bool prefill_step = std::any_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) {
+    return !c.logits_of && !(static_cast<const SampleState*>(c.sequence)->started && c.end - c.begin == 1);
+  });
+  trace::Span span(prefill_step ? "prefill" : "decode", "generate");
+  span.set_count(static_cast<int64_t>(plan.chunks.size()));
   stats_.preemptions = m.scheduler.preemptions();
   stats_.kv_blocks_peak = std::max(stats_.kv_blocks_peak, m.blocks.total() - m.blocks.free_count());
 

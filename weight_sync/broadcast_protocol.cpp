@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "weight_sync/buckets.h"
 #include "core/checksum.h"
+#include "core/trace.h"
 #include "weight_sync/layout.h"
 
 #include <nlohmann/json.hpp>
@@ -109,6 +110,8 @@ class BroadcastSender : public WeightSender {
     }
     holder_.guarded([&] {
       for (size_t b = 0; b < layout.buckets.size(); ++b) {
+        trace::Span span("send_bucket", "sync");
+        span.set_count(layout.buckets[b].end - layout.buckets[b].begin);
         g.send_bucket(layout, tensors, b, options_.tamper_bucket_for_test);
       }
       verdicts = g.allgather("");
@@ -176,6 +179,8 @@ class BroadcastReceiver : public WeightReceiver {
     BucketUnpacker unpacker(layout, sink);
     holder_.guarded([&] {
       for (size_t b = 0; b < layout.buckets.size(); ++b) {
+        trace::Span span("receive_bucket", "sync");
+        span.set_count(layout.buckets[b].end - layout.buckets[b].begin);
         const uint8_t* data = g.receive_bucket(layout, b);
         if (!failure.empty()) continue;  // keep draining: the sender and other ranks go on
         const LayoutBucket& bucket = layout.buckets[b];

@@ -1,6 +1,7 @@
 #include "weight_sync/buckets.h"
 
 #include "core/checksum.h"
+#include "core/trace.h"
 
 #include <algorithm>
 #include <cstring>
@@ -24,6 +25,8 @@ std::vector<BucketPiece> bucket_pieces(const WeightLayout& layout, size_t bucket
 void pack_bucket(const WeightLayout& layout, const std::vector<OutgoingTensor>& tensors, size_t bucket, uint8_t* dst,
                  CopyBytes copy) {
   const LayoutBucket& b = layout.buckets.at(bucket);
+  trace::Span span("pack_bucket", "sync");
+  span.set_count(b.end - b.begin);
   int64_t filled = 0;
   for (const BucketPiece& p : bucket_pieces(layout, bucket)) {
     if (p.bucket_offset > filled) std::memset(dst + filled, 0, static_cast<size_t>(p.bucket_offset - filled));
@@ -78,6 +81,8 @@ ExpectedTensor expected_from_layout(const LayoutTensor& tensor) { return {tensor
 BucketUnpacker::BucketUnpacker(const WeightLayout& layout, const WeightSink& sink) : layout_(layout), sink_(sink) {}
 
 void BucketUnpacker::add(size_t bucket, const uint8_t* data) {
+  trace::Span span("unpack_bucket", "sync");
+  span.set_count(layout_.buckets.at(bucket).end - layout_.buckets.at(bucket).begin);
   for (const BucketPiece& p : bucket_pieces(layout_, bucket)) {
     const LayoutTensor& t = layout_.tensors[p.tensor];
     if (p.bytes == t.bytes) {  // wholly inside this bucket
