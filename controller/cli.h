@@ -23,6 +23,20 @@ struct StatusArgs {
 };
 int cli_status(const StatusArgs& args);
 
+// `tandem dashboard RUN_DIR`: a live page of the run (controller/dashboard_server.h).
+struct DashboardArgs {
+  std::string run_dir;
+  int port = 0;                   // 0: any free port
+  std::string bind = "127.0.0.1";  // reach it from elsewhere with ssh -L (docs/dashboard.md)
+};
+int cli_dashboard(const DashboardArgs& args);
+
+struct ProfileArgs {
+  std::string run_dir;
+  int64_t step = -1;  // -1: the newest traced step
+};
+int cli_profile(const ProfileArgs& args);
+
 struct StopArgs {
   std::string run_dir;
 };

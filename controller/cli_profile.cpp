@@ -23,7 +23,7 @@ int64_t newest_traced_step(const std::string& run_dir) {
   for (const auto& entry : std::filesystem::directory_iterator(run_dir + "/traces", error)) {
     std::smatch m;
     const std::string file = entry.path().filename().string();
-    if (std::regex_match(file, m, name)) newest = std::max(newest, std::stoll(m[1]));
+    if (std::regex_match(file, m, name)) newest = std::max<int64_t>(newest, std::stoll(m[1]));
   }
   return newest;
 }

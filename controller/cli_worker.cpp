@@ -10,19 +10,35 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <chrono>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 namespace tandem {
 namespace {
 
+// Test-only (with TANDEM_TEST_COMMANDS=1): TANDEM_TEST_SLOW_WORKER=NAME:COMMAND:SECONDS
+// makes worker NAME (e.g. rollout-1) take SECONDS longer for each COMMAND, a straggler.
+double test_delay_for(const std::string& worker, const std::string& command) {
+  const char* enabled = std::getenv("TANDEM_TEST_COMMANDS");
+  const char* slow = std::getenv("TANDEM_TEST_SLOW_WORKER");
+  if (!enabled || std::string(enabled) != "1" || !slow) return 0;
+  const std::string spec = slow;
+  const size_t a = spec.find(':'), b = spec.rfind(':');
+  if (a == std::string::npos || a == b) return 0;
+  if (spec.substr(0, a) != worker || spec.substr(a + 1, b - a - 1) != command) return 0;
+  return std::atof(spec.c_str() + b + 1);
+}
+
 // Every role's commands, traced: each is a span named after it (core/trace.h), and
 // `trace_collect` hands the process's spans to the controller (logging.trace_every).
-CommandHandler traced(CommandHandler handler) {
-  return [handler](const CommandMsg& command, const std::vector<std::string>& attachments) {
+CommandHandler traced(CommandHandler handler, const std::string& worker) {
+  return [handler, worker](const CommandMsg& command, const std::vector<std::string>& attachments) {
     if (command.name == "trace_collect") return CommandResult{trace::collect_json().dump(), {}};
+    if (command.name == "trace_clock") return CommandResult{nlohmann::json{{"now_us", trace::now_us()}}.dump(), {}};
     // The span's name must outlive the process's records: command names are few, so
     // each distinct one is kept once.
     static std::mutex names_mutex;
@@ -33,6 +49,9 @@ CommandHandler traced(CommandHandler handler) {
       name = names.insert(command.name).first->c_str();
     }
     trace::Span span(name, "command");
+    if (const double delay = test_delay_for(worker, command.name); delay > 0) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    }
     return handler(command, attachments);
   };
 }
@@ -87,7 +106,7 @@ int cli_worker(const WorkerArgs& args) {
         throw Error(fmt::format("key file {} has no server line (the controller's public key)", keys_path));
       }
     }
-    return run_worker(options, traced(handler));
+    return run_worker(options, traced(handler, options.id.name()));
   } catch (const std::exception& e) {
     log::error("worker failed: {}", e.what());
     return 1;

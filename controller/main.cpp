@@ -25,6 +25,16 @@ int main(int argc, char** argv) {
   StatusArgs status;
   auto* status_cmd = app.add_subcommand("status", "is a run going, at which step, its workers, its last error");
   status_cmd->add_option("run_dir", status.run_dir, "the run directory")->required();
+  DashboardArgs dashboard;
+  auto* dashboard_cmd = app.add_subcommand("dashboard", "serve a live page of a run: progress, curves, workers, samples, errors");
+  dashboard_cmd->add_option("run_dir", dashboard.run_dir, "the run directory")->required();
+  dashboard_cmd->add_option("--port", dashboard.port, "TCP port; 0: any free port (printed, and written to RUN_DIR/dashboard_url)");
+  dashboard_cmd->add_option("--bind", dashboard.bind, "address to listen on (the default serves this machine only)");
+  ProfileArgs profile;
+  auto* profile_cmd =
+      app.add_subcommand("profile", "where a traced step's time went: its critical path and each worker's idle share");
+  profile_cmd->add_option("run_dir", profile.run_dir, "the run directory")->required();
+  profile_cmd->add_option("--step", profile.step, "the step (its trace RUN_DIR/traces/step_<N>.json); default: the newest");
   StopArgs stop;
   auto* stop_cmd = app.add_subcommand("stop", "ask a running run to checkpoint after its current step and stop");
   stop_cmd->add_option("run_dir", stop.run_dir, "the run directory")->required();
@@ -185,6 +195,8 @@ int main(int argc, char** argv) {
     if (submit_cmd->parsed()) return cli_submit(submit);
     if (status_cmd->parsed()) return cli_status(status);
     if (stop_cmd->parsed()) return cli_stop(stop);
+    if (profile_cmd->parsed()) return cli_profile(profile);
+    if (dashboard_cmd->parsed()) return cli_dashboard(dashboard);
     if (resume_cmd->parsed()) return cli_resume(resume);
     if (plot_cmd->parsed()) return cli_plot(plot);
     if (validate_cmd->parsed()) return cli_validate(validate);

@@ -10,6 +10,7 @@
 #include "core/net_address.h"
 #include "core/signals.h"
 #include "core/text.h"
+#include "core/trace.h"
 #include "learner/advantages.h"
 #include "learner/objective_registry.h"
 #include "learner/sample_codec.h"
@@ -441,7 +442,14 @@ TrainingLoop::StepRollout TrainingLoop::rollout_now(int64_t step) {
 }
 
 void TrainingLoop::run_step(int64_t step) {
+  if (traced(step)) begin_trace();
   const Clock::time_point step_start = Clock::now();
+  // The controller's phases, spans of category "phase" in the step's trace.
+  int64_t phase_start_us = trace::now_us();
+  auto end_phase = [&phase_start_us](const char* name) {
+    trace::record(name, "phase", phase_start_us);
+    phase_start_us = trace::now_us();
+  };
   // Generated now, or (asynchronous) during the previous step's training on the weights
   // the rollout workers held then.
   StepRollout rollout = prefetched_ && prefetched_->step == step ? std::move(*prefetched_) : rollout_now(step);
@@ -452,6 +460,7 @@ void TrainingLoop::run_step(int64_t step) {
   const PrefillCounts& prefill = rollout.prefill;
   std::vector<Sample>& samples = rollout.samples;
   const double rollout_s = prefetched ? 0.0 : seconds_since(step_start);
+  end_phase("rollout");
 
   Clock::time_point t = Clock::now();
   std::map<std::pair<size_t, int64_t>, ScoredSample> early_scores;
@@ -464,6 +473,7 @@ void TrainingLoop::run_step(int64_t step) {
   }
   const int64_t fallbacks = score(samples, rows, data_, &early_scores);
   const double reward_s = seconds_since(t);
+  end_phase("reward");
 
   t = Clock::now();
   std::vector<TrainingSample> batch(samples.size());
@@ -487,15 +497,21 @@ void TrainingLoop::run_step(int64_t step) {
   const MetricRow staleness = c_.algorithm.async.max_staleness > 0 ? correct_for_staleness(samples, batch, step)
                                                                    : MetricRow{};
   compute_advantages(samples, batch);
+  end_phase("advantages");
   log::debug("step {}: training", step);
   trained_since_sync_ = true;  // from the first train command on, the learners may be ahead of the rollout workers
   const nlohmann::json update = train(batch, step);
   const double train_s = seconds_since(t);
+  end_phase("train");
 
   t = Clock::now();
   if (trained_since_sync_) sync_weights(step);  // partial rollouts synced during train()
   const double sync_s = seconds_since(t);
-  if (c_.experiment.checkpoint_every > 0 && step % c_.experiment.checkpoint_every == 0) checkpoint(step);
+  end_phase("sync");
+  if (c_.experiment.checkpoint_every > 0 && step % c_.experiment.checkpoint_every == 0) {
+    checkpoint(step);
+    end_phase("checkpoint");
+  }
 
   double reward_sum = 0, reward_sq = 0;
   for (const Sample& s : samples) {
@@ -539,8 +555,11 @@ void TrainingLoop::run_step(int64_t step) {
   if (c_.experiment.eval_every > 0 && step % c_.experiment.eval_every == 0) {
     const MetricRow val = evaluate(step);  // the policy this step trained (the rollout workers hold it now)
     row.insert(row.end(), val.begin(), val.end());
+    end_phase("eval");
   }
+  observe_workers(step, row);
   metrics_->write(row);
+  publish_step(step, row);
   if (c_.logging.jsonl && c_.logging.samples_per_step > 0) {
     std::vector<std::string> prompt_texts;
     for (size_t r : rows) prompt_texts.push_back(data_.prompt(r));
@@ -554,6 +573,7 @@ void TrainingLoop::run_step(int64_t step) {
                                       static_cast<double>(response_tokens) / step_s));
   log::info("step {}: reward {:.4f}, step {:.2f}s (rollout {:.2f}, train {:.2f}, sync {:.3f})", step, mean, step_s,
             rollout_s, train_s, sync_s);
+  if (traced(step)) write_trace(step);
 }
 
 void TrainingLoop::run(bool resume) {
@@ -576,6 +596,7 @@ void TrainingLoop::run(bool resume) {
   std::filesystem::remove_all(group_dirs, cleanup_error);
   std::filesystem::remove(stop_request_path(run_dir_), cleanup_error);  // an earlier `tandem stop`, honoured
   try {
+    open_observers();
     start_workers();
     int64_t step = 0;
     try {
@@ -589,6 +610,7 @@ void TrainingLoop::run(bool resume) {
       const MetricRow val = evaluate(0);
       row.insert(row.end(), val.begin(), val.end());
       metrics_->write(row);
+      publish_step(0, row);
     }
     // The ETA is the pace of the steps run since (re)starting.
     progress_ = std::make_unique<ProgressLine>(c_.logging.console, c_.experiment.steps, step);
@@ -648,6 +670,7 @@ void TrainingLoop::report_status(const std::string& state, int64_t step, double 
   }
   s.last_error = last_error_;
   s.last_error_log = last_error_log_;
+  publish_workers();
   try {
     write_run_status(run_dir_, s);
   } catch (const std::exception& e) {  // a report, not the run: a full disk shows at the next checkpoint

@@ -13,6 +13,7 @@
 #include "controller/scoring_thread.h"
 #include "controller/run_status.h"
 #include "controller/metrics_writer.h"
+#include "controller/straggler_watch.h"
 #include "controller/progress.h"
 #include "controller/run_inputs.h"
 #include "controller/worker_pool.h"
@@ -32,6 +33,12 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+namespace tandem {
+class DashboardServer;
+class PrometheusExporter;
+class TensorBoardWriter;
+}  // namespace tandem
 
 namespace tandem::training {
 
@@ -107,19 +114,10 @@ struct Request {
 
 class TrainingLoop {
  public:
-  TrainingLoop(WorkerPool& pool, const Config& config, RunInputs inputs, const std::string& run_dir)
-      : pool_(pool),
-        c_(config),
-        run_dir_(run_dir),
-        model_dir_(std::move(inputs.model_dir)),
-        model_(std::move(inputs.model)),
-        tokenizer_(std::move(inputs.tokenizer)),
-        data_(std::move(inputs.data)),
-        prompt_ids_(std::move(inputs.prompt_ids)),
-        val_data_(std::move(inputs.val_data)),
-        val_prompt_ids_(std::move(inputs.val_prompt_ids)),
-        skipped_long_prompts_(inputs.skipped_long_prompts),
-        rewards_(std::move(inputs.rewards)) {}
+  // Both in training_loop_observe.cpp, where the observers' types are whole.
+  TrainingLoop(WorkerPool& pool, const Config& config, RunInputs inputs, const std::string& run_dir);
+  ~TrainingLoop();
+
 
   void run(bool resume);
 
@@ -299,6 +297,29 @@ class TrainingLoop {
   PrefillCounts last_prefill_;  // of the latest generate()
   // Asynchronous RL: the next step's rollout, generated during this step's training.
   std::optional<StepRollout> prefetched_;
+
+  // training_loop_observe.cpp: what watches the run besides metrics.jsonl.
+  // Starts the Prometheus endpoint, the dashboard and the TensorBoard writer the config asks for.
+  void open_observers();
+  // Before metrics.jsonl gets the step's row: each worker's command times of the step
+  // (RUN_DIR/worker_phases.jsonl) and the stragglers among them (perf/stragglers).
+  void observe_workers(int64_t step, MetricRow& row);
+  // After it: TensorBoard and Prometheus get the row.
+  void publish_step(int64_t step, const MetricRow& row);
+  // Prometheus' worker gauges (up, restarts, heartbeats, command times).
+  void publish_workers();
+  bool traced(int64_t step) const { return c_.logging.trace_every > 0 && step % c_.logging.trace_every == 0; }
+  // A traced step: every process's spans so far are dropped; the step's start is noted.
+  void begin_trace();
+  // Collects the spans of every process, measures worker clocks, writes traces/step_<N>.json.
+  void write_trace(int64_t step);
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+  std::unique_ptr<PrometheusExporter> prometheus_;
+  std::unique_ptr<DashboardServer> dashboard_;
+  std::unique_ptr<MetricsWriter> worker_phases_log_;  // worker_phases.jsonl
+  std::unique_ptr<StragglerWatch> stragglers_;
+  WorkerCommandTimes last_command_times_;  // of the newest step
+  int64_t trace_begin_us_ = 0;
 };
 
 inline int64_t host_cores() { return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())); }

@@ -5,6 +5,13 @@
 // clocks, interrupt flag). A worker that exits, stops sending heartbeats, answers
 // with an error or takes longer than the command timeout becomes a WorkerFailure
 // naming it (role, rank, pid), why, and where its log is.
+//
+// Hang diagnosis: a worker about to be killed as hung (missed heartbeats, or a command
+// past its timeout) is first asked for the stacks of all its threads, which it writes
+// into its log (core/stack_dump.h); a local worker that cannot answer gets gdb instead.
+// That takes at most hang_stacks_timeout_s, plus gdb's own limit, for all hung workers
+// together; the event loop (heartbeats to the other workers, their messages) goes on
+// meanwhile.
 #pragma once
 
 #include "controller/launcher.h"
@@ -18,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tandem {
@@ -35,6 +43,11 @@ struct PoolOptions {
   double heartbeat_timeout_s = 10.0;
   double command_timeout_s = 600.0;
   double shutdown_grace_s = 5.0;
+  // Seconds to wait for a hung worker's own stack dump before the gdb fallback and the
+  // kill; 0: kill hung workers at once, without their stacks. Off here, so that pools
+  // built by hand (tests, benchmarks) kill as before; runs get the config's
+  // launcher.hang_stacks_timeout_s (default 5) through pool_options_from_config.
+  double hang_stacks_timeout_s = 0;
   size_t max_message_bytes = 64u << 20;
   // CURVE on the control channel: only these keys' workers get in, and each registers
   // only as the worker its key belongs to. Empty: no authentication (loopback, ipc).
@@ -98,11 +111,13 @@ struct WorkerStatus {
   std::string hostname;  // as the worker registered
   std::string address;   // where its peers reach it (RegisterMsg::address)
   int64_t restarts = 0;  // times restart() started it again
+  double last_heartbeat_unix = 0;  // wall clock (Unix seconds) of its last message or heartbeat; 0: none yet
 };
 
 struct CommandReply {
   ReplyMsg reply;
   std::vector<std::string> attachments;
+  double seconds = 0;  // from the command's send to this reply's (or progress's) arrival, steady clock
 };
 
 class WorkerPool {
@@ -145,6 +160,12 @@ class WorkerPool {
   void shutdown(const std::string& reason);
 
   std::vector<WorkerStatus> status() const;
+  // Seconds each worker spent on each command (send to reply, summed by command name)
+  // since the last call; the pool then starts counting again.
+  std::map<std::string, std::map<std::string, double>> take_command_times() { return std::exchange(command_times_, {}); }
+  // Called about once a second while the pool pumps events (e.g. to refresh worker
+  // health gauges during a long command). It must not call back into the pool's waits.
+  void set_health_observer(std::function<void()> observer) { health_observer_ = std::move(observer); }
   std::optional<WorkerFailure> first_failure() const;
   std::string log_path(const WorkerId& id) const;
   // Frames and messages dropped as malformed, unexpected or from unknown senders.
@@ -160,6 +181,12 @@ class WorkerPool {
     WorkerStatus status;
     std::string peer;  // ZeroMQ routing id once registered
     std::chrono::steady_clock::time_point last_seen;
+    uint64_t stacks_dumped = 0;  // the last stack dump id it reported written (StacksDumpedMsg)
+  };
+  // A worker about to be failed as hung, and why.
+  struct Hang {
+    WorkerId id;
+    std::string reason;
   };
   struct Pending {
     WorkerId worker;
@@ -168,6 +195,13 @@ class WorkerPool {
   };
 
   void pump(int timeout_ms);
+  // The parts of pump() that go on while hung workers' stacks are collected.
+  void receive_messages(int timeout_ms);
+  void send_heartbeats_if_due();
+  // Collects the hung workers' stacks into their logs (all at once, bounded), then fails them.
+  void fail_hung(const std::vector<Hang>& hangs);
+  // `, with command "X" (request N) unanswered for T s` for the worker's oldest open request; empty: none.
+  std::string unanswered_command(const WorkerId& id) const;
   // Marks the workers whose processes have ended as failed, saying how they ended.
   void reap_ended_workers();
   LaunchRequest launch_request(const WorkerId& id) const;
@@ -194,6 +228,10 @@ class WorkerPool {
   std::vector<uint64_t> arrived_;           // replies received since wait() last looked
   uint64_t next_request_id_ = 1;
   uint64_t heartbeat_sequence_ = 0;
+  uint64_t stack_dump_sequence_ = 0;
+  std::map<std::string, std::map<std::string, double>> command_times_;  // worker -> command -> seconds
+  std::function<void()> health_observer_;
+  std::chrono::steady_clock::time_point next_observation_;
   uint64_t rejected_ = 0;
   std::chrono::steady_clock::time_point next_heartbeat_;
   std::chrono::steady_clock::time_point next_health_check_;

@@ -64,6 +64,23 @@ struct Shutdown {
   reason @0 :Text;
 }
 
+# Controller to worker: write every thread's stack into your log now (the controller
+# thinks the worker hung and kills it next). The same `dumpId` may also come as the
+# value of a SIGUSR2 (sigqueue), which works when the worker's I/O thread is the stuck
+# one: the worker writes one dump per id, whichever trigger arrives first.
+struct DumpStacks {
+  dumpId @0 :UInt64;
+  reason @1 :Text;    # why the controller asks, written at the top of the dump
+}
+
+# Worker to controller: dump `dumpId` is in the worker's log, so the controller need
+# not wait any longer before it kills the worker.
+struct StacksDumped {
+  dumpId @0 :UInt64;
+  worker @1 :WorkerId;
+  summary @2 :Text;   # e.g. "9 threads, 7 stacks"
+}
+
 struct Message {
   union {
     register @0 :Register;
@@ -73,5 +90,7 @@ struct Message {
     error @4 :ErrorReply;
     shutdown @5 :Shutdown;
     progress @6 :Progress;
+    dumpStacks @7 :DumpStacks;
+    stacksDumped @8 :StacksDumped;
   }
 }

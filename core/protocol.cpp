@@ -80,6 +80,17 @@ struct Encoder {
     b.setBody(as_data(v.body));
     set_attachments(b, v.attachments);
   }
+  void operator()(const DumpStacksMsg& v) {
+    auto b = m.initDumpStacks();
+    b.setDumpId(v.dump_id);
+    b.setReason(v.reason);
+  }
+  void operator()(const StacksDumpedMsg& v) {
+    auto b = m.initStacksDumped();
+    b.setDumpId(v.dump_id);
+    set_worker(b.initWorker(), v.worker);
+    b.setSummary(v.summary);
+  }
 };
 
 Message read_message(wire::Message::Reader r) {
@@ -111,6 +122,14 @@ Message read_message(wire::Message::Reader r) {
       auto v = r.getProgress();
       return ProgressMsg{v.getRequestId(), get_worker(v.getWorker()), from_data(v.getBody()), get_attachments(v)};
     }
+    case wire::Message::DUMP_STACKS: {
+      auto v = r.getDumpStacks();
+      return DumpStacksMsg{v.getDumpId(), v.getReason()};
+    }
+    case wire::Message::STACKS_DUMPED: {
+      auto v = r.getStacksDumped();
+      return StacksDumpedMsg{v.getDumpId(), get_worker(v.getWorker()), v.getSummary()};
+    }
   }
   throw std::runtime_error(fmt::format("unknown message kind {} (newer protocol?)", static_cast<int>(r.which())));
 }
@@ -120,7 +139,8 @@ Message read_message(wire::Message::Reader r) {
 uint32_t protocol_version() { return wire::PROTOCOL_VERSION; }
 
 const char* message_kind(const Message& message) {
-  static const char* names[] = {"register", "heartbeat", "command", "reply", "error", "shutdown", "progress"};
+  static const char* names[] = {"register", "heartbeat", "command", "reply", "error", "shutdown", "progress",
+                                "dump_stacks", "stacks_dumped"};
   return names[message.index()];
 }
 

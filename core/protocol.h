@@ -67,8 +67,21 @@ struct ProgressMsg {
   std::vector<uint64_t> attachments;
 };
 
-using Message =
-    std::variant<RegisterMsg, HeartbeatMsg, CommandMsg, ReplyMsg, ErrorReplyMsg, ShutdownMsg, ProgressMsg>;
+// Controller to worker: write every thread's stack into the log (see protocol.capnp).
+struct DumpStacksMsg {
+  uint64_t dump_id = 0;
+  std::string reason;
+};
+
+// Worker to controller: dump `dump_id` is written.
+struct StacksDumpedMsg {
+  uint64_t dump_id = 0;
+  WorkerId worker;
+  std::string summary;
+};
+
+using Message = std::variant<RegisterMsg, HeartbeatMsg, CommandMsg, ReplyMsg, ErrorReplyMsg, ShutdownMsg, ProgressMsg,
+                             DumpStacksMsg, StacksDumpedMsg>;
 
 // "register", "heartbeat", ... for logs.
 const char* message_kind(const Message& message);

@@ -4,11 +4,15 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/net_address.h"
+#include "core/stack_dump.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <thread>
@@ -18,11 +22,43 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Test-only commands, answered when the worker's environment has TANDEM_TEST_COMMANDS=1
+// (unknown commands otherwise): they make the worker hang on purpose, so that the hang
+// diagnosis tests see its stacks arrive. "test_hang" blocks the executor for good;
+// "test_wedge_io" blocks the I/O thread for good (heartbeats stop, its own reply too).
+bool test_commands_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("TANDEM_TEST_COMMANDS");
+    return value && std::string(value) == "1";
+  }();
+  return enabled;
+}
+
+std::atomic<bool> wedge_io_requested{false};
+
+// Distinctive names the tests look for in the stacks; noipa keeps them out of line and
+// unmerged (GCC's identical code folding would otherwise name one after the other).
+[[gnu::noipa]] void hang_in_test_command_for_stack_dump() {
+  while (true) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+[[gnu::noipa]] void wedge_io_thread_for_stack_dump() {
+  while (true) std::this_thread::sleep_for(std::chrono::minutes(10));
+}
+
+bool run_test_command(const std::string& name) {
+  if (!test_commands_enabled()) return false;
+  if (name == "test_hang") hang_in_test_command_for_stack_dump();
+  if (name != "test_wedge_io") return false;
+  wedge_io_requested = true;
+  return true;
+}
 
 // The I/O thread: socket to the controller on one side, inproc pair to the executor
 // on the other. Ends when the executor says so (it forwards the executor's Shutdown).
 void io_loop(zmq::context_t& context, const WorkerOptions& options, const std::string& pair_address,
              std::atomic<int>& exit_code) {
+  ::pthread_setname_np(::pthread_self(), "tandem-io");
+  StackDumpThreadLabel label("control I/O: heartbeats, messages");
   ChannelOptions channel_options;
   channel_options.max_message_bytes = options.max_message_bytes;
   Channel executor(context, Channel::Kind::dealer, channel_options);
@@ -41,6 +77,7 @@ void io_loop(zmq::context_t& context, const WorkerOptions& options, const std::s
   auto next_heartbeat = Clock::now();
   auto controller_seen = Clock::now();
   uint64_t sequence = 0;
+  uint64_t stacks_reported = 0;  // the last dump id the controller was told about
   bool stopping = false;
 
   while (true) {
@@ -63,14 +100,34 @@ void io_loop(zmq::context_t& context, const WorkerOptions& options, const std::s
       executor.send(ShutdownMsg{"controller lost"});
     }
     zmq::pollitem_t items[] = {{controller.socket().handle(), 0, ZMQ_POLLIN, 0},
-                               {executor.socket().handle(), 0, ZMQ_POLLIN, 0}};
+                               {executor.socket().handle(), 0, ZMQ_POLLIN, 0},
+                               {nullptr, stack_dump_done_fd(), ZMQ_POLLIN, 0}};
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_heartbeat - Clock::now());
-    zmq::poll(items, 2, std::max(wait, std::chrono::milliseconds(1)));
+    try {
+      zmq::poll(items, stack_dump_done_fd() >= 0 ? 3 : 2, std::max(wait, std::chrono::milliseconds(1)));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;  // a signal (a stack dump's capture): just go round again
+      for (auto& item : items) item.revents = 0;
+    }
+    if (wedge_io_requested) wedge_io_thread_for_stack_dump();
+    if (items[2].revents & ZMQ_POLLIN) {
+      std::string summary;
+      const uint64_t written = stack_dump_take_done(summary);
+      if (written > stacks_reported) {
+        controller.send(StacksDumpedMsg{written, options.id, summary});
+        stacks_reported = written;
+      }
+    }
 
     if (items[0].revents & ZMQ_POLLIN) {
       while (auto in = controller.receive(0)) {
         controller_seen = Clock::now();
         if (std::holds_alternative<HeartbeatMsg>(in->message)) continue;
+        if (auto* dump = std::get_if<DumpStacksMsg>(&in->message)) {
+          log::warn("the controller asks for this worker's stacks: {}", dump->reason);
+          stack_dump_request(dump->dump_id, dump->reason);
+          continue;
+        }
         if (std::holds_alternative<CommandMsg>(in->message) || std::holds_alternative<ShutdownMsg>(in->message)) {
           if (auto* s = std::get_if<ShutdownMsg>(&in->message)) {
             log::info("shutdown requested: {}", s->reason);
@@ -113,6 +170,7 @@ class Executor {
     const auto* command = std::get_if<CommandMsg>(&in.message);
     if (!command) return;
     const auto started = Clock::now();
+    StackDumpRunningCommand running(command->name, command->request_id);
     try {
       CommandResult result;
       if (command->name == "ping") {
@@ -121,6 +179,8 @@ class Executor {
       } else if (command->name == "describe") {
         result.body = fmt::format("{{\"role\":\"{}\",\"rank\":{},\"pid\":{},\"host\":\"{}\"}}", options_.id.role,
                                   options_.id.rank, ::getpid(), this_hostname());
+      } else if (run_test_command(command->name)) {
+        result.body = command->name;
       } else {
         result = run_handler(*command, in.attachments);
       }
@@ -189,6 +249,8 @@ void serve_interleaved_commands(const std::function<bool(const std::string&)>& m
 }
 
 int run_worker(const WorkerOptions& options, const CommandHandler& handler) {
+  stack_dump_install(options.id.name());  // before registering: the controller may send SIGUSR2 from then on
+  StackDumpThreadLabel label("executor: runs commands");
   zmq::context_t context(1);
   ChannelOptions channel_options;
   channel_options.max_message_bytes = options.max_message_bytes;

@@ -6,6 +6,10 @@
 // executor runs one command at a time and sends back a Reply, or an ErrorReply
 // carrying the exception's message. So a long command never looks like a dead worker,
 // while a stopped or wedged process does (its heartbeats stop).
+//
+// Hang diagnosis: a third thread (stack_dump.h) writes every thread's stack into the
+// worker's log when the controller asks (a DumpStacks message, or SIGUSR2 when the I/O
+// thread itself is stuck); the I/O thread tells the controller once it is written.
 #pragma once
 
 #include "core/curve_auth.h"
@@ -50,7 +54,9 @@ void send_command_progress(const std::string& body, const std::vector<std::strin
 void serve_interleaved_commands(const std::function<bool(const std::string&)>& may_interleave);
 
 // Commands every worker answers itself: "ping" (echoes body and attachments) and
-// "describe" (role, rank, pid, host). Others go to `handler`.
+// "describe" (role, rank, pid, host); with TANDEM_TEST_COMMANDS=1 in its environment
+// also "test_hang" and "test_wedge_io", which hang the executor or the I/O thread for
+// good (for the hang diagnosis tests). Others go to `handler`.
 // Returns 0 after a Shutdown from the controller, 1 when the controller was lost.
 int run_worker(const WorkerOptions& options, const CommandHandler& handler);
 

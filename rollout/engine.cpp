@@ -1,7 +1,7 @@
 #include "rollout/engine.h"
-#include "core/trace.h"
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "rollout/kv_cache.h"
 #include "rollout/model_backend.h"
 #include "rollout/scheduler.h"

@@ -11,6 +11,7 @@ packages=(
   python3-dev pybind11-dev python3-jinja2 python3-numpy libcurl4-openssl-dev
   libboost-context-dev
   slurm-wlm munge iproute2 nftables
+  gdb libgcc-12-dev  # hang diagnosis: gdb's stacks of a stopped worker; libbacktrace for file:line
 )
 
 missing=()

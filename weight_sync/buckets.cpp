@@ -41,6 +41,8 @@ uint64_t pack_bucket_checksummed(const WeightLayout& layout, const std::vector<O
                                  size_t bucket, uint8_t* dst) {
   constexpr int64_t kChunk = 128 << 10;  // stays in L2 between the copy and the checksum
   const LayoutBucket& b = layout.buckets.at(bucket);
+  trace::Span span("pack_bucket", "sync");
+  span.set_count(b.end - b.begin);
   Checksum64 checksum;
   int64_t filled = 0;
   auto pad_to = [&](int64_t at) {

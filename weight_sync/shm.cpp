@@ -1,4 +1,5 @@
 #include "weight_sync/shm.h"
+#include "core/trace.h"
 
 #include "core/checksum.h"
 #include "core/error.h"
@@ -83,6 +84,8 @@ class ShmReceiver : public WeightReceiver {
     }
     for (size_t b = 0; b < layout.buckets.size(); ++b) {
       const LayoutBucket& bucket = layout.buckets[b];
+      trace::Span span("check_bucket", "sync");
+      span.set_count(bucket.end - bucket.begin);
       const uint64_t got = checksum64(segment_.data() + bucket.begin, static_cast<size_t>(bucket.end - bucket.begin));
       if (got != bucket.checksum) {
         throw Error(fmt::format("{}: {} checksum {} != {}: corrupted", where_, describe_bucket(layout, b),
@@ -91,6 +94,7 @@ class ShmReceiver : public WeightReceiver {
     }
     std::map<std::string, const LayoutTensor*> by_name;
     for (const LayoutTensor& t : layout.tensors) by_name[t.name] = &t;
+    trace::Span span("load_tensors", "sync");
     for (const ExpectedTensor& e : expected) sink(e, segment_.data() + by_name.at(e.name)->offset);
     return layout.version;
   }
