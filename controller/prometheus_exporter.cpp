@@ -4,15 +4,18 @@
 #include "core/error.h"
 #include "core/log.h"
 
+#include <httplib.h>
 #include <prometheus/collectable.h>
-#include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
 #include <mutex>
 #include <set>
+#include <sstream>
 
 namespace tandem {
 
@@ -21,6 +24,18 @@ std::string prometheus_metric_name(const std::string& key) {
   for (char ch : key) {
     const bool keep = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_';
     name += keep ? ch : '_';
+  }
+  // Prometheus' naming rules (promtool check metrics): whole units, and no suffix that
+  // histograms and summaries own.
+  auto ends_with = [&name](const std::string& suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends_with("_per_s")) {
+    name += "econd";  // _per_second
+  } else if (ends_with("_s")) {
+    name += "econds";  // _seconds
+  } else if (ends_with("_count") || ends_with("_sum") || ends_with("_bucket") || ends_with("_total")) {
+    name += "_value";
   }
   return name;
 }
@@ -57,6 +72,7 @@ class PrometheusExporter::Snapshot : public prometheus::Collectable {
   std::vector<prometheus::MetricFamily> Collect() const override {
     std::lock_guard<std::mutex> lock(mutex_);
     std::vector<prometheus::MetricFamily> families;
+    families.reserve(row_.size() + 8);  // `family` hands out pointers into it: no reallocation
     auto family = [&](const std::string& name, const std::string& help, prometheus::MetricType type) {
       families.push_back({name, help, type, {}});
       return &families.back();
@@ -123,21 +139,47 @@ class PrometheusExporter::Snapshot : public prometheus::Collectable {
   std::set<std::string> warned_;
 };
 
-PrometheusExporter::PrometheusExporter(const std::string& bind, int64_t port) : snapshot_(std::make_shared<Snapshot>()) {
-  const std::string address = fmt::format("{}:{}", bind, port);
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(address, 2);
-  } catch (const std::exception& e) {
-    throw Error(fmt::format("logging.prometheus: cannot listen on {}: {} (is the port taken? port: 0 picks a free one)",
-                            address, e.what()));
+struct PrometheusExporter::Server {
+  httplib::Server http;
+};
+
+PrometheusExporter::PrometheusExporter(const std::string& bind, int64_t port)
+    : snapshot_(std::make_shared<Snapshot>()), server_(std::make_unique<Server>()) {
+  httplib::Server& http = server_->http;
+  // One scrape at a time is plenty; without SO_REUSEPORT a taken port is an error.
+  http.new_task_queue = [] { return new httplib::ThreadPool(1); };
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
+    response.set_content(metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  const int bound = port == 0 ? http.bind_to_any_port(bind) : (http.bind_to_port(bind, static_cast<int>(port)) ? static_cast<int>(port) : -1);
+  if (bound <= 0) {
+    throw Error(fmt::format("logging.prometheus: cannot listen on {}:{}: the port is taken, or {} is not an address "
+                            "of this host (port: 0 picks a free one)",
+                            bind, port, bind));
   }
-  const std::vector<int> ports = exposer_->GetListeningPorts();
-  if (ports.empty()) throw Error(fmt::format("logging.prometheus: listening on {} gave no port", address));
-  port_ = ports.front();
-  exposer_->RegisterCollectable(snapshot_);
+  port_ = bound;
+  thread_ = std::thread([&http] { http.listen_after_bind(); });
+  // stop() only stops a server that runs: wait for it, so that a stop right after cannot be missed.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!http.is_running() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
-PrometheusExporter::~PrometheusExporter() = default;
+PrometheusExporter::~PrometheusExporter() {
+  server_->http.stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string PrometheusExporter::metrics_text() const {
+  std::ostringstream text;
+  prometheus::TextSerializer().Serialize(text, snapshot_->Collect());
+  return text.str();
+}
 
 void PrometheusExporter::publish_step(int64_t step, int64_t steps, const MetricRow& row) {
   snapshot_->set_step(step, steps, row);

@@ -1,5 +1,7 @@
 // logging.prometheus: the controller's /metrics endpoint for a Prometheus server to
-// scrape (Debian's prometheus-cpp serves it on its own threads). Every numeric metric of
+// scrape. Debian's prometheus-cpp (core) writes the exposition text; cpp-httplib serves it
+// on a thread of its own (prometheus-cpp's civetweb Exposer refuses to start inside
+// tandem, for reasons not pinned down). Every numeric metric of
 // the newest step as a gauge `tandem_<key>` (characters outside [a-zA-Z0-9_] become "_"),
 // the step, and each worker's health: up, restarts, heartbeat age (computed at scrape
 // time), and the seconds its commands took in the newest step.
@@ -11,11 +13,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
-
-namespace prometheus {
-class Exposer;
-}
 
 namespace tandem {
 
@@ -31,7 +30,9 @@ struct PrometheusWorker {          // one worker's health, as the controller see
 };
 
 // The Prometheus name of a metric key: "tandem_" + the key with each character outside
-// [a-zA-Z0-9_] turned into "_" ("reward/mean" -> "tandem_reward_mean").
+// [a-zA-Z0-9_] turned into "_" ("reward/mean" -> "tandem_reward_mean"); a trailing "_s"
+// becomes "_seconds", "_per_s" "_per_second", and "_count", "_sum", "_bucket" and "_total"
+// (suffixes Prometheus keeps for histograms, summaries and counters) get "_value" added.
 std::string prometheus_metric_name(const std::string& key);
 
 class PrometheusExporter {
@@ -47,10 +48,14 @@ class PrometheusExporter {
   void publish_workers(const std::vector<PrometheusWorker>& workers);
 
   class Snapshot;  // what scrapes read (prometheus_exporter.cpp)
+  // The exposition text of everything published so far (what GET /metrics answers).
+  std::string metrics_text() const;
 
  private:
+  struct Server;
   std::shared_ptr<Snapshot> snapshot_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<Server> server_;
+  std::thread thread_;
   int port_ = 0;
 };
 
