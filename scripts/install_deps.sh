@@ -12,6 +12,11 @@ packages=(
   libboost-context-dev
   slurm-wlm munge iproute2 nftables
   gdb libgcc-12-dev  # hang diagnosis: gdb's stacks of a stopped worker; libbacktrace for file:line
+  # Observability: TensorBoard event files (protobuf), /metrics (prometheus-cpp text format,
+  # cpp-httplib), the dashboard (cpp-httplib); their tests use the real tools: the event-file
+  # reader (python3-protobuf, python3-crc32c), a Prometheus server and promtool, headless Chromium.
+  libprotobuf-dev protobuf-compiler prometheus-cpp-dev libcpp-httplib-dev
+  python3-protobuf python3-crc32c prometheus chromium fonts-dejavu-core
 )
 
 missing=()
