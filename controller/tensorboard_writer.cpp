@@ -5,6 +5,9 @@
 #include "core/net_address.h"
 #include "tensorboard_event.pb.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include <array>
@@ -12,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 namespace tandem {
 namespace {
@@ -34,6 +38,20 @@ void put_u64(std::string& out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
 }
 
+// A double as TensorBoard's float32 simple_value, rounded to nearest as IEEE does. A finite
+// double beyond float's range is undefined behaviour for a plain cast, so that case is
+// spelled out: below the midpoint between FLT_MAX and 2^128 it rounds to FLT_MAX, from
+// there on to infinity.
+float to_simple_value(double value) {
+  constexpr double float_max = std::numeric_limits<float>::max();
+  constexpr double overflow_from = 0x1.ffffffp127;  // 2^128 - 2^103
+  const double magnitude = std::fabs(value);
+  if (!std::isfinite(value) || magnitude <= float_max) return static_cast<float>(value);
+  const float rounded = magnitude < overflow_from ? std::numeric_limits<float>::max()
+                                                  : std::numeric_limits<float>::infinity();
+  return value > 0 ? rounded : -rounded;
+}
+
 }  // namespace
 
 uint32_t crc32c(const void* data, size_t size) {
@@ -52,37 +70,54 @@ uint32_t masked_crc32c(const void* data, size_t size) {
 TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
-  if (error) throw Error(fmt::format("logging.tensorboard: cannot create {}: {}", dir, error.message()));
+  if (error) throw Error(fmt::format("logging.tensorboard: cannot create the directory {}: {}", dir, error.message()));
   const double now = unix_now();
-  path_ = fmt::format("{}/events.out.tfevents.{}.{}", dir, static_cast<int64_t>(now), this_hostname());
-  // Two writers in one second (a resume right after a start): a suffix keeps files apart.
-  for (int n = 1; std::filesystem::exists(path_); ++n) {
-    path_ = fmt::format("{}/events.out.tfevents.{}.{}.{}", dir, static_cast<int64_t>(now), this_hostname(), n);
+  const std::string base = fmt::format("{}/events.out.tfevents.{}.{}", dir, static_cast<int64_t>(now), this_hostname());
+  // A file of this name already there (a resume within the same second): a suffix keeps
+  // the files apart; TensorBoard reads any file whose name holds "tfevents".
+  for (int n = 0; fd_ < 0; ++n) {
+    path_ = n == 0 ? base : fmt::format("{}.{}", base, n);
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_ < 0 && (errno != EEXIST || n >= 1000)) {
+      throw Error(fmt::format("logging.tensorboard: cannot create {}: {}", path_, std::strerror(errno)));
+    }
   }
-  file_ = std::fopen(path_.c_str(), "wb");
-  if (!file_) throw Error(fmt::format("logging.tensorboard: cannot create {}: {}", path_, std::strerror(errno)));
   tensorboard::Event version;
   version.set_wall_time(now);
   version.set_file_version("brain.Event:2");
-  write_record(version.SerializeAsString());
+  try {
+    write_record(version.SerializeAsString());
+  } catch (...) {
+    ::close(fd_);  // the destructor does not run for a constructor that throws
+    throw;
+  }
 }
 
 TensorBoardWriter::~TensorBoardWriter() {
-  if (file_) std::fclose(file_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void TensorBoardWriter::write(int64_t step, const MetricRow& row, double wall_time_unix) {
+  if (!wrote_step_ || step <= last_step_) {
+    tensorboard::Event start;
+    start.set_wall_time(wall_time_unix);
+    start.set_step(step);
+    start.mutable_session_log()->set_status(tensorboard::SessionLog::START);
+    write_record(start.SerializeAsString());
+  }
   tensorboard::Event event;
   event.set_wall_time(wall_time_unix);
   event.set_step(step);
   tensorboard::Summary* summary = event.mutable_summary();
   for (const auto& [key, value] : row) {
     if (key == "step") continue;
-    tensorboard::SummaryValue* v = summary->add_value();
-    v->set_tag(key);
-    v->set_simple_value(static_cast<float>(value));
+    tensorboard::SummaryValue* scalar = summary->add_value();
+    scalar->set_tag(key);
+    scalar->set_simple_value(to_simple_value(value));
   }
   write_record(event.SerializeAsString());
+  wrote_step_ = true;
+  last_step_ = step;
 }
 
 void TensorBoardWriter::write_record(const std::string& data) {
@@ -91,17 +126,24 @@ void TensorBoardWriter::write_record(const std::string& data) {
   put_u32(record, masked_crc32c(record.data(), 8));
   record += data;
   put_u32(record, masked_crc32c(data.data(), data.size()));
-  const long before = std::ftell(file_);
-  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size() || std::fflush(file_) != 0) {
-    const std::string why = std::strerror(errno);
-    // Cut a torn record off, so that the file stays a whole sequence of records for readers.
-    std::clearerr(file_);
-    if (before >= 0 && std::fseek(file_, before, SEEK_SET) == 0) {
-      std::error_code ignored;
-      std::filesystem::resize_file(path_, static_cast<uintmax_t>(before), ignored);
+  size_t written = 0;
+  while (written < record.size()) {
+    const ssize_t n = ::write(fd_, record.data() + written, record.size() - written);
+    if (n > 0) {
+      written += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      const std::string why = n < 0 ? std::strerror(errno) : "the write wrote nothing";
+      // Cut the torn record off, so that the file stays a whole sequence of records for
+      // readers and a later write (space freed) continues it.
+      const bool cut = ::ftruncate(fd_, static_cast<off_t>(size_)) == 0 &&
+                       ::lseek(fd_, static_cast<off_t>(size_), SEEK_SET) == static_cast<off_t>(size_);
+      throw Error(fmt::format("logging.tensorboard: cannot write {}: {}{}", path_, why,
+                              cut ? "" : " (and could not cut the partial record off)"));
     }
-    throw Error(fmt::format("logging.tensorboard: cannot write {}: {}", path_, why));
   }
+  size_ += record.size();
 }
 
 }  // namespace tandem
