@@ -1,10 +1,16 @@
 // logging.prometheus: the controller's /metrics endpoint for a Prometheus server to
 // scrape. Debian's prometheus-cpp (core) writes the exposition text; cpp-httplib serves it
-// on a thread of its own (prometheus-cpp's civetweb Exposer refuses to start inside
-// tandem, for reasons not pinned down). Every numeric metric of
-// the newest step as a gauge `tandem_<key>` (characters outside [a-zA-Z0-9_] become "_"),
-// the step, and each worker's health: up, restarts, heartbeat age (computed at scrape
-// time), and the seconds its commands took in the newest step.
+// on a thread of its own. Not prometheus-cpp's civetweb Exposer: Debian's civetweb starts
+// its threads with a fixed 100 KiB stack, and glibc refuses such a stack (EINVAL) once the
+// static TLS of the libraries tandem loads (cuBLASLt ~92 KiB, libtorch's OpenBLAS and glog)
+// does not fit in it, so the Exposer throws "null context ... binding to port" in tandem
+// while it works in a small program.
+//
+// Serves every numeric metric of the newest step as a gauge `tandem_<key>` (characters
+// outside [a-zA-Z0-9_] become "_"), the step, and each worker's health: up, restarts,
+// heartbeat age (computed at scrape time), and the seconds its commands took in the newest
+// step. Threading: the training loop publishes while scrapes read on the server's thread;
+// one mutex in the snapshot guards both, and a scrape sees whole publishes.
 #pragma once
 
 #include "controller/metrics_writer.h"

@@ -36,10 +36,14 @@ def get(url, timeout=5):
         return r.read().decode()
 
 
-def wait_for(what, check, timeout_s):
+def wait_for(what, check, timeout_s, processes=()):
+    """check() until it returns something true; fails at once when one of `processes` ends."""
     deadline = time.monotonic() + timeout_s
     last = None
     while time.monotonic() < deadline:
+        for name, process in processes:
+            if process.poll() is not None:
+                raise AssertionError(f"{name} exited {process.returncode} while waiting for {what}")
         try:
             value = check()
             if value:
@@ -66,8 +70,15 @@ def stop(process, grace=10):
             process.wait()
 
 
+def raise_on_sigterm(signum, frame):
+    # meson's timeout sends SIGTERM: unwind through the finally below so that the run and
+    # the Prometheus server do not outlive the test.
+    raise SystemExit(f"stopped by signal {signum}")
+
+
 def main():
     tandem = sys.argv[1]
+    signal.signal(signal.SIGTERM, raise_on_sigterm)
     prometheus, promtool = shutil.which("prometheus"), shutil.which("promtool")
     if not prometheus or not promtool:
         print("SKIP: Debian's prometheus package (prometheus, promtool) is not installed")
@@ -77,13 +88,15 @@ def main():
         tmp = pathlib.Path(tmp)
         run = tmp / "run"
         try:
-            run_log = open(tmp / "run.out", "w")
-            run_proc = subprocess.Popen(
-                [tandem, "run", str(SOURCE / "configs/quickstart.yaml"), "--run-dir", str(run), "--set",
-                 "experiment.steps=3000", "--set", "sft.steps=0", "--set", "placement=disaggregated", "--set",
-                 "logging.prometheus.port=0", "--set", "logging.dashboard=true", "--set", "logging.console=plain"],
-                stdout=run_log, stderr=subprocess.STDOUT)
-            port = int(wait_for("RUN_DIR/prometheus_port", lambda: (run / "prometheus_port").read_text().strip(), 120))
+            with open(tmp / "run.out", "w") as run_log:  # the child keeps its own descriptor
+                run_proc = subprocess.Popen(
+                    [tandem, "run", str(SOURCE / "configs/quickstart.yaml"), "--run-dir", str(run),
+                     "--set", "experiment.steps=3000", "--set", "sft.steps=0", "--set", "placement=disaggregated",
+                     "--set", "logging.prometheus.port=0", "--set", "logging.dashboard=true",
+                     "--set", "logging.console=plain"],
+                    stdout=run_log, stderr=subprocess.STDOUT)
+            port = int(wait_for("RUN_DIR/prometheus_port", lambda: (run / "prometheus_port").read_text().strip(), 120,
+                                [("the run", run_proc)]))
             print(f"run: /metrics on 127.0.0.1:{port}")
 
             server = free_port()
@@ -91,14 +104,16 @@ def main():
                 "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
                 "scrape_configs:\n"
                 f"  - job_name: tandem\n    static_configs: [{{targets: ['127.0.0.1:{port}']}}]\n")
-            server_log = open(tmp / "prometheus.out", "w")
-            server_proc = subprocess.Popen(
-                [prometheus, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{server}"], stdout=server_log, stderr=subprocess.STDOUT)
+            with open(tmp / "prometheus.out", "w") as server_log:
+                server_proc = subprocess.Popen(
+                    [prometheus, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+                     f"--web.listen-address=127.0.0.1:{server}"],
+                    stdout=server_log, stderr=subprocess.STDOUT)
             # The first samples are queryable some seconds after the server starts.
             step = wait_for("tandem_step >= 2 in Prometheus",
                             lambda: [float(r["value"][1]) for r in query(server, "tandem_step")
-                                     if float(r["value"][1]) >= 2], 60)
+                                     if float(r["value"][1]) >= 2], 60,
+                            [("the run", run_proc), ("prometheus", server_proc)])
             print(f"prometheus: tandem_step = {step[0]:g}")
             up = query(server, 'up{job="tandem"}')
             assert up and float(up[0]["value"][1]) == 1, up
