@@ -23,9 +23,8 @@ namespace {
 // Test-only (with TANDEM_TEST_COMMANDS=1): TANDEM_TEST_SLOW_WORKER=NAME:COMMAND:SECONDS
 // makes worker NAME (e.g. rollout-1) take SECONDS longer for each COMMAND, a straggler.
 double test_delay_for(const std::string& worker, const std::string& command) {
-  const char* enabled = std::getenv("TANDEM_TEST_COMMANDS");
   const char* slow = std::getenv("TANDEM_TEST_SLOW_WORKER");
-  if (!enabled || std::string(enabled) != "1" || !slow) return 0;
+  if (!test_commands_enabled() || !slow) return 0;
   const std::string spec = slow;
   const size_t a = spec.find(':'), b = spec.rfind(':');
   if (a == std::string::npos || a == b) return 0;

@@ -2,6 +2,7 @@
 
 #include "controller/dashboard/assets.h"
 #include "controller/dashboard/run_api.h"
+#include "controller/http_serving.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/log.h"
@@ -113,7 +114,7 @@ struct DashboardServer::Impl {
   explicit Impl(const std::string& run_dir) : api(run_dir) {}
   httplib::Server http;
   dashboard::RunApi api;
-  std::atomic<bool> serving_ended{false};  // listen_after_bind returned
+  HttpServing serving;  // after `http`: stops before it goes
 };
 
 std::string dashboard_url_path(const std::string& run_dir) { return run_dir + "/dashboard_url"; }
@@ -123,12 +124,7 @@ DashboardServer::DashboardServer(std::string run_dir, std::string bind, int port
   TANDEM_CHECK(port_ >= 0 && port_ <= 65535, "dashboard port {} is not in 0..65535", port_);
   httplib::Server& http = impl_->http;
   http.new_task_queue = [] { return new httplib::ThreadPool(kRequestThreads); };
-  // SO_REUSEADDR without httplib's default SO_REUSEPORT: a port another server holds is
-  // an error here, not a port silently shared with it.
-  http.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
+  HttpServing::refuse_shared_ports(http);
   http.set_keep_alive_timeout(2);  // stop() waits for idle keep-alive connections at most this long
   http.set_default_headers(common_headers());
   add_routes(http, impl_->api);
@@ -137,9 +133,8 @@ DashboardServer::DashboardServer(std::string run_dir, std::string bind, int port
 DashboardServer::~DashboardServer() { stop(); }
 
 int DashboardServer::start() {
-  TANDEM_CHECK(!thread_.joinable(), "the dashboard of {} is already serving at {}", run_dir_, url());
-  httplib::Server& http = impl_->http;
-  const int port = port_ == 0 ? http.bind_to_any_port(bind_) : (http.bind_to_port(bind_, port_) ? port_ : -1);
+  TANDEM_CHECK(!impl_->serving.serving(), "the dashboard of {} is already serving at {}", run_dir_, url());
+  const int port = impl_->serving.start(impl_->http, bind_, port_);
   if (port <= 0) {
     const std::string where = port_ == 0 ? bind_ + " (any free port)" : fmt::format("{}:{}", bind_, port_);
     throw Error(fmt::format("dashboard: cannot listen on {}: the port is taken, or {} is not an address of this host "
@@ -147,17 +142,6 @@ int DashboardServer::start() {
                             where, bind_));
   }
   port_ = port;
-  impl_->serving_ended = false;
-  thread_ = std::thread([impl = impl_.get()] {
-    impl->http.listen_after_bind();
-    impl->serving_ended = true;
-  });
-  // stop() only stops a server that is running: wait until it is, so that a stop() right
-  // after start() cannot be missed.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!http.is_running() && !impl_->serving_ended && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
   try {
     write_file_atomic(dashboard_url_path(run_dir_), url() + "\n");
   } catch (const std::exception& e) {
@@ -173,10 +157,6 @@ std::string DashboardServer::url() const {
   return fmt::format("http://{}:{}/", host, port_);
 }
 
-void DashboardServer::stop() {
-  if (!thread_.joinable()) return;
-  impl_->http.stop();
-  thread_.join();
-}
+void DashboardServer::stop() { impl_->serving.stop(); }
 
 }  // namespace tandem

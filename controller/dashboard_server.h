@@ -10,7 +10,6 @@
 
 #include <memory>
 #include <string>
-#include <thread>
 
 namespace tandem {
 
@@ -36,7 +35,6 @@ class DashboardServer {
   std::string bind_;
   int port_;
   std::unique_ptr<Impl> impl_;
-  std::thread thread_;
 };
 
 // RUN_DIR/dashboard_url: where the run's dashboard serves.

@@ -1,5 +1,6 @@
 #include "controller/prometheus_exporter.h"
 
+#include "controller/http_serving.h"
 #include "controller/run_status.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -141,39 +142,27 @@ class PrometheusExporter::Snapshot : public prometheus::Collectable {
 
 struct PrometheusExporter::Server {
   httplib::Server http;
+  HttpServing serving;  // after `http`: stops before it goes
 };
 
 PrometheusExporter::PrometheusExporter(const std::string& bind, int64_t port)
     : snapshot_(std::make_shared<Snapshot>()), server_(std::make_unique<Server>()) {
   httplib::Server& http = server_->http;
-  // One scrape at a time is plenty; without SO_REUSEPORT a taken port is an error.
-  http.new_task_queue = [] { return new httplib::ThreadPool(1); };
-  http.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
+  http.new_task_queue = [] { return new httplib::ThreadPool(1); };  // one scrape at a time is plenty
+  HttpServing::refuse_shared_ports(http);
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
     response.set_content(metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
   });
-  const int bound = port == 0 ? http.bind_to_any_port(bind) : (http.bind_to_port(bind, static_cast<int>(port)) ? static_cast<int>(port) : -1);
+  const int bound = server_->serving.start(http, bind, static_cast<int>(port));
   if (bound <= 0) {
     throw Error(fmt::format("logging.prometheus: cannot listen on {}:{}: the port is taken, or {} is not an address "
                             "of this host (port: 0 picks a free one)",
                             bind, port, bind));
   }
   port_ = bound;
-  thread_ = std::thread([&http] { http.listen_after_bind(); });
-  // stop() only stops a server that runs: wait for it, so that a stop right after cannot be missed.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!http.is_running() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
 }
 
-PrometheusExporter::~PrometheusExporter() {
-  server_->http.stop();
-  if (thread_.joinable()) thread_.join();
-}
+PrometheusExporter::~PrometheusExporter() = default;
 
 std::string PrometheusExporter::metrics_text() const {
   std::ostringstream text;

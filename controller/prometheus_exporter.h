@@ -19,7 +19,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace tandem {
@@ -61,7 +60,6 @@ class PrometheusExporter {
   struct Server;
   std::shared_ptr<Snapshot> snapshot_;
   std::unique_ptr<Server> server_;
-  std::thread thread_;
   int port_ = 0;
 };
 

@@ -1,5 +1,6 @@
 #include "controller/worker_pool.h"
 
+#include "controller/run_status.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "core/net_address.h"
@@ -29,10 +30,6 @@ namespace {
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 const char* signal_word(int signal) { return signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal"; }
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // gdb's own limit, on top of hang_stacks_timeout_s: it reads the symbols of the worker's
 // binary and libraries first (measured 0.3-3 s here), longer on a loaded host.

@@ -22,6 +22,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+}  // namespace
+
 // Test-only commands, answered when the worker's environment has TANDEM_TEST_COMMANDS=1
 // (unknown commands otherwise): they make the worker hang on purpose, so that the hang
 // diagnosis tests see its stacks arrive. "test_hang" blocks the executor for good;
@@ -33,6 +35,8 @@ bool test_commands_enabled() {
   }();
   return enabled;
 }
+
+namespace {
 
 std::atomic<bool> wedge_io_requested{false};
 

@@ -53,6 +53,10 @@ void send_command_progress(const std::string& body, const std::vector<std::strin
 // it does nothing.
 void serve_interleaved_commands(const std::function<bool(const std::string&)>& may_interleave);
 
+// Whether this process answers test-only commands (its environment has
+// TANDEM_TEST_COMMANDS=1): hooks that make a worker hang or lag on purpose, for tests.
+bool test_commands_enabled();
+
 // Commands every worker answers itself: "ping" (echoes body and attachments) and
 // "describe" (role, rank, pid, host); with TANDEM_TEST_COMMANDS=1 in its environment
 // also "test_hang" and "test_wedge_io", which hang the executor or the I/O thread for

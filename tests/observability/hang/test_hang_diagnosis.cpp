@@ -4,6 +4,7 @@
 // commands (TANDEM_TEST_COMMANDS=1): a command past its timeout, a wedged I/O thread
 // (heartbeats stop: only the signal path can ask), a stopped process (only gdb can),
 // and collection turned off.
+#include "controller/run_status.h"
 #include "controller/worker_pool.h"
 #include "core/config.h"
 #include "core/files.h"
@@ -168,8 +169,7 @@ TEST_CASE("a command past its timeout: the worker writes its stacks, naming the 
   const CommandReply ping = pool.call_all("ping", "x")[0];
   CHECK(ping.seconds > 0);
   CHECK(std::isfinite(ping.seconds));
-  const double now_unix =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now_unix = unix_now();
   const double heard = pool.worker_status(rollout0).last_heartbeat_unix;
   CHECK(heard > now_unix - 60);
   CHECK(heard <= now_unix + 1);
