@@ -146,6 +146,10 @@ void mark_run_status(const std::string& run_dir, const std::string& state, const
     status.state = state;
     status.pid = ::getpid();
     status.updated_unix = unix_now();
+    // The pool was shut down before this: no worker of the run is left running.
+    for (RunWorkerStatus& worker : status.workers) {
+      if (worker.state == "ready" || worker.state == "starting") worker.state = "stopped";
+    }
     if (!error.empty()) {
       status.last_error = error;
       status.last_error_log = run_dir + "/logs/controller-0.log";

@@ -47,6 +47,13 @@ std::vector<nlohmann::ordered_json> jsonl_objects(const std::string& path, const
     nlohmann::ordered_json object;
     try {
       object = nlohmann::ordered_json::parse(line);
+    } catch (const nlohmann::ordered_json::parse_error& e) {
+      // The library's text counts lines and columns within this one line ("line 1"):
+      // keep only its reason, after our file:line:column.
+      const std::string what = e.what();
+      const size_t reason = what.find(": ", what.find("parse error"));
+      throw Error(fmt::format("{}:{}:{}: not valid JSON: {}", path, number, e.byte,
+                              reason == std::string::npos ? what : what.substr(reason + 2)));
     } catch (const nlohmann::ordered_json::exception& e) {
       throw Error(fmt::format("{}:{}: not valid JSON: {}", path, number, e.what()));
     }
@@ -111,7 +118,11 @@ bool is_message_list(const nlohmann::ordered_json& value) {
 
 std::vector<std::string> builtin_task_names() { return {"addition", "addition1"}; }
 
-const std::string& Dataset::prompt(size_t row) const { return rows.at(row).at(prompt_key); }
+const std::string& Dataset::prompt(size_t row) const {
+  auto it = rows.at(row).find(prompt_key);
+  if (it == rows.at(row).end()) throw Error(fmt::format("{}: no \"{}\" field (data.prompt_key)", where(row), prompt_key));
+  return it->second;
+}
 
 std::string Dataset::where(size_t row) const {
   return lines.empty() ? fmt::format("{} row {}", source, row + 1) : fmt::format("{}:{}", source, lines.at(row));
@@ -139,6 +150,12 @@ Dataset load_dataset(const std::string& spec, const DatasetKeys& keys) {
   const std::string prefix = "builtin:";
   if (spec.rfind(prefix, 0) == 0) {
     data.rows = builtin_rows(spec.substr(prefix.size()));
+    for (const std::string& key : {keys.prompt, keys.answer}) {
+      if (!data.rows.front().count(key)) {
+        throw Error(fmt::format("{}: \"{}\": {} rows have the fields prompt and answer only",
+                                key == keys.prompt ? "data.prompt_key" : "data.answer_key", key, spec));
+      }
+    }
     data.prompt_messages.assign(data.rows.size(), nullptr);
     return data;
   }
@@ -161,6 +178,12 @@ Dataset load_dataset(const std::string& spec, const DatasetKeys& keys) {
       throw Error(fmt::format("{}: the prompt (field \"{}\") must be a string or a list of chat messages "
                               "[{{\"role\": ..., \"content\": ...}}], got {}",
                               data.where(i), keys.prompt, prompt->dump().substr(0, 120)));
+    }
+    // A dotted sft.response_key is found like answer_key and stored under its own name.
+    if (!keys.response.empty() && keys.response.find('.') != std::string::npos) {
+      if (const nlohmann::ordered_json* response = find_dotted(object, keys.response)) {
+        data.rows.back()[keys.response] = response->is_string() ? response->get<std::string>() : response->dump();
+      }
     }
     if (keys.answer != "answer" || keys.answer.find('.') != std::string::npos) {
       if (const nlohmann::ordered_json* answer = find_dotted(object, keys.answer)) {

@@ -35,7 +35,7 @@ struct Dataset {
   // [row]: the prompt's chat messages when it is a message list (null for a string prompt).
   // Until they are rendered, rows[row][prompt_key] holds the list as JSON text.
   std::vector<nlohmann::ordered_json> prompt_messages;
-  const std::string& prompt(size_t row) const;  // rows[row].at(prompt_key)
+  const std::string& prompt(size_t row) const;  // rows[row][prompt_key]; an Error naming the row when absent
   // Where a row is, for messages: "file:line", or "file row N" / "builtin:task row N" (N from 1).
   std::string where(size_t row) const;
   std::string prompt_key;
@@ -44,6 +44,7 @@ struct Dataset {
 struct DatasetKeys {
   std::string prompt = "prompt";
   std::string answer = "answer";  // dotted path; found values are stored as the row's `answer`
+  std::string response;           // sft.response_key: a dotted path's value is stored under the path itself
 };
 
 // Reads `spec`: a .jsonl file (one object per line), a .json file (an array of objects),

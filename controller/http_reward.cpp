@@ -1,5 +1,6 @@
 #include "controller/http_reward.h"
 
+#include "core/error.h"
 #include "core/log.h"
 
 #include <curl/curl.h>
@@ -30,7 +31,7 @@ HttpReward::HttpReward(const RewardConfig& config, size_t index) : config_(confi
   std::call_once(initialised, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
 
-HttpReward::Response HttpReward::post(const std::string& body) const {
+HttpReward::Response HttpReward::post(const std::string& body, double timeout_s) const {
   Response response;
   CURL* curl = curl_easy_init();
   if (!curl) {
@@ -44,7 +45,7 @@ HttpReward::Response HttpReward::post(const std::string& body) const {
   curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.data());
   curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
   // At least 1 ms: 0 would mean no limit at all.
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, std::max(1L, static_cast<long>(config_.timeout_s * 1000)));
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, std::max(1L, static_cast<long>(timeout_s * 1000)));
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);  // timeouts without SIGALRM: we score from threads
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, append_to_string);
@@ -82,7 +83,7 @@ std::vector<RewardOutcome> HttpReward::score_batch(const std::vector<RewardInput
   Response response;
   double backoff_s = 0.5;
   for (int64_t attempt = 0;; ++attempt) {
-    response = post(body);
+    response = post(body, config_.timeout_s);
     if (response.permanent || !transient(response.status) || attempt >= config_.retries) break;
     log::warn("reward.{} ({}): POST {} {}; trying again in {} s ({} of {} retries)", index_, config_.name, config_.http,
               response.status == 0 ? response.body : fmt::format("answered {}", response.status), backoff_s,
@@ -114,6 +115,21 @@ std::vector<RewardOutcome> HttpReward::score_batch(const std::vector<RewardInput
     if (!outcomes.back().error.empty()) outcomes.back().error = "the server's score: " + outcomes.back().error;
   }
   return outcomes;
+}
+
+void HttpReward::check_answers() const {
+  const double timeout_s = std::min(config_.timeout_s, 5.0);
+  const Response response = post("{\"samples\": []}", timeout_s);
+  if (response.status == 0) {
+    throw Error(fmt::format("{} does not answer (a POST of an empty batch, the health check, within {} s: {}); start "
+                            "the reward server first, or check the URL",
+                            config_.http, timeout_s, response.body));
+  }
+  if (response.status == 404 || response.status == 405) {
+    throw Error(fmt::format("{} answered HTTP {} to a POST (the health check, an empty batch): a server is there, "
+                            "but not a reward endpoint at this path",
+                            config_.http, response.status));
+  }
 }
 
 std::vector<RewardOutcome> HttpReward::score(const std::vector<RewardInput>& inputs) {

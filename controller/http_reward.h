@@ -24,6 +24,11 @@ class HttpReward : public RewardScorer {
  public:
   HttpReward(const RewardConfig& config, size_t index);
   std::vector<RewardOutcome> score(const std::vector<RewardInput>& inputs) override;
+  // The health check `validate` and `run` make before anything starts: one POST of an
+  // empty batch ({"samples": []}) with a short timeout (timeout_s, at most 5 s). No answer
+  // (refused, unreachable, timed out) or 404/405 (a wrong path) is an Error naming the URL;
+  // any other answer means a server is there.
+  void check_answers() const;
 
  private:
   struct Response {
@@ -31,7 +36,7 @@ class HttpReward : public RewardScorer {
     std::string body;  // the answer, or curl's message when status is 0
     bool permanent = false;  // no answer, and trying again cannot help (a malformed URL)
   };
-  Response post(const std::string& body) const;
+  Response post(const std::string& body, double timeout_s) const;
   // The batch's outcomes after up to 1 + retries attempts.
   std::vector<RewardOutcome> score_batch(const std::vector<RewardInput>& inputs, size_t begin, size_t end) const;
 

@@ -80,13 +80,14 @@ int main(int argc, char** argv) {
   worker_cmd->add_option("--keys-wait", worker.keys_wait_s, "seconds to wait for the key file to appear")
       ->check(CLI::NonNegativeNumber);
 
-  std::string reward_file, reward_function = "compute_score";
-  bool reward_batched = false;
+  python::RewardWorkerOptions reward_worker;
   auto* reward_worker_cmd =
       app.add_subcommand("reward-worker", "internal: runs a Python reward for the controller (stdin/stdout)");
-  reward_worker_cmd->add_option("--file", reward_file, "the .py file")->required();
-  reward_worker_cmd->add_option("--function", reward_function, "the function to call");
-  reward_worker_cmd->add_flag("--batched", reward_batched, "call with lists");
+  reward_worker_cmd->add_option("--file", reward_worker.file, "the .py file")->required();
+  reward_worker_cmd->add_option("--function", reward_worker.function, "the function to call");
+  reward_worker_cmd->add_flag("--batched", reward_worker.batched, "call with lists");
+  reward_worker_cmd->add_option("--kwargs", reward_worker.kwargs_json, "more keyword arguments, a JSON object");
+  reward_worker_cmd->add_option("--path", reward_worker.search_path, "a directory for sys.path (repeatable)");
 
   TokenizeArgs tokenize;
   auto* tokenize_cmd = app.add_subcommand("tokenize", "print the token ids of a text as a JSON array (or decode ids)");
@@ -201,7 +202,7 @@ int main(int argc, char** argv) {
     if (plot_cmd->parsed()) return cli_plot(plot);
     if (validate_cmd->parsed()) return cli_validate(validate);
     if (worker_cmd->parsed()) return cli_worker(worker);
-    if (reward_worker_cmd->parsed()) return python::run_reward_worker(reward_file, reward_function, reward_batched);
+    if (reward_worker_cmd->parsed()) return python::run_reward_worker(reward_worker);
     if (tokenize_cmd->parsed()) return cli_tokenize(tokenize);
     if (init_model_cmd->parsed()) return cli_init_model(init_model);
     if (generate_cmd->parsed()) return cli_generate(generate);

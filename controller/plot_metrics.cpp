@@ -133,13 +133,16 @@ void add_range_chart(const MetricsTable& table, const ChartSpec& spec, const std
   charts.push_back(std::move(out));
 }
 
-// reward/<name>: one reward's weighted mean. reward/mean, reward/std and reward/fallbacks
-// describe the total.
+// The per-step counts of samples whose reward failed: drawn on their own chart, never on
+// the reward axis (a count of 40 would flatten a reward curve in [0, 1]).
+bool is_reward_counter_key(const std::string& key) { return key == "reward/fallbacks" || key == "reward/timeouts"; }
+
+// reward/<name>: one reward's weighted mean. reward/mean and reward/std describe the
+// total; the counters are not rewards.
 bool is_reward_name_key(const std::string& key) {
-  if (key.rfind("reward/", 0) != 0) return false;
+  if (key.rfind("reward/", 0) != 0 || is_reward_counter_key(key)) return false;
   const std::string name = key.substr(7);
-  return !name.empty() && name.find('/') == std::string::npos && name != "mean" && name != "std" &&
-         name != "fallbacks";
+  return !name.empty() && name.find('/') == std::string::npos && name != "mean" && name != "std";
 }
 
 // reward/<name>/<part>: a named sub-score of one reward. Sets `name` and `part`.
@@ -272,6 +275,10 @@ std::vector<MetricsChart> metrics_charts(const MetricsTable& table, std::vector<
   std::copy_if(table.keys.begin(), table.keys.end(), std::back_inserter(reward_names), is_reward_name_key);
   add_keys_chart(table, {"rewards.svg", "Rewards (each one's weighted mean)", "reward"}, reward_names,
                  "reward/<name>", charts, skipped);
+  std::vector<std::string> counter_keys;
+  std::copy_if(table.keys.begin(), table.keys.end(), std::back_inserter(counter_keys), is_reward_counter_key);
+  add_keys_chart(table, {"failures.svg", "Reward failures (samples per step)", "samples", true}, counter_keys,
+                 "reward/fallbacks, reward/timeouts", charts, skipped);
   add_single_chart(table, {"kl.svg", "KL divergence to the reference", "actor/kl"}, "actor/kl", charts, skipped);
   add_single_chart(table, {"entropy.svg", "Policy entropy", "actor/entropy"}, "actor/entropy", charts, skipped);
   add_range_chart(table, {"ratio.svg", "Importance ratio (new / old policy)", "ratio"}, "actor/ratio_mean",

@@ -63,8 +63,12 @@ RewardOutcome outcome_from_line(const std::string& line) {
 
 }  // namespace
 
-PythonRewardPool::PythonRewardPool(const RewardConfig& config, size_t index, const std::string& tandem_binary)
-    : config_(config), index_(index), binary_(tandem_binary.empty() ? current_executable() : tandem_binary) {
+PythonRewardPool::PythonRewardPool(const RewardConfig& config, size_t index, const std::string& tandem_binary,
+                                   std::vector<std::string> search_path)
+    : config_(config),
+      index_(index),
+      binary_(tandem_binary.empty() ? current_executable() : tandem_binary),
+      search_path_(std::move(search_path)) {
   // A worker that dies while we write its request must not take the controller with it.
   ::signal(SIGPIPE, SIG_IGN);
   workers_.resize(static_cast<size_t>(reward_parallelism(config.workers)));
@@ -106,6 +110,8 @@ void PythonRewardPool::start_worker(size_t slot) {
   }
   std::vector<std::string> argv = {binary_, "reward-worker", "--file", config_.python, "--function", config_.function};
   if (config_.batched) argv.push_back("--batched");
+  if (config_.reward_kwargs != "{}") argv.insert(argv.end(), {"--kwargs", config_.reward_kwargs});
+  for (const std::string& directory : search_path_) argv.insert(argv.end(), {"--path", directory});
   SpawnOptions options;
   options.output_path = log_path_;  // empty: the worker's stderr is ours
   options.stdin_fd = requests[0];

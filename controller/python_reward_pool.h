@@ -28,7 +28,9 @@ class PythonRewardPool : public RewardScorer {
   // missing function or a worker that does not start within the time allowed is an
   // Error naming reward.INDEX, the file and Python's message. `tandem_binary`: the
   // program that runs `reward-worker` (empty: this process's executable).
-  PythonRewardPool(const RewardConfig& config, size_t index, const std::string& tandem_binary = "");
+  // `search_path`: the config's python.path, put on the workers' sys.path.
+  PythonRewardPool(const RewardConfig& config, size_t index, const std::string& tandem_binary = "",
+                   std::vector<std::string> search_path = {});
   ~PythonRewardPool() override;
 
   std::vector<RewardOutcome> score(const std::vector<RewardInput>& inputs) override;
@@ -67,6 +69,7 @@ class PythonRewardPool : public RewardScorer {
   RewardConfig config_;
   size_t index_;
   std::string binary_;
+  std::vector<std::string> search_path_;
   std::string log_path_;
   std::vector<Worker> workers_;
   std::vector<std::string> requests_;  // the calls of the current score(), as JSON text

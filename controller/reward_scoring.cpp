@@ -106,9 +106,14 @@ RewardOutcome outcome_from_score_value(const nlohmann::json& value) {
   return outcome;
 }
 
-std::unique_ptr<RewardScorer> make_reward_scorer(const RewardConfig& config, size_t index) {
-  if (!config.python.empty()) return std::make_unique<PythonRewardPool>(config, index);
-  if (!config.http.empty()) return std::make_unique<HttpReward>(config, index);
+std::unique_ptr<RewardScorer> make_reward_scorer(const RewardConfig& config, size_t index,
+                                                 const std::vector<std::string>& python_path) {
+  if (!config.python.empty()) return std::make_unique<PythonRewardPool>(config, index, "", python_path);
+  if (!config.http.empty()) {
+    auto reward = std::make_unique<HttpReward>(config, index);
+    reward->check_answers();  // a server that is down is found now, not after a whole rollout
+    return reward;
+  }
   return make_native_scorer(make_reward(config), config.workers);
 }
 

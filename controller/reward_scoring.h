@@ -41,7 +41,9 @@ std::unique_ptr<RewardScorer> make_native_scorer(RewardFn fn, int64_t threads);
 // The scorer for config entry `index`: python (its workers started, the file imported and
 // the function found: errors say so with Python's traceback) or a C++ reward by name
 // (plugins must be loaded first).
-std::unique_ptr<RewardScorer> make_reward_scorer(const RewardConfig& config, size_t index);
+// `python_path`: the config's python.path.
+std::unique_ptr<RewardScorer> make_reward_scorer(const RewardConfig& config, size_t index,
+                                                 const std::vector<std::string>& python_path = {});
 
 // Threads or processes for `requested` (0: this host's cores, at most 8).
 int64_t reward_parallelism(int64_t requested);

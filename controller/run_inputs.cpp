@@ -66,12 +66,27 @@ std::vector<std::pair<std::string, std::string>> required_fields(const Config& c
     fields.emplace_back(c.sft.response_key, "sft.response_key, the warm-up's gold response");
   }
   for (size_t i = 0; i < c.reward.size(); ++i) {
-    if (c.reward[i].name == "math_answer" && c.reward[i].plugin.empty() && c.reward[i].python.empty()) {
-      fields.emplace_back("answer", fmt::format("the answer reward.{} (math_answer) compares", i));
+    const RewardConfig& r = c.reward[i];
+    const bool math_answer = r.name == "math_answer" && r.plugin.empty() && r.python.empty() && r.http.empty();
+    const bool verl_style = (!r.python.empty() || !r.http.empty()) && r.needs_ground_truth;
+    if (math_answer || verl_style) {
+      fields.emplace_back("answer", math_answer ? fmt::format("the answer reward.{} (math_answer) compares", i)
+                                                : fmt::format("the ground_truth reward.{} ({}) is given; set "
+                                                              "reward.{}.needs_ground_truth: false if it reads none",
+                                                              i, r.name, i));
       break;
     }
   }
   return fields;
+}
+
+// For a row without the answer field: where its ground truth is when the row has verl's
+// layout (reward_model.ground_truth), as a hint naming the data.answer_key to set.
+std::string answer_key_hint(const std::map<std::string, std::string>& row, const std::string& answer_key) {
+  auto reward_model = row.find("reward_model");
+  if (reward_model == row.end() || answer_key == "reward_model.ground_truth") return "";
+  if (reward_model->second.find("\"ground_truth\"") == std::string::npos) return "";
+  return "; the row has verl's layout: set data.answer_key: reward_model.ground_truth";
 }
 
 struct PromptSet {
@@ -87,9 +102,14 @@ PromptSet load_prompts(const LoadedConfig& loaded, const std::string& key, const
   const Config& c = loaded.config;
   Dataset all;
   try {
-    all = load_dataset(spec, DatasetKeys{c.data.prompt_key, c.data.answer_key});
+    all = load_dataset(spec, DatasetKeys{c.data.prompt_key, c.data.answer_key, c.sft.response_key});
   } catch (const Error& e) {
     std::string what = e.what();
+    for (const char* data_key : {"data.prompt_key", "data.answer_key"}) {
+      if (what.rfind(std::string(data_key) + ":", 0) == 0) {
+        throw UsageError(fmt::format("{}: {}", loaded.origin_of(data_key), what));
+      }
+    }
     // Messages about the whole file say data.train; those about a row start with file:line.
     if (what.rfind("data.train:", 0) == 0) what = key + what.substr(std::string("data.train").size());
     throw UsageError(what.rfind(key + ":", 0) == 0 ? fmt::format("{}: {}", loaded.origin_of(key), what) : what);
@@ -108,9 +128,14 @@ PromptSet load_prompts(const LoadedConfig& loaded, const std::string& key, const
   for (size_t row = 0; row < all.rows.size(); ++row) {
     for (const auto& [field, reader] : fields) {
       if (!all.rows[row].count(field)) {
-        const bool answer = field == "answer" && c.data.answer_key != "answer";
-        throw UsageError(fmt::format("{}: no \"{}\" field ({}{})", all.where(row), answer ? c.data.answer_key : field,
-                                     reader, answer ? ", found by data.answer_key" : ""));
+        const bool answer = field == "answer";
+        const bool answer_key_set = answer && c.data.answer_key != "answer";
+        throw UsageError(fmt::format("{}: no \"{}\" field ({}{}){}", all.where(row),
+                                     answer ? c.data.answer_key : field, reader,
+                                     answer_key_set ? fmt::format(", found by data.answer_key ({})",
+                                                                  loaded.origin_of("data.answer_key"))
+                                                    : "",
+                                     answer ? answer_key_hint(all.rows[row], c.data.answer_key) : ""));
       }
     }
     std::vector<int32_t> ids = in.tokenizer->encode(all.prompt(row));
@@ -172,7 +197,7 @@ void load_rewards(const LoadedConfig& loaded, RunInputs& in) {
     const std::string key = !c.reward[i].python.empty() ? fmt::format("reward.{}.python", i)
                             : !c.reward[i].http.empty() ? fmt::format("reward.{}.http", i)
                                                         : fmt::format("reward.{}", i);
-    in.rewards.push_back(at_key(loaded, key, [&] { return make_reward_scorer(c.reward[i], i); }));
+    in.rewards.push_back(at_key(loaded, key, [&] { return make_reward_scorer(c.reward[i], i, c.python.path); }));
   }
 }
 

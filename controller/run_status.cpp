@@ -71,18 +71,34 @@ std::optional<RunStatus> read_run_status(const std::string& run_dir) {
   }
 }
 
-std::string describe_run_status(const RunStatus& s, const std::string& run_dir, bool alive,
-                                const std::string& this_hostname, double now_unix) {
-  std::string state = s.state;
+RunCondition run_condition(const RunStatus& s, bool alive, const std::string& this_hostname) {
   const bool active = s.state == "starting" || s.state == "running";
   if (active && s.hostname == this_hostname && !alive) {
-    state = fmt::format("not running (the controller, pid {}, is gone without saying how it ended)", s.pid);
-  } else if (active && s.hostname != this_hostname) {
-    state = fmt::format("{} on {} (pid {}; not checked from here)", s.state, s.hostname, s.pid);
-  } else if (active) {
-    state = fmt::format("{} (pid {})", s.state, s.pid);
+    return {fmt::format("controller gone: the controller (pid {}) ended without saying how; its log may say why "
+                        "(tandem resume continues from the newest checkpoint)",
+                        s.pid),
+            1, false};
   }
-  std::string out = fmt::format("run:      {}\nstate:    {}\nstep:     {} / {}\n", run_dir, state, s.step, s.steps);
+  if (active && s.hostname != this_hostname) {
+    return {fmt::format("{} on {} (pid {}; not checked from here)", s.state, s.hostname, s.pid), 0, true};
+  }
+  if (active) return {fmt::format("{} (pid {})", s.state, s.pid), 0, true};
+  if (s.state == "finished") return {"finished", 0, false};
+  if (s.state == "failed") {
+    return {s.last_error.empty() ? std::string("failed") : fmt::format("failed: {}", s.last_error), 1, false};
+  }
+  if (s.state == "interrupted" || s.state == "stopped") {
+    return {fmt::format("{} (tandem resume continues it)", s.state), 3, false};
+  }
+  return {s.state.empty() ? std::string("unknown") : s.state, 1, false};
+}
+
+std::string describe_run_status(const RunStatus& s, const std::string& run_dir, bool alive,
+                                const std::string& this_hostname, double now_unix) {
+  const RunCondition condition = run_condition(s, alive, this_hostname);
+  const bool active = condition.live;
+  std::string out =
+      fmt::format("run:      {}\nstate:    {}\nstep:     {} / {}\n", run_dir, condition.text, s.step, s.steps);
   if (active && s.step_seconds > 0 && s.step < s.steps) {
     out += fmt::format("eta:      {} ({} per step)\n", duration_text(s.step_seconds * static_cast<double>(s.steps - s.step)),
                        duration_text(s.step_seconds));
@@ -90,11 +106,13 @@ std::string describe_run_status(const RunStatus& s, const std::string& run_dir, 
   out += fmt::format("updated:  {} ago\n", duration_text(now_unix - s.updated_unix));
   out += "workers:\n";
   for (const RunWorkerStatus& w : s.workers) {
-    out += fmt::format("  {:<14} {:<9} pid {:<8} {:<24} restarts {}\n", w.name, w.state, w.pid == 0 ? std::string("-") : std::to_string(w.pid),
+    // A worker does not outlive its run's controller: "ready" from a dead run is stale.
+    const bool stale = !active && (w.state == "ready" || w.state == "starting");
+    out += fmt::format("  {:<14} {:<9} pid {:<8} {:<24} restarts {}\n", w.name, stale ? "exited" : w.state, w.pid == 0 ? std::string("-") : std::to_string(w.pid),
                        w.hostname.empty() ? "-" : w.hostname + " " + w.address, w.restarts);
   }
   if (!s.last_error.empty()) {
-    out += fmt::format("last error: {}\n", s.last_error);
+    if (s.state != "failed") out += fmt::format("last error: {}\n", s.last_error);  // failed: on the state line
     if (!s.last_error_log.empty()) out += fmt::format("  its log: {}\n", s.last_error_log);
   }
   return out;

@@ -44,6 +44,19 @@ void write_run_status(const std::string& run_dir, const RunStatus& status);
 // nullopt when there is no status.json; Error naming the file when it is unreadable.
 std::optional<RunStatus> read_run_status(const std::string& run_dir);
 
+// What a run is, as `tandem status` says it and exits with it:
+//   running (or starting) with its controller alive (or on another host)  exit 0
+//   finished                                                              exit 0
+//   failed, with its error                                                exit 1
+//   controller gone: status.json says running but its pid is not alive    exit 1
+//   interrupted (a signal) or stopped (tandem stop): tandem resume goes on exit 3
+struct RunCondition {
+  std::string text;
+  int exit_code = 0;
+  bool live = false;  // the controller is (or may be) running it: workers and an ETA mean something
+};
+RunCondition run_condition(const RunStatus& status, bool alive, const std::string& this_hostname);
+
 // What `tandem status` prints: `alive` says whether the controller's pid runs here.
 std::string describe_run_status(const RunStatus& status, const std::string& run_dir, bool alive,
                                 const std::string& this_hostname, double now_unix);

@@ -15,13 +15,20 @@ double median(std::vector<double> values) {
 
 }  // namespace
 
-StragglerWatch::StragglerWatch(double factor, int64_t steps) : factor_(factor), steps_(steps) {}
+StragglerWatch::StragglerWatch(double factor, int64_t steps, double min_share)
+    : factor_(factor), steps_(steps), min_share_(min_share) {}
 
 std::vector<SlowCommand> StragglerWatch::observe(const WorkerCommandTimes& times) {
   // Each command's times over the workers that ran it.
   std::map<std::string, std::vector<double>> by_command;
+  double busiest = 0;  // the step's length, as the most seconds one worker spent in commands
   for (const auto& [worker, commands] : times) {
-    for (const auto& [command, seconds] : commands) by_command[command].push_back(seconds);
+    double busy = 0;
+    for (const auto& [command, seconds] : commands) {
+      by_command[command].push_back(seconds);
+      busy += seconds;
+    }
+    busiest = std::max(busiest, busy);
   }
   std::map<std::string, SlowCommand> slowest;  // worker -> its command furthest over the median
   for (const auto& [worker, commands] : times) {
@@ -30,6 +37,7 @@ std::vector<SlowCommand> StragglerWatch::observe(const WorkerCommandTimes& times
       if (peers.size() < 2) continue;  // nobody to compare with
       const double m = median(peers);
       if (m < kStragglerMinMedianSeconds || !(seconds > factor_ * m)) continue;
+      if (seconds - m < min_share_ * busiest) continue;  // slower, but it costs the step little
       auto it = slowest.find(worker);
       if (it == slowest.end() || seconds / m > it->second.seconds / it->second.median_seconds) {
         slowest[worker] = {worker, command, seconds, m};

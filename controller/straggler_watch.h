@@ -1,7 +1,10 @@
 // Per-worker command times of each step, and the stragglers among the workers
 // (logging.straggler): a worker whose time for some command is more than `factor` times
 // the median of the workers that ran the same command that step is slow that step; slow
-// `steps` steps in a row, it is a straggler until a step where it is not slow.
+// `steps` steps in a row, it is a straggler until a step where it is not slow. A straggler
+// must cost time: the seconds it is over the median must also be at least `min_share` of
+// the step (taken as the busiest worker's summed command time), so a 2 ms command that
+// takes 3 ms on one worker is not reported in a 200 ms step.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +27,7 @@ struct SlowCommand {
 
 class StragglerWatch {
  public:
-  StragglerWatch(double factor, int64_t steps);
+  StragglerWatch(double factor, int64_t steps, double min_share);
   // One step's times. Returns the workers that became stragglers with this step, with
   // the command that made them slow (the one furthest over its median).
   std::vector<SlowCommand> observe(const WorkerCommandTimes& times);
@@ -33,6 +36,7 @@ class StragglerWatch {
  private:
   double factor_;
   int64_t steps_;
+  double min_share_;
   std::map<std::string, int64_t> slow_in_a_row_;
   std::set<std::string> stragglers_;
 };

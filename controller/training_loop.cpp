@@ -19,9 +19,11 @@
 #include <ATen/ATen.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 namespace tandem {
 
@@ -150,11 +152,37 @@ std::map<std::pair<size_t, int64_t>, ScoredSample> TrainingLoop::finish_scoring(
   return scoring_->finish();
 }
 
-int64_t TrainingLoop::reward_timeouts() const {
+int64_t TrainingLoop::new_reward_timeouts() {
   int64_t total = 0;
   for (const auto& reward : rewards_) total += reward->timeouts();
-  return total;
+  const int64_t since = total - reward_timeouts_counted_;
+  reward_timeouts_counted_ = total;
+  return since;
 }
+
+std::string TrainingLoop::record_reward_errors(const std::string& reward, const std::vector<std::string>& problems) {
+  const std::string path = run_dir_ + "/logs/reward_errors.log";
+  std::ofstream out(path, std::ios::app);
+  for (const std::string& problem : problems) out << "reward " << reward << " " << problem << "\n\n";
+  out.flush();
+  if (!out) log::warn("cannot append to {}: {}", path, std::strerror(errno));
+  return path;
+}
+
+namespace {
+
+// The line of an error that says what went wrong: a Python traceback's last line (the
+// exception), else the first.
+std::string error_summary(const std::string& error) {
+  std::vector<std::string> lines;
+  for (const std::string& line : split(error, '\n')) {
+    if (line.find_first_not_of(" \t") != std::string::npos) lines.push_back(line);
+  }
+  if (lines.empty()) return error;
+  return lines.front().rfind("Traceback", 0) == 0 ? lines.back() : lines.front();
+}
+
+}  // namespace
 
 std::string TrainingLoop::decode_response(const std::vector<int32_t>& tokens) const {
   std::vector<int32_t> text_ids;
@@ -203,6 +231,8 @@ int64_t TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size
     const std::string what = rc.name + (rc.plugin.empty() ? "" : " (plugin " + rc.plugin + ")") +
                              (rc.python.empty() ? "" : " (" + rc.python + ")") +
                              (rc.http.empty() ? "" : " (" + rc.http + ")");
+    std::vector<std::string> fallback_problems;
+    std::string first_fallback;
     for (size_t i = 0; i < samples.size(); ++i) {
       Sample& s = samples[i];
       RewardResult result = outcomes[i][r].result;
@@ -214,12 +244,19 @@ int64_t TrainingLoop::score(std::vector<Sample>& samples, const std::vector<size
                                   "instead)",
                                   what, problem, r, r));
         }
-        log::warn("reward {} {}: scored {} (fallback)", what, problem, rc.fallback_score);
+        if (fallback_problems.empty()) first_fallback = fmt::format("sample {}: {}", i, error_summary(outcomes[i][r].error));
+        fallback_problems.push_back(problem);
         result = {rc.fallback_score, {}};
         ++fallbacks;
       }
       s.reward += rc.weight * result.score;
       s.reward_results[r] = std::move(result);
+    }
+    // One line per reward and step, not a traceback per sample: thousands at real batch sizes.
+    if (!fallback_problems.empty()) {
+      const std::string log_path = record_reward_errors(what, fallback_problems);
+      log::warn("reward {}: {} of {} samples failed and scored {} (on_error: fallback); first: {}; every error in {}",
+                what, fallback_problems.size(), samples.size(), rc.fallback_score, first_fallback, log_path);
     }
   }
   return fallbacks;
@@ -526,7 +563,7 @@ void TrainingLoop::run_step(int64_t step) {
                    {"reward/mean", mean},
                    {"reward/std", std},
                    {"reward/fallbacks", static_cast<double>(fallbacks)},
-                   {"reward/timeouts", static_cast<double>(reward_timeouts())},
+                   {"reward/timeouts", static_cast<double>(new_reward_timeouts())},
                    {"response/count", n},
                    {"data/skipped_long_prompts", static_cast<double>(skipped_long_prompts_)}};
   const MetricRow about_samples = sample_metrics(c_, samples, batch);

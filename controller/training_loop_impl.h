@@ -213,8 +213,11 @@ class TrainingLoop {
   int64_t score(std::vector<Sample>& samples, const std::vector<size_t>& rows, const Dataset& data,
                 std::map<std::pair<size_t, int64_t>, ScoredSample>* early = nullptr);
   std::string decode_response(const std::vector<int32_t>& tokens) const;
-  // Python reward calls killed for running past timeout_s, since the run started here.
-  int64_t reward_timeouts() const;
+  // Reward calls killed for running past timeout_s since the last call (a per-step count).
+  int64_t new_reward_timeouts();
+  // Appends every failed sample's full error to RUN_DIR/logs/reward_errors.log (the
+  // console gets one line per reward and step); returns that path.
+  std::string record_reward_errors(const std::string& reward, const std::vector<std::string>& problems);
   // Starts a batch on the scoring thread: its slots are data.rows[rows[slot]].
   void begin_scoring(const std::vector<size_t>& rows, const Dataset& data);
   // Waits for the scoring thread while keeping the control plane alive (heartbeats).
@@ -259,6 +262,7 @@ class TrainingLoop {
   WorkerPool& pool_;
   Config c_;
   std::string run_dir_;
+  int64_t reward_timeouts_counted_ = 0;  // new_reward_timeouts(): the total at its last call
   std::string model_dir_;
   ModelConfig model_;
   std::shared_ptr<const Tokenizer> tokenizer_;

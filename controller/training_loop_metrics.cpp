@@ -38,7 +38,8 @@ std::string metric_name_part(const std::string& name) {
 std::vector<std::string> reward_metric_keys(const std::vector<RewardConfig>& rewards) {
   std::map<std::string, int> uses;
   for (const RewardConfig& r : rewards) ++uses[metric_name_part(r.name)];
-  std::set<std::string> taken = {"reward/mean", "reward/std", "reward/fallbacks"};
+  // The total's and the counters' keys: a reward named `timeouts` becomes reward/timeouts_N.
+  std::set<std::string> taken = {"reward/mean", "reward/std", "reward/fallbacks", "reward/timeouts"};
   std::vector<std::string> keys;
   for (size_t i = 0; i < rewards.size(); ++i) {
     const std::string name = metric_name_part(rewards[i].name);

@@ -34,7 +34,7 @@ TrainingLoop::~TrainingLoop() {
 
 void TrainingLoop::open_observers() {
   const LoggingConfig& l = c_.logging;
-  stragglers_ = std::make_unique<StragglerWatch>(l.straggler.factor, l.straggler.steps);
+  stragglers_ = std::make_unique<StragglerWatch>(l.straggler.factor, l.straggler.steps, l.straggler.min_share);
   if (l.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(run_dir_ + "/tensorboard");
   if (l.prometheus.port >= 0) {
     prometheus_ = std::make_unique<PrometheusExporter>(l.prometheus.bind, l.prometheus.port);

@@ -147,6 +147,8 @@ struct RewardConfig {
   std::string python;  // a .py file: the reward is its `function` (verl's compute_score signature)
   std::string function = "compute_score";
   bool batched = false;     // python: called once per batch with lists
+  std::string reward_kwargs = "{}";  // python: more keyword arguments, a JSON object (verl's reward_kwargs)
+  bool needs_ground_truth = true;    // python, http: every row must hold data.answer_key
   std::string http;         // a URL: samples are POSTed there in JSON batches
   double timeout_s = 30.0;  // python: longest a call may take; http: longest one request may take
   int64_t workers = 0;      // processes (python), threads (C++) or concurrent requests (http); 0: cores
@@ -165,6 +167,11 @@ inline RewardConfig default_reward() {
   r.name = "math_answer";
   return r;
 }
+
+// The embedded CPython that runs Python rewards.
+struct PythonConfig {
+  std::vector<std::string> path;  // directories put first on sys.path (a virtualenv's site-packages)
+};
 
 struct WeightSyncConfig {
   std::string method = "auto";
@@ -236,6 +243,7 @@ struct PrometheusConfig {
 struct StragglerConfig {
   double factor = 1.5;
   int64_t steps = 3;
+  double min_share = 0.05;  // the time over the median must be at least this share of the step
 };
 
 struct LoggingConfig {
@@ -260,6 +268,7 @@ struct Config {
   RolloutConfig rollout;
   LearnerConfig learner;
   std::vector<RewardConfig> reward = {default_reward()};
+  PythonConfig python;
   EvalConfig eval;
   WeightSyncConfig weight_sync;
   std::string placement = "colocated";

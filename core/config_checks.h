@@ -42,6 +42,14 @@ struct Text {
   bool required = false;  // must be present and non-empty
 };
 
+// Any YAML mapping, kept as JSON object text ("{}" when absent): values a plugin or a
+// Python function reads as they are (reward_kwargs). Scalars are typed as YAML's core
+// schema reads them: true/false, null, integers, floats, else strings.
+struct Mapping {};
+
+// A list of strings (or one string, read as a one-element list).
+struct TextList {};
+
 inline Number positive() { return {0.0, std::numeric_limits<double>::infinity(), true, "a positive number"}; }
 inline Number non_negative() { return {0.0, std::numeric_limits<double>::infinity(), false, "a number >= 0"}; }
 inline Number between(double lo, double hi) {
@@ -61,5 +69,7 @@ inline Number any_number() { return {-std::numeric_limits<double>::infinity(), s
 inline Choice one_of(std::vector<std::string> allowed) { return {std::move(allowed)}; }
 inline Text text() { return {false}; }
 inline Text required_text() { return {true}; }
+inline Mapping mapping() { return {}; }
+inline TextList text_list() { return {}; }
 
 }  // namespace tandem::config_check

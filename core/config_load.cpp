@@ -9,6 +9,7 @@
 #include "core/foreign_names.h"
 #include "core/text.h"
 
+#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
@@ -100,6 +101,37 @@ bool parse_bool(const std::string& s, bool& out) {
   return false;
 }
 
+// A YAML node as JSON: scalars typed as YAML's core schema reads them (plain scalars
+// only: a quoted "1" stays a string). Map keys are their text.
+nlohmann::json yaml_to_json(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Sequence: {
+      nlohmann::json list = nlohmann::json::array();
+      for (const YAML::Node& item : node) list.push_back(yaml_to_json(item));
+      return list;
+    }
+    case YAML::NodeType::Map: {
+      nlohmann::json object = nlohmann::json::object();
+      for (auto it = node.begin(); it != node.end(); ++it) object[it->first.Scalar()] = yaml_to_json(it->second);
+      return object;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string& s = node.Scalar();
+      if (node.Tag() == "!") return s;  // quoted
+      if (s == "null" || s == "Null" || s == "NULL" || s == "~") return nullptr;
+      bool flag = false;
+      if (parse_bool(s, flag)) return flag;
+      int64_t integer = 0;
+      if (parse_int(s, integer)) return integer;
+      double number = 0;
+      if (parse_double(s, number)) return number;
+      return s;
+    }
+    default:
+      return nullptr;
+  }
+}
+
 // Reads one mapping node into one struct through its describe() declarations.
 class Reader {
  public:
@@ -149,6 +181,49 @@ class Reader {
     });
     if (!present && check.required && value.empty()) {
       context_.problem(context_.where(path_, node_.Mark()), join_path(path_, key), "missing (required)");
+    }
+  }
+
+  void field(const std::string& key, std::string& json_text, const config_check::Mapping&, const char*) {
+    known_.push_back(key);
+    YAML::Node value;
+    YAML::Mark key_mark;
+    if (!find(key, value, key_mark)) return;
+    const std::string path = join_path(path_, key);
+    const std::string where = context_.where(path, key_mark);
+    context_.origins[path] = where;
+    if (value.IsNull()) {
+      json_text = "{}";
+    } else if (!value.IsMap()) {
+      context_.problem(where, path, fmt::format("expected a mapping (name: value, ...), got {}", describe_found(value)));
+    } else {
+      json_text = yaml_to_json(value).dump();
+    }
+  }
+  void field(const std::string& key, std::vector<std::string>& values, const config_check::TextList&, const char*) {
+    known_.push_back(key);
+    YAML::Node value;
+    YAML::Mark key_mark;
+    if (!find(key, value, key_mark)) return;
+    const std::string path = join_path(path_, key);
+    const std::string where = context_.where(path, key_mark);
+    context_.origins[path] = where;
+    values.clear();
+    if (value.IsScalar()) {
+      values.push_back(value.Scalar());
+      return;
+    }
+    if (!value.IsSequence()) {
+      if (!value.IsNull()) context_.problem(where, path, fmt::format("expected a list of strings, got {}", describe_found(value)));
+      return;
+    }
+    for (size_t i = 0; i < value.size(); ++i) {
+      if (!value[i].IsScalar() || value[i].Scalar().empty()) {
+        context_.problem(where, fmt::format("{}.{}", path, i),
+                         fmt::format("expected a non-empty string, got {}", describe_found(value[i])));
+        continue;
+      }
+      values.push_back(value[i].Scalar());
     }
   }
 

@@ -43,6 +43,12 @@ void resolve_config_paths(LoadedConfig& loaded, const std::string& config_dir) {
     const fs::path anchor = from_command_line ? fs::current_path() : base;
     *value = (anchor / *value).lexically_normal().string();
   }
+  // python.path: a list, anchored like the keys above.
+  const bool path_from_command_line = loaded.origin_of("python.path").rfind("--set", 0) == 0;
+  for (std::string& directory : loaded.config.python.path) {
+    if (fs::path(directory).is_absolute()) continue;
+    directory = ((path_from_command_line ? fs::current_path() : base) / directory).lexically_normal().string();
+  }
 }
 
 }  // namespace tandem

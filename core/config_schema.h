@@ -187,10 +187,16 @@ template <class V> void describe(V& v, RewardConfig& c) {
           "shared library that registers the reward (relative to the config file's directory); empty: built-in");
   v.field("python", c.python, text(),
           "a Python file (relative to the config file's directory) whose `function` scores samples with verl's "
-          "signature compute_score(data_source, solution_str, ground_truth, extra_info=None)");
+          "signature compute_score(data_source, solution_str, ground_truth, extra_info=None), called by keyword "
+          "as verl calls it");
   v.field("function", c.function, required_text(), "python: the function to call");
   v.field("batched", c.batched, "python: call the function once per batch, with lists (data_sources=, "
                                 "solution_strs=, ground_truths=, extra_infos=), returning a list");
+  v.field("reward_kwargs", c.reward_kwargs, mapping(),
+          "python: more keyword arguments for every call (verl's custom_reward_function.reward_kwargs)");
+  v.field("needs_ground_truth", c.needs_ground_truth,
+          "python, http: every row must hold data.answer_key's field (the ground_truth); false for a reward "
+          "that reads none");
   v.field("http", c.http, text(),
           "a URL (http:// or https://) scoring samples: JSON batches are POSTed there ({\"samples\": [...]}, "
           "answered by {\"scores\": [...]}; docs/rewards.md)");
@@ -211,6 +217,12 @@ template <class V> void describe(V& v, RewardConfig& c) {
   v.field("fallback_score", c.fallback_score, any_number(), "score used when on_error: fallback");
   v.field("pattern", c.pattern, text(), "format reward: the regex a whole response must match");
   v.field("max_length", c.max_length, at_least(0), "length_penalty: response tokens allowed before the penalty");
+}
+
+template <class V> void describe(V& v, PythonConfig& c) {
+  v.field("path", c.path, text_list(),
+          "directories put first on the embedded interpreter's sys.path before a Python reward is imported "
+          "(relative to the config file's directory), e.g. a virtualenv's lib/python3.X/site-packages");
 }
 
 template <class V> void describe(V& v, WeightSyncConfig& c) {
@@ -282,6 +294,9 @@ template <class V> void describe(V& v, StragglerConfig& c) {
   v.field("factor", c.factor, positive(),
           "a worker whose command takes this many times its peers' median is slow (perf/stragglers)");
   v.field("steps", c.steps, at_least(1), "steps in a row a worker must be slow to be reported as a straggler");
+  v.field("min_share", c.min_share, between(0, 1),
+          "a slow worker's seconds over the median must also be at least this share of the step (the busiest "
+          "worker's command time): slower but cheap commands are not stragglers");
 }
 
 template <class V> void describe(V& v, EvalConfig& c) {
@@ -318,6 +333,7 @@ template <class V> void describe(V& v, Config& c) {
   v.section("rollout", c.rollout, "generation workers");
   v.section("learner", c.learner, "training workers");
   v.list("reward", c.reward, "reward functions, summed with their weights");
+  v.section("python", c.python, "the embedded Python interpreter of python rewards");
   v.section("eval", c.eval, "evaluation on data.val (experiment.eval_every, eval_before_train)");
   v.section("weight_sync", c.weight_sync, "weight transfer learner -> rollout");
   v.field("placement", c.placement, one_of({"colocated", "disaggregated"}),

@@ -3,6 +3,7 @@
 #include "core/config_schema.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
 namespace tandem {
@@ -31,6 +32,18 @@ class Writer {
     out_ << YAML::Key << key << YAML::Value << YAML::DoubleQuoted << value;
     comment(help);
   }
+  void field(const std::string& key, std::string& json_text, const config_check::Mapping&, const char* help) {
+    out_ << YAML::Key << key << YAML::Value;
+    emit_json(nlohmann::json::parse(json_text));
+    comment(help);
+  }
+  void field(const std::string& key, std::vector<std::string>& values, const config_check::TextList&,
+             const char* help) {
+    out_ << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (const std::string& value : values) out_ << YAML::DoubleQuoted << value;
+    out_ << YAML::EndSeq;
+    comment(help);
+  }
   template <class Struct>
   void section(const std::string& key, Struct& value, const char* help) {
     out_ << YAML::Key << key;
@@ -53,6 +66,25 @@ class Writer {
   }
 
  private:
+  // Strings double-quoted, so "1" reads back as a string, not a number.
+  void emit_json(const nlohmann::json& value) {
+    if (value.is_object()) {
+      out_ << YAML::Flow << YAML::BeginMap;
+      for (const auto& [name, item] : value.items()) {
+        out_ << YAML::Key << YAML::DoubleQuoted << name << YAML::Value;
+        emit_json(item);
+      }
+      out_ << YAML::EndMap;
+    } else if (value.is_array()) {
+      out_ << YAML::Flow << YAML::BeginSeq;
+      for (const nlohmann::json& item : value) emit_json(item);
+      out_ << YAML::EndSeq;
+    } else if (value.is_string()) {
+      out_ << YAML::DoubleQuoted << value.get<std::string>();
+    } else {
+      out_ << value.dump();  // null, true/false and numbers read back as themselves
+    }
+  }
   void emit(const std::string& key, const std::string& value, const std::string& help) {
     out_ << YAML::Key << key << YAML::Value << value;
     comment(help);

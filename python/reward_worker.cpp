@@ -113,13 +113,27 @@ nlohmann::json to_result(const py::handle& value, const std::string& function) {
                                 py::repr(value).cast<std::string>().substr(0, 200), type_name(value))}};
 }
 
-void answer_one_by_one(FILE* out, const py::object& fn, const nlohmann::json& calls,
-                       const std::string& function) {
+// The names verl passes, one call or a batch of calls.
+const char* const kCallNames[] = {"data_source", "solution_str", "ground_truth", "extra_info"};
+const char* const kBatchNames[] = {"data_sources", "solution_strs", "ground_truths", "extra_infos"};
+
+// The keyword arguments of one call: verl's four names, then reward_kwargs.
+py::dict call_arguments(const nlohmann::json& call, const py::dict& reward_kwargs) {
+  py::dict arguments;
+  arguments["data_source"] = py::str(call.at("data_source").get<std::string>());
+  arguments["solution_str"] = py::str(call.at("solution_str").get<std::string>());
+  arguments["ground_truth"] = from_json(call.at("ground_truth"));
+  arguments["extra_info"] = from_json(call.at("extra_info"));
+  for (const auto& [name, value] : reward_kwargs) arguments[name] = value;
+  return arguments;
+}
+
+void answer_one_by_one(FILE* out, const py::object& fn, const nlohmann::json& calls, const std::string& function,
+                       const py::dict& reward_kwargs) {
   for (const nlohmann::json& call : calls) {
     nlohmann::json result;
     try {
-      py::object value = fn(call.at("data_source").get<std::string>(), call.at("solution_str").get<std::string>(),
-                            from_json(call.at("ground_truth")), from_json(call.at("extra_info")));
+      py::object value = fn(**call_arguments(call, reward_kwargs));
       result = to_result(value, function);
     } catch (const py::error_already_set& e) {
       result = {{"error", describe(e)}};
@@ -128,8 +142,8 @@ void answer_one_by_one(FILE* out, const py::object& fn, const nlohmann::json& ca
   }
 }
 
-void answer_batched(FILE* out, const py::object& fn, const nlohmann::json& calls,
-                    const std::string& function) {
+void answer_batched(FILE* out, const py::object& fn, const nlohmann::json& calls, const std::string& function,
+                    const py::dict& reward_kwargs) {
   py::list data_sources, solution_strs, ground_truths, extra_infos;
   for (const nlohmann::json& call : calls) {
     data_sources.append(call.at("data_source").get<std::string>());
@@ -139,8 +153,13 @@ void answer_batched(FILE* out, const py::object& fn, const nlohmann::json& calls
   }
   std::vector<nlohmann::json> results;
   try {
-    py::object values = fn(py::arg("data_sources") = data_sources, py::arg("solution_strs") = solution_strs,
-                           py::arg("ground_truths") = ground_truths, py::arg("extra_infos") = extra_infos);
+    py::dict arguments;
+    arguments["data_sources"] = data_sources;
+    arguments["solution_strs"] = solution_strs;
+    arguments["ground_truths"] = ground_truths;
+    arguments["extra_infos"] = extra_infos;
+    for (const auto& [name, value] : reward_kwargs) arguments[name] = value;
+    py::object values = fn(**arguments);
     if (!py::isinstance<py::sequence>(values) || py::isinstance<py::str>(values) ||
         py::len(values) != calls.size()) {
       const std::string what = py::isinstance<py::sequence>(values)
@@ -159,9 +178,57 @@ void answer_batched(FILE* out, const py::object& fn, const nlohmann::json& calls
   for (const nlohmann::json& result : results) send(out, result);
 }
 
+// Empty when `fn` can be called as verl calls it (or has no signature to check, as some
+// C functions); else what is wrong, naming the parameter.
+std::string check_signature(const py::object& fn, const RewardWorkerOptions& options, const py::dict& reward_kwargs) {
+  py::object signature;
+  try {
+    signature = py::module_::import("inspect").attr("signature")(fn);
+  } catch (const py::error_already_set&) {
+    return "";  // a builtin without introspection: the first call will tell
+  }
+  const auto& names = options.batched ? kBatchNames : kCallNames;
+  py::dict arguments;
+  std::string call;
+  for (const char* name : names) {
+    if (reward_kwargs.contains(name)) {
+      return fmt::format("reward_kwargs names {}, which tandem passes itself", name);
+    }
+    arguments[name] = py::none();
+    call += fmt::format("{}{}=...", call.empty() ? "" : ", ", name);
+  }
+  for (const auto& [name, value] : reward_kwargs) {
+    arguments[name] = value;
+    call += fmt::format(", {}={}", py::str(name).cast<std::string>(), py::repr(value).cast<std::string>());
+  }
+  try {
+    signature.attr("bind")(**arguments);
+  } catch (const py::error_already_set& e) {
+    if (!e.matches(PyExc_TypeError)) throw;
+    return fmt::format("{}{} cannot be called as tandem (like verl) calls it, by keyword: {}({}): {}",
+                       options.function, py::str(signature).cast<std::string>(), options.function, call,
+                       py::str(e.value()).cast<std::string>());
+  }
+  return "";
+}
+
+// A ModuleNotFoundError's explanation: which Python this is, where it looks, how to add more.
+std::string explain_missing_module() {
+  py::module_ sys = py::module_::import("sys");
+  std::string path;
+  for (const py::handle entry : sys.attr("path")) path += "\n    " + entry.cast<std::string>();
+  return fmt::format(
+      "\ntandem runs rewards in its embedded Python {} (prefix {}), which imports from:{}\n"
+      "To use packages from a virtualenv or another install, add its site-packages directory to the config's "
+      "`python: {{path: [DIR]}}` (or to PYTHONPATH), or install the package with apt (python3-NAME).",
+      py::str(sys.attr("version")).cast<std::string>().substr(0, 6), sys.attr("prefix").cast<std::string>(), path);
+}
+
 }  // namespace
 
-int run_reward_worker(const std::string& file, const std::string& function, bool batched) {
+int run_reward_worker(const RewardWorkerOptions& options) {
+  const std::string& file = options.file;
+  const std::string& function = options.function;
   FILE* out = claim_stdout();
   if (!out) return 1;
   try {
@@ -172,9 +239,15 @@ int run_reward_worker(const std::string& file, const std::string& function, bool
   }
   py::gil_scoped_acquire gil;
   py::object fn;
+  py::dict reward_kwargs;
   try {
-    const std::string directory = std::filesystem::path(file).parent_path().string();
-    py::module_::import("sys").attr("path").attr("insert")(0, directory);
+    reward_kwargs = py::reinterpret_borrow<py::dict>(from_json(nlohmann::json::parse(options.kwargs_json)));
+    py::object sys_path = py::module_::import("sys").attr("path");
+    // The file's directory first (sibling modules), then python.path in its order.
+    for (auto it = options.search_path.rbegin(); it != options.search_path.rend(); ++it) {
+      sys_path.attr("insert")(0, *it);
+    }
+    sys_path.attr("insert")(0, std::filesystem::path(file).parent_path().string());
     py::module_ util = py::module_::import("importlib.util");
     const std::string module_name = "tandem_reward_" + std::filesystem::path(file).stem().string();
     py::object spec = util.attr("spec_from_file_location")(module_name, file);
@@ -201,7 +274,17 @@ int run_reward_worker(const std::string& file, const std::string& function, bool
       return 1;
     }
   } catch (const py::error_already_set& e) {
-    send(out, {{"error", fmt::format("importing {} failed:\n{}", file, describe(e))}});
+    const std::string more = e.matches(PyExc_ModuleNotFoundError) ? explain_missing_module() : std::string();
+    send(out, {{"error", fmt::format("importing {} failed:\n{}{}", file, describe(e), more)}});
+    return 1;
+  }
+  try {
+    if (const std::string problem = check_signature(fn, options, reward_kwargs); !problem.empty()) {
+      send(out, {{"error", fmt::format("{}: {}", file, problem)}});
+      return 1;
+    }
+  } catch (const py::error_already_set& e) {
+    send(out, {{"error", fmt::format("{}: checking {}'s signature failed:\n{}", file, function, describe(e))}});
     return 1;
   }
   send(out, {{"ready", true}});
@@ -223,10 +306,10 @@ int run_reward_worker(const std::string& file, const std::string& function, bool
         continue;
       }
       const nlohmann::json& calls = request.at("calls");
-      if (batched) {
-        answer_batched(out, fn, calls, function);
+      if (options.batched) {
+        answer_batched(out, fn, calls, function, reward_kwargs);
       } else {
-        answer_one_by_one(out, fn, calls, function);
+        answer_one_by_one(out, fn, calls, function, reward_kwargs);
       }
     } catch (const nlohmann::json::exception& e) {
       std::fprintf(stderr, "reward-worker: bad request line: %s\n", e.what());

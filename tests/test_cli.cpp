@@ -168,6 +168,12 @@ void expect_orderly_stop(int signal, int expected_exit_code) {
   REQUIRE(status.has_value());
   CHECK(status->exit_code == expected_exit_code);
   CHECK(all_gone_within(workers, 5));
+  // tandem status: interrupted, resumable (exit 3), no worker shown as ready.
+  const std::string said = dir.path() + "/status.txt";
+  CHECK(run_tandem({"status", dir.path() + "/run"}, said).exit_code == 3);
+  CHECK_MESSAGE(read_text(said).find("state:    interrupted (tandem resume continues it)") != std::string::npos,
+                read_text(said));
+  CHECK_MESSAGE(read_text(said).find(" ready ") == std::string::npos, read_text(said));
 }
 
 TEST_CASE("SIGTERM to the controller stops every worker and exits 143") { expect_orderly_stop(SIGTERM, 143); }
@@ -181,6 +187,15 @@ TEST_CASE("SIGKILL of the controller leaves no orphan workers") {
   controller.send_signal(SIGKILL);
   controller.wait_for(10);
   CHECK(all_gone_within(workers, 5));
+  // status.json still says running: tandem status finds the controller gone (exit 1), shows
+  // no ETA and no worker as ready.
+  const std::string said = dir.path() + "/status.txt";
+  CHECK(run_tandem({"status", dir.path() + "/run"}, said).exit_code == 1);
+  const std::string text = read_text(said);
+  CHECK_MESSAGE(text.find("state:    controller gone") != std::string::npos, text);
+  CHECK_MESSAGE(text.find("eta:") == std::string::npos, text);
+  CHECK_MESSAGE(text.find(" ready ") == std::string::npos, text);
+  CHECK_MESSAGE(text.find(" exited ") != std::string::npos, text);
 }
 
 TEST_CASE("a worker killed during a run with no restarts left fails the run with exit 1, naming the worker") {
@@ -196,6 +211,14 @@ TEST_CASE("a worker killed during a run with no restarts left fails the run with
   CHECK(out.find(fmt::format("pid {})", workers[1])) != std::string::npos);
   CHECK(out.find("used all 0 restarts (launcher.max_restarts)") != std::string::npos);
   CHECK(all_gone_within(workers, 5));
+  // tandem status: failed with its error (exit 1), workers stopped, no ETA.
+  const std::string said = dir.path() + "/status.txt";
+  CHECK(run_tandem({"status", dir.path() + "/run"}, said).exit_code == 1);
+  const std::string text = read_text(said);
+  CHECK_MESSAGE(text.find("state:    failed: ") != std::string::npos, text);
+  CHECK_MESSAGE(text.find("killed by signal 9") != std::string::npos, text);
+  CHECK_MESSAGE(text.find("eta:") == std::string::npos, text);
+  CHECK_MESSAGE(text.find(" ready ") == std::string::npos, text);
 }
 
 TEST_CASE("tandem status tells a running run's step and workers; tandem stop checkpoints it and stops it") {
@@ -228,7 +251,7 @@ TEST_CASE("tandem status tells a running run's step and workers; tandem stop che
   CHECK_FALSE(fs::exists(run + "/stop_request"));  // honoured, and gone: a resume does not stop at once
   CHECK_FALSE(fs::exists(run + "/finished.json"));
 
-  REQUIRE(run_tandem({"status", run}, dir.path() + "/after.txt").success());
+  CHECK(run_tandem({"status", run}, dir.path() + "/after.txt").exit_code == 3);  // stopped: resumable, not running
   CHECK_MESSAGE(read_text(dir.path() + "/after.txt").find("state:    stopped") != std::string::npos,
                 read_text(dir.path() + "/after.txt"));
   // Stopping a run that is not running is a usage error.

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/process.h"
+#include "run_tandem.h"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -133,4 +134,21 @@ TEST_CASE("503s are retried with backoff until the server answers; timeouts and 
   for (const RewardOutcome& o : HttpReward(closed, 0).score(samples.inputs)) {
     CHECK(o.error.find("POST http://127.0.0.1:1/score failed after 1 attempt: ") == 0);
   }
+}
+
+TEST_CASE("the health check finds a server that is down or a wrong path before anything starts") {
+  LoopbackServer server;
+  CHECK_NOTHROW(HttpReward(http_reward(server.url("/score"), 1, 0), 0).check_answers());
+  CHECK_THROWS_WITH_AS(HttpReward(http_reward("http://127.0.0.1:1/score", 1, 0), 0).check_answers(),
+                       doctest::Contains("http://127.0.0.1:1/score does not answer"), Error);
+  CHECK_THROWS_WITH_AS(HttpReward(http_reward(server.url("/missing"), 1, 0), 0).check_answers(),
+                       doctest::Contains("answered HTTP 404"), Error);
+  // tandem validate says so, naming the config key, with exit 2 (nothing starts).
+  TempDir dir;
+  write_file_atomic(dir.path() + "/c.yaml", "reward: [{http: \"http://127.0.0.1:1/score\", retries: 0}]\n");
+  const std::string out = dir.path() + "/out.txt";
+  CHECK(testing::run_tandem({"validate", dir.path() + "/c.yaml"}, out).exit_code == 2);
+  const std::string said = read_file(out).value_or("");
+  CHECK_MESSAGE(said.find("c.yaml:1:11: reward.0.http: http://127.0.0.1:1/score does not answer") != std::string::npos,
+                said);
 }

@@ -115,6 +115,7 @@ TEST_CASE("plot draws what a researcher reads each step: rewards and their parts
   };
   std::vector<std::pair<std::string, std::vector<double>>> columns = {
       {"reward/mean", values(1, 0)},  {"reward/std", values(0.2, 0)},   {"reward/fallbacks", values(0, 0)},
+      {"reward/timeouts", values(40, 1)},  // a count per step: not on the reward axis
       {"reward/math", values(1, 0)},  {"reward/length-v2", values(0.5, -0.5)},
       {"response/length_mean", length_mean}, {"response/length_max", length_max}, {"response/length_min", length_min},
       {"response/clip_ratio", clip},  {"prompt/length_mean", values(30, 20)},
@@ -137,12 +138,21 @@ TEST_CASE("plot draws what a researcher reads each step: rewards and their parts
   CHECK(result.output.find("skipped reward_<name>_<part>.svg") == std::string::npos);
   CHECK(result.output.find(" band (") == std::string::npos);  // every band had its edges
 
-  SUBCASE("rewards: each reward/<name>, not the total's mean, std, fallbacks, nor the parts") {
+  SUBCASE("rewards: each reward/<name>, not the total's mean, std, fallbacks, timeouts, nor the parts") {
     const std::string svg = read_text(plots + "rewards.svg");
     check_well_formed(svg, "rewards.svg");
     CHECK(elements(svg, "path", "class=\"series\"").size() == 2);
+    CHECK(svg.find("reward/timeouts") == std::string::npos);
     CHECK(path_points(series_d(svg, "reward/math")).size() == static_cast<size_t>(steps));
     CHECK(path_points(series_d(svg, "reward/length-v2")).size() == static_cast<size_t>(steps));
+  }
+
+  SUBCASE("the failure counters have a chart of their own") {
+    const std::string svg = read_text(plots + "failures.svg");
+    check_well_formed(svg, "failures.svg");
+    CHECK(elements(svg, "path", "class=\"series\"").size() == 2);
+    CHECK(path_points(series_d(svg, "reward/timeouts")).size() == static_cast<size_t>(steps));
+    CHECK(path_points(series_d(svg, "reward/fallbacks")).size() == static_cast<size_t>(steps));
   }
 
   SUBCASE("one chart per reward part, its file name sanitised") {

@@ -176,3 +176,75 @@ TEST_CASE("a file that does not import, or lacks the function, fails at start wi
   missing.python = "/nonexistent/reward.py";
   CHECK_THROWS_AS(PythonRewardPool(missing, 0, TANDEM_BINARY), Error);
 }
+
+TEST_CASE("rewards are called by keyword as verl calls them: any parameter order, keyword-only, **kwargs") {
+  // Before the fix the call was positional: solution_first got data_source as its
+  // solution_str, scored 0 for every sample, and nothing said so.
+  Samples samples({"42", "41", " 42 "}, {{"answer", "42"}, {"data_source", "openai/gsm8k"}});
+  for (const char* function : {"solution_first", "keyword_only"}) {
+    INFO(function);
+    PythonRewardPool pool(python_reward(function, 1), 0, TANDEM_BINARY);
+    const std::vector<RewardOutcome> outcomes = pool.score(samples.inputs);
+    REQUIRE(outcomes.size() == 3);
+    for (const RewardOutcome& o : outcomes) {
+      INFO(o.error);
+      REQUIRE(o.error.empty());
+      CHECK(part(o.result, "source_ok") == 1.0);
+    }
+    CHECK(outcomes[0].result.score == 1.0);
+    CHECK(outcomes[1].result.score == 0.0);
+    CHECK(outcomes[2].result.score == 1.0);
+  }
+}
+
+TEST_CASE("reward_kwargs reach the function as keyword arguments, typed as the YAML said") {
+  RewardConfig config = python_reward("scaled", 1);
+  config.reward_kwargs = R"({"scale": 2.5, "bonus": {"list": [1, "two"], "flag": true}})";
+  PythonRewardPool pool(config, 0, TANDEM_BINARY);
+  const std::vector<RewardOutcome> outcomes = pool.score(Samples({"42", "7"}).inputs);
+  REQUIRE(outcomes[0].error.empty());
+  CHECK(outcomes[0].result.score == 2.5);
+  CHECK(outcomes[1].result.score == 0.0);
+  CHECK(part(outcomes[0].result, "bonus_ok") == 1.0);
+
+  RewardConfig batched = python_reward("batched_scaled", 1);
+  batched.batched = true;
+  batched.reward_kwargs = R"({"scale": 3})";
+  PythonRewardPool batched_pool(batched, 0, TANDEM_BINARY);
+  const std::vector<RewardOutcome> lengths = batched_pool.score(Samples({"a", "bb"}).inputs);
+  CHECK(lengths[0].result.score == 3.0);
+  CHECK(lengths[1].result.score == 6.0);
+}
+
+TEST_CASE("a signature that cannot take verl's keywords is refused at start, naming the parameter") {
+  CHECK_THROWS_WITH_AS(PythonRewardPool(python_reward("wrong_names", 1), 0, TANDEM_BINARY),
+                       doctest::Contains("wrong_names(response, answer) cannot be called as tandem (like verl) calls "
+                                         "it, by keyword"),
+                       Error);
+  RewardConfig unknown = python_reward("compute_score", 1);
+  unknown.reward_kwargs = R"({"scale": 2})";  // compute_score takes no `scale`
+  CHECK_THROWS_WITH_AS(PythonRewardPool(unknown, 0, TANDEM_BINARY), doctest::Contains("'scale'"), Error);
+  RewardConfig reserved = python_reward("solution_first", 1);
+  reserved.reward_kwargs = R"({"ground_truth": "x"})";
+  CHECK_THROWS_WITH_AS(PythonRewardPool(reserved, 0, TANDEM_BINARY),
+                       doctest::Contains("reward_kwargs names ground_truth, which tandem passes itself"), Error);
+}
+
+TEST_CASE("a missing module says which Python is embedded, where it looks, and python.path adds a directory") {
+  RewardConfig broken = python_reward("compute_score", 1);
+  broken.python = std::string(TANDEM_SOURCE_DIR) + "/tests/python/broken_import.py";
+  try {
+    PythonRewardPool pool(broken, 0, TANDEM_BINARY);
+    FAIL("the import succeeded");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("tandem runs rewards in its embedded Python 3.") != std::string::npos);
+    CHECK(what.find("which imports from:") != std::string::npos);
+    CHECK(what.find("python: {path: [DIR]}") != std::string::npos);
+  }
+  // The module in a directory of its own, named by python.path: the import works.
+  TempDir site;
+  write_file_atomic(site.path() + "/this_module_does_not_exist_anywhere.py", "VALUE = 1\n");
+  PythonRewardPool pool(broken, 0, TANDEM_BINARY, {site.path()});
+  CHECK(pool.score(Samples({"x"}).inputs)[0].error.empty());
+}

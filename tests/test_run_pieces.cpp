@@ -33,7 +33,25 @@ TEST_CASE("JSONL datasets keep every field; bad lines are named by file and line
   CHECK(d.rows[0].at("answer") == "3");
   CHECK(d.rows[0].at("tags") == "[1]");
   write_file_atomic(path, "{\"q\": \"a\"}\n{\"q\": \n");
-  CHECK_THROWS_WITH_AS(load_dataset(path, DatasetKeys{"q"}), doctest::Contains((path + ":2: not valid JSON").c_str()), Error);
+  CHECK_THROWS_WITH_AS(load_dataset(path, DatasetKeys{"q"}), doctest::Contains((path + ":2:").c_str()), Error);
+  // Only our line number: the library's own count ("line 1") within the one line must not show.
+  write_file_atomic(path, "{\"q\": \"a\"}\n\n{\"q\": nope}\n");
+  try {
+    load_dataset(path, DatasetKeys{"q"});
+    FAIL("a line that is not JSON loaded");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    CHECK(what.rfind(path + ":3:", 0) == 0);  // file:line:column
+    CHECK(what.find("not valid JSON: syntax error") != std::string::npos);
+    CHECK(what.find("line 1") == std::string::npos);
+  }
+  // A builtin task has the fields prompt and answer only: another prompt_key is named.
+  CHECK_THROWS_WITH_AS(load_dataset("builtin:addition", DatasetKeys{"nope"}),
+                       doctest::Contains("data.prompt_key: \"nope\": builtin:addition rows have the fields prompt"),
+                       Error);
+  // A dotted sft.response_key is found like answer_key.
+  write_file_atomic(path, "{\"q\": \"a\", \"gold\": {\"text\": \"b\"}}\n");
+  CHECK(load_dataset(path, DatasetKeys{"q", "answer", "gold.text"}).rows[0].at("gold.text") == "b");
   write_file_atomic(path, "{\"q\": \"a\"}\n{\"prompt\": \"b\"}\n");
   CHECK_THROWS_WITH_AS(load_dataset(path, DatasetKeys{"q"}), doctest::Contains((path + ":2: no \"q\" field").c_str()), Error);
   CHECK_THROWS_WITH_AS(load_dataset("builtin:adition", DatasetKeys{}), doctest::Contains("did you mean builtin:addition"),

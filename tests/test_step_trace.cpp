@@ -133,7 +133,7 @@ TEST_CASE("a step trace aligns worker clocks, clips to the step, and profiles it
 TEST_CASE("a worker slower than its peers' median for `steps` steps in a row is a straggler") {
   std::mt19937 rng(std::random_device{}());
   std::uniform_real_distribution<double> jitter(0.9, 1.1);
-  StragglerWatch watch(1.5, 3);
+  StragglerWatch watch(1.5, 3, 0.05);
   auto step = [&](double slow_factor) {
     WorkerCommandTimes times;
     for (int w = 0; w < 4; ++w) times["rollout-" + std::to_string(w)]["rollout_generate"] = 0.5 * jitter(rng);
@@ -162,4 +162,23 @@ TEST_CASE("a worker slower than its peers' median for `steps` steps in a row is 
   CHECK(line["step"] == 3);
   CHECK(line["workers"]["rollout-0"]["rollout_generate"] == 0.25);
   CHECK(line["stragglers"][0] == "rollout-0");
+}
+
+TEST_CASE("a command slower than its peers but a tiny share of the step is not a straggler") {
+  // The quickstart's case: rollout_load_weights 2 ms on one worker against 1 ms on the
+  // other, in a step of 190 ms. 2x the median, but 0.5% of the step.
+  StragglerWatch watch(1.5, 1, 0.05);
+  WorkerCommandTimes times;
+  times["colocated-0"] = {{"rollout_load_weights", 0.002}, {"learner_train", 0.150}, {"rollout_generate", 0.03}};
+  times["colocated-1"] = {{"rollout_load_weights", 0.001}, {"learner_train", 0.150}, {"rollout_generate", 0.03}};
+  times["colocated-2"] = times["colocated-1"];
+  for (int step = 0; step < 5; ++step) CHECK(watch.observe(times).empty());
+  CHECK(watch.stragglers().empty());
+  // A slow step's main command is reported: 0.15 s over the median, about half the step.
+  times["colocated-0"]["learner_train"] = 0.250;
+  times["colocated-1"]["learner_train"] = 0.100;
+  times["colocated-2"]["learner_train"] = 0.100;
+  const std::vector<SlowCommand> became = watch.observe(times);
+  REQUIRE(became.size() == 1);
+  CHECK(became[0].command == "learner_train");
 }

@@ -46,7 +46,9 @@ TEST_CASE("2 and 3 ranks (threads) with ddp, zero2 and fsdp equal one process af
     for (int world : {2, 3}) {
       std::vector<ModelWeights> ranks = train_threads(s, world, &sharded_metrics);
       INFO(sharding << " with " << world << " ranks");
-      for (int r = 0; r < world; ++r) CHECK(max_weight_diff(ranks[r], single) <= 1e-5);
+      const double tolerance = reorder_tolerance(s, single_metrics.grad_norm);
+      for (int r = 0; r < world; ++r) CHECK(max_weight_diff(ranks[r], single) <= tolerance);
+      // Means over ~100 float32 terms in another order: relative error at most 2·N·u ≈ 1.2e-5.
       CHECK(sharded_metrics.objective.pg_loss == doctest::Approx(single_metrics.objective.pg_loss).epsilon(1e-4));
       CHECK(sharded_metrics.objective.kl == doctest::Approx(single_metrics.objective.kl).epsilon(1e-4));
       CHECK(sharded_metrics.grad_norm == doctest::Approx(single_metrics.grad_norm).epsilon(1e-4));
@@ -59,7 +61,8 @@ TEST_CASE("2 and 3 ranks (threads) with ddp, zero2 and fsdp equal one process af
 
 TEST_CASE("2 rank processes over a TCP rendezvous equal one process") {
   TrainerScenario s = trainer_scenario(11, "zero2");
-  const ModelWeights single = train_single(s);
+  UpdateMetrics metrics;
+  const ModelWeights single = train_single(s, &metrics);
   for (const char* sharding : {"ddp", "zero2", "fsdp"}) {
     TempDir dir;
     const std::string rendezvous = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
@@ -75,13 +78,15 @@ TEST_CASE("2 rank processes over a TCP rendezvous equal one process") {
                       read_file(dir.path() + "/rank" + std::to_string(rank) + ".log").value_or(""));
     }
     INFO(sharding);
-    CHECK(max_weight_diff(load_model_weights(dir.path(), s.config), single) <= 1e-5);
+    CHECK(max_weight_diff(load_model_weights(dir.path(), s.config), single) <= reorder_tolerance(s, metrics.grad_norm));
   }
 }
 
 TEST_CASE("checkpoint on N ranks, load on M (either strategy), continue identically") {
   TrainerScenario s = trainer_scenario(17, "zero2");
-  const ModelWeights uninterrupted = train_single(s);
+  UpdateMetrics metrics;
+  const ModelWeights uninterrupted = train_single(s, &metrics);
+  const double tolerance = reorder_tolerance(s, metrics.grad_norm);
   const std::vector<std::vector<TrainingSample>> first_two(s.mini_batches.begin(), s.mini_batches.begin() + 2);
   const std::vector<std::vector<TrainingSample>> last = {s.mini_batches[2]};
   struct Case {
@@ -109,7 +114,7 @@ TEST_CASE("checkpoint on N ranks, load on M (either strategy), continue identica
     });
     INFO("saved by " << c.save_world << " " << c.save_sharding << ", loaded by " << c.load_world << " "
                      << c.load_sharding);
-    for (const ModelWeights& w : resumed) CHECK(max_weight_diff(w, uninterrupted) <= 1e-5);
+    for (const ModelWeights& w : resumed) CHECK(max_weight_diff(w, uninterrupted) <= tolerance);
   }
 }
 
@@ -148,19 +153,29 @@ TEST_CASE("export_policy writes a loadable Hugging Face directory") {
 }
 
 TEST_CASE("a single fsdp rank equals a single ddp rank") {
-  CHECK(max_weight_diff(train_single(trainer_scenario(6, "fsdp")), train_single(trainer_scenario(6, "ddp"))) <= 1e-5);
+  const TrainerScenario ddp = trainer_scenario(6, "ddp");
+  UpdateMetrics metrics;
+  const ModelWeights expected = train_single(ddp, &metrics);
+  CHECK(max_weight_diff(train_single(trainer_scenario(6, "fsdp")), expected) <= reorder_tolerance(ddp, metrics.grad_norm));
 }
 
 TEST_CASE("micro-batch size does not change the update") {
-  const ModelWeights one = train_single(trainer_scenario(5, "ddp", 1));
+  // Micro-batches add the same gradient terms in another order: the bound is derived from
+  // float32 rounding and AdamW's epsilon (reorder_tolerance). Before it, a fixed 2e-5
+  // measured on one Xeon failed on AMD EPYC (3.5e-5, 4.9e-5) with Adam's epsilon 1e-8.
+  const TrainerScenario s = trainer_scenario(5, "ddp", 1);
+  UpdateMetrics metrics;
+  const ModelWeights one = train_single(s, &metrics);
   const ModelWeights four = train_single(trainer_scenario(5, "ddp", 4));
   const ModelWeights all = train_single(trainer_scenario(5, "ddp", 7));
-  // 2e-5, not 1e-5: micro-batches sum gradients in another order, and AdamW's m / sqrt(v)
-  // turns a float32 rounding difference on a near-zero gradient entry into up to ~100 ulp
-  // of a weight near 1 after three steps. Measured 1.2e-5 to 1.6e-5 on one 2-core Xeon
-  // with 1 to 4 OpenMP threads (and below 1e-5 on another CPU); a real bug is >= lr = 3e-3.
-  CHECK(max_weight_diff(one, four) <= 2e-5);
-  CHECK(max_weight_diff(one, all) <= 2e-5);
+  const double tolerance = reorder_tolerance(s, metrics.grad_norm);
+  INFO("tolerance " << tolerance);
+  CHECK(max_weight_diff(one, four) <= tolerance);
+  CHECK(max_weight_diff(one, all) <= tolerance);
+  // The bound is far below what a real change moves the weights by: one sample left out.
+  TrainerScenario short_one = s;
+  for (auto& batch : short_one.mini_batches) batch.pop_back();
+  CHECK(max_weight_diff(train_single(short_one), one) > 10 * tolerance);
 }
 
 TEST_CASE("a policy-gradient step raises the log-probs of positively rewarded tokens") {

@@ -181,7 +181,8 @@ TEST_CASE("fallback scores are counted, rewards combine with weights, and the we
           "{name: length_penalty, max_length: 2, weight: 0.5}]",
       "data.train=" + dir.path() + "/data.jsonl", "data.batch_size=2", "weight_sync.probe_every=1"};
   const std::string run = run_config(dir, kShortRun, sets, 0);
-  for (const auto& row : metric_lines(run)) {
+  const auto rows = metric_lines(run);
+  for (const auto& row : rows) {
     CHECK(row.at("reward/fallbacks").get<double>() == 8);
     // 0.5 + 0.5 x length_penalty, which is 0 (length <= 2) or -0.5 (length 3)
     CHECK(row.at("reward/mean").get<double>() <= 0.5);
@@ -189,7 +190,16 @@ TEST_CASE("fallback scores are counted, rewards combine with weights, and the we
     REQUIRE(row.contains("sync/probe_logprob_max_diff"));
     CHECK(row.at("sync/probe_logprob_max_diff").get<double>() <= 1e-4);
   }
-  CHECK(read_text(run + "/logs/controller-0.log").find("scored 0.5 (fallback)") != std::string::npos);
+  // One console line per step, not one per failed sample; every error in reward_errors.log.
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  const std::string log = read_text(run + "/logs/controller-0.log");
+  CHECK(count(log, "8 of 8 samples failed and scored 0.5 (on_error: fallback); first: sample 0: ") == rows.size());
+  CHECK(count(log, "failed on sample") == 0);
+  CHECK(count(read_text(run + "/logs/reward_errors.log"), "failed on sample") == 8 * rows.size());
 
   // A tolerance no float32 pair of engines meets: the probe stops the run and says why.
   TempDir strict;

@@ -97,7 +97,10 @@
     banner.hidden = !status.last_error;
     banner.textContent = status.last_error ? `last error: ${status.last_error}` +
         (status.last_error_log ? `\nits log: ${status.last_error_log}` : '') : '';
-    renderWorkers(status.workers || []);
+    // A worker does not outlive its run's controller: "ready" from a run that ended is stale.
+    const live = shown === 'running' || shown === 'starting';
+    renderWorkers((status.workers || []).map((w) =>
+      (!live && (w.state === 'ready' || w.state === 'starting')) ? {...w, state: 'exited'} : w));
   }
 
   function latestPhaseRow() {

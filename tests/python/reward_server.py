@@ -46,6 +46,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if self.path == "/slow":
                 time.sleep(5)
+            if self.path == "/missing":
+                return self.reply(404, b"not found")
             if self.path == "/bad":
                 return self.reply(400, b"bad request: no such task")
             if self.path == "/flaky" and flaky_count <= 2:

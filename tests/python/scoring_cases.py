@@ -64,3 +64,30 @@ def batched_wrong_length(data_sources, solution_strs, ground_truths, extra_infos
 
 
 not_a_function = 3
+
+
+# Signatures verl accepts, since it calls by keyword (issue 26): the order of the
+# parameters is the author's, and a positional call would mix them up.
+def solution_first(solution_str, ground_truth, data_source=None, extra_info=None, **kwargs):
+    return {"score": 1.0 if solution_str.strip() == ground_truth else 0.0,
+            "source_ok": data_source == "openai/gsm8k",
+            "no_kwargs": not kwargs}
+
+
+def keyword_only(*, data_source, solution_str, ground_truth, extra_info=None):
+    return {"score": 1.0 if solution_str.strip() == ground_truth else 0.0, "source_ok": data_source == "openai/gsm8k"}
+
+
+def scaled(data_source, solution_str, ground_truth, extra_info=None, scale=1.0, bonus=None):
+    """reward_kwargs: scale and bonus come from the config."""
+    correct = 1.0 if solution_str.strip() == ground_truth else 0.0
+    return {"score": scale * correct, "bonus_ok": bonus == {"list": [1, "two"], "flag": True}}
+
+
+def batched_scaled(data_sources, solution_strs, ground_truths, extra_infos, scale=1.0):
+    return [scale * len(s) for s in solution_strs]
+
+
+def wrong_names(response, answer):
+    """Cannot take verl's keywords: refused at start, naming what is missing."""
+    return 0.0
