@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -21,12 +22,21 @@ int cli_generate(const GenerateArgs& args) {
   CliModel model = load_cli_model(args.model);
   if (args.prompts.empty() && args.prompt_ids.empty()) throw UsageError("generate: give --prompt or --prompt-ids");
   if (!model.tokenizer && !args.prompts.empty()) {
-    throw UsageError(fmt::format("--prompt: {} has no tokenizer (a llama2.c checkpoint or a GGUF file without a vocabulary); give --prompt-ids", model.source));
+    throw UsageError(fmt::format("--prompt: {} has no tokenizer (a llama2.c checkpoint, a directory without tokenizer.json, or a GGUF file without a vocabulary); give --prompt-ids", model.source));
   }
   const ModelConfig& config = model.config;
   const Tokenizer* tok = model.tokenizer.get();
   // Text where there is a tokenizer, else the ids ("[1, 2, 3]").
   auto text_of = [tok](const std::vector<int32_t>& ids) { return tok ? tok->decode(ids) : nlohmann::json(ids).dump(); };
+  // A response as printed: without its end-of-sequence token (the finish reason says "stop").
+  auto response_text = [&](const std::vector<int32_t>& ids) {
+    std::vector<int32_t> shown = ids;
+    if (!shown.empty() && std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), shown.back()) !=
+                              config.eos_token_ids.end()) {
+      shown.pop_back();
+    }
+    return text_of(shown);
+  };
   RolloutConfig rollout;
   rollout.kv_cache_mb = args.kv_cache_mb;
   rollout.threads = args.threads;
@@ -64,7 +74,7 @@ int cli_generate(const GenerateArgs& args) {
   int64_t generated = 0;
   for (const GeneratedSample& s : samples) {
     generated += static_cast<int64_t>(s.tokens.size());
-    const std::string text = text_of(s.tokens);
+    const std::string text = response_text(s.tokens);
     if (args.json) {
       nlohmann::json line = {{"prompt", s.request_id}, {"sample", s.sample_index}, {"text", text},
                              {"token_ids", s.tokens}, {"logprobs", s.logprobs},
@@ -72,6 +82,7 @@ int cli_generate(const GenerateArgs& args) {
                              {"weight_version", s.weight_version}};
       std::printf("%s\n", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
+      // The prompt, then the response; a newline after the response whatever it ends with.
       std::printf("--- prompt %llu, sample %lld (%zu tokens, %s)\n%s%s\n", static_cast<unsigned long long>(s.request_id) + 1,
                   static_cast<long long>(s.sample_index) + 1, s.tokens.size(), finish_reason_name(s.finish_reason),
                   prompt_texts[s.request_id].c_str(), text.c_str());

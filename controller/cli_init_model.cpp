@@ -51,6 +51,8 @@ void write_model_from_config(const InitModelArgs& args, DType dtype) {
       throw UsageError(fmt::format("{}: vocab_size {} is smaller than the tokenizer's {} ids", args.config_json,
                                    config.vocab_size, tokenizer_ids));
     }
+    // config.json says what model.safetensors holds, whatever the shape's file said.
+    config.torch_dtype = dtype == DType::bf16 ? "bfloat16" : dtype == DType::f16 ? "float16" : "float32";
     write_file_atomic(staging + "/config.json", model_config_to_json(config));
     save_model_weights(staging, random_model_weights(config, static_cast<uint64_t>(args.seed)), dtype);
     if (fs::exists(args.out_dir)) fs::remove(args.out_dir);

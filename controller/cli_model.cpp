@@ -25,8 +25,9 @@ CliModel load_cli_model(const std::string& model) {
   }
   m.source = resolve_model_path(model);
   m.config = read_model_config(m.source + "/config.json");
-  // A .gguf without a vocabulary (tokenizer.ggml.model no_vocab) takes ids only, as a .bin does.
-  if (!is_gguf_path(model) || std::filesystem::exists(m.source + "/tokenizer.json")) {
+  // A directory without tokenizer.json (a llama2.c model converted to HF, a .gguf without a
+  // vocabulary) takes ids only, as a .bin does.
+  if (std::filesystem::exists(m.source + "/tokenizer.json")) {
     m.tokenizer = load_tokenizer(m.source);
     limit_to_tokenizer(m.config, m.tokenizer->vocab_size(), m.source);  // padded ids are never drawn
   }

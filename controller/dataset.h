@@ -44,7 +44,7 @@ struct Dataset {
 struct DatasetKeys {
   std::string prompt = "prompt";
   std::string answer = "answer";  // dotted path; found values are stored as the row's `answer`
-  std::string response;           // sft.response_key: a dotted path's value is stored under the path itself
+  std::string response = "";      // sft.response_key: a dotted path's value is stored under the path itself
 };
 
 // Reads `spec`: a .jsonl file (one object per line), a .json file (an array of objects),

@@ -129,7 +129,8 @@ int main(int argc, char** argv) {
   generate_cmd->add_option("--threads", generate.threads, "CPU threads; 0: all cores")->check(CLI::NonNegativeNumber);
   generate_cmd->add_option("--device", generate.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   generate_cmd->add_option("--dtype", generate.dtype, "cuda: bf16 | fp32")->check(CLI::IsMember({"bf16", "fp32"}));
-  generate_cmd->add_flag("--json", generate.json, "one JSON line per completion: text, ids, log-probs, finish reason");
+  generate_cmd->add_flag("--json", generate.json,
+                         "JSON Lines: one JSON object per line, per completion (text, ids, log-probs, finish reason)");
 
   LogprobsArgs logprobs;
   auto* logprobs_cmd = app.add_subcommand("logprobs", "each next token's log-prob under a model, and its top-k alternatives");
@@ -138,7 +139,8 @@ int main(int argc, char** argv) {
   auto* lp_ids = logprobs_cmd->add_option("--ids", logprobs.ids, "token ids: 1,2,3");
   lp_text->excludes(lp_ids);
   logprobs_cmd->add_option("--top-k", logprobs.top_k, "alternatives shown per position")->check(CLI::PositiveNumber);
-  logprobs_cmd->add_flag("--json", logprobs.json, "one JSON line per token: position, token, text, logprob, top");
+  logprobs_cmd->add_flag("--json", logprobs.json,
+                         "JSON Lines: one JSON object per line, per token (position, token, text, logprob, top)");
 
   ConvertArgs convert;
   auto* convert_cmd = app.add_subcommand("convert", "convert a model between formats: llama2.c .bin, .gguf, Hugging Face directory");

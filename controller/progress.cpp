@@ -28,6 +28,13 @@ void ProgressLine::update(int64_t step, const std::string& fields) {
   if (step % every == 0 || step == total_ || step == 1) std::fprintf(stderr, "%s\n", line.c_str());
 }
 
+void ProgressLine::note(const std::string& text) {
+  if (mode_ == "quiet") return;
+  finish();
+  std::fprintf(stderr, "%s\n", text.c_str());
+  std::fflush(stderr);
+}
+
 void ProgressLine::finish() {
   if (open_line_) std::fputc('\n', stderr);
   open_line_ = false;

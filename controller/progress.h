@@ -15,6 +15,9 @@ class ProgressLine {
   // `fields`: the step's figures, e.g. "reward 0.41 | kl 0.002".
   ~ProgressLine() { finish(); }  // a run that fails mid-line: its error starts on a line of its own
   void update(int64_t step, const std::string& fields);
+  // A line that stays (an evaluation's result), printed below the live line in every
+  // mode but quiet.
+  void note(const std::string& text);
   void finish();
 
  private:

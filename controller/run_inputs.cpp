@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 
 namespace tandem {
 
@@ -30,6 +31,14 @@ void load_model(const LoadedConfig& loaded, RunInputs& in) {
   in.model_dir = at_key(loaded, "model.path", [&] { return resolve_model_path(c.model.path); });
   at_key(loaded, "model.path", [&] {
     in.model = read_model_config(in.model_dir + "/config.json");
+    if (!std::filesystem::exists(in.model_dir + "/tokenizer.json")) {
+      // Named as the user wrote it: a .bin or .gguf is read through a cache directory.
+      throw Error(fmt::format("the model {} has no tokenizer (no tokenizer.json): training reads text prompts and "
+                              "needs one. Put the model's tokenizer.json (and tokenizer_config.json) beside its "
+                              "config.json, or make a model with one (tandem init-model --tokenizer DIR). Without "
+                              "a tokenizer, tandem generate and tandem logprobs take token ids",
+                              c.model.path));
+    }
     in.tokenizer = load_tokenizer(in.model_dir);
     limit_to_tokenizer(in.model, in.tokenizer->vocab_size(), in.model_dir);
     check_model_weights_file(in.model_dir, in.model);

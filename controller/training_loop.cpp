@@ -589,7 +589,9 @@ void TrainingLoop::run_step(int64_t step) {
   if (rollout_s > 0) row.emplace_back("perf/rollout_tokens_per_s", static_cast<double>(response_tokens) / rollout_s);
   row.insert(row.end(), staleness.begin(), staleness.end());
   if (!std::isnan(probe_diff)) row.emplace_back("sync/probe_logprob_max_diff", probe_diff);
-  if (c_.experiment.eval_every > 0 && step % c_.experiment.eval_every == 0) {
+  // As verl does, the last step is evaluated too, whatever its number.
+  const int64_t eval_every = c_.experiment.eval_every;
+  if (eval_every > 0 && !val_data_.rows.empty() && (step % eval_every == 0 || step == c_.experiment.steps)) {
     const MetricRow val = evaluate(step);  // the policy this step trained (the rollout workers hold it now)
     row.insert(row.end(), val.begin(), val.end());
     end_phase("eval");
@@ -599,15 +601,22 @@ void TrainingLoop::run_step(int64_t step) {
   publish_step(step, row);
   if (c_.logging.jsonl && c_.logging.samples_per_step > 0) {
     std::vector<std::string> prompt_texts;
-    for (size_t r : rows) prompt_texts.push_back(data_.prompt(r));
+    std::vector<const DataRow*> prompt_rows;
+    for (size_t r : rows) {
+      prompt_texts.push_back(data_.prompt(r));
+      prompt_rows.push_back(&data_.rows[r]);
+    }
     const size_t count = static_cast<size_t>(c_.logging.samples_per_step);
-    for (const std::string& line : sample_log_rows(c_, step, samples, prompt_texts, count)) {
+    for (const std::string& line : sample_log_rows(c_, step, samples, prompt_texts, prompt_rows, count)) {
       samples_log_->write_line(line);
     }
   }
-  progress_->update(step, fmt::format("reward {:.3f}  kl {:.4f}  len {:.1f}  {:.0f} tok/s", mean,
-                                      update.value("actor/kl", 0.0), static_cast<double>(response_tokens) / n,
-                                      static_cast<double>(response_tokens) / step_s));
+  // Generation's own rate (response tokens per rollout second): a step's time also holds
+  // training, sync and evaluation, which would halve it on eval steps.
+  const std::string rollout_rate =
+      rollout_s > 0 ? fmt::format("  rollout {:.0f} tok/s", static_cast<double>(response_tokens) / rollout_s) : "";
+  progress_->update(step, fmt::format("reward {:.3f}  kl {:.4f}  len {:.1f}{}", mean, update.value("actor/kl", 0.0),
+                                      static_cast<double>(response_tokens) / n, rollout_rate));
   log::info("step {}: reward {:.4f}, step {:.2f}s (rollout {:.2f}, train {:.2f}, sync {:.3f})", step, mean, step_s,
             rollout_s, train_s, sync_s);
   if (traced(step)) write_trace(step);

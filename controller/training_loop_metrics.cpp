@@ -109,8 +109,9 @@ MetricRow sample_metrics(const Config& c, const std::vector<Sample>& samples, co
 }
 
 std::vector<std::string> sample_log_rows(const Config& c, int64_t step, const std::vector<Sample>& samples,
-                                         const std::vector<std::string>& prompts, size_t count) {
-  std::vector<std::string> rows;
+                                         const std::vector<std::string>& prompts,
+                                         const std::vector<const DataRow*>& rows_of_slots, size_t count) {
+  std::vector<std::string> lines;
   count = std::min(samples.size(), count);
   const std::vector<std::string> keys = reward_metric_keys(c.reward);
   for (size_t k = 0; k < count; ++k) {
@@ -122,7 +123,7 @@ std::vector<std::string> sample_log_rows(const Config& c, int64_t step, const st
       rewards[name] = s.reward_results.at(r).score;
       for (const auto& [part, value] : s.reward_results[r].parts) parts[name + "/" + metric_name_part(part)] = value;
     }
-    const nlohmann::ordered_json row = {{"step", step},
+    nlohmann::ordered_json row = {{"step", step},
                                 {"weight_version", s.version},
                                 {"prompt", prompts.at(s.prompt_slot)},
                                 {"response", s.text},
@@ -131,9 +132,13 @@ std::vector<std::string> sample_log_rows(const Config& c, int64_t step, const st
                                 {"reward_parts", parts},
                                 {"response_tokens", s.tokens.size()},
                                 {"finish_reason", s.finish_reason}};
-    rows.push_back(row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    if (const DataRow* data_row = s.prompt_slot < rows_of_slots.size() ? rows_of_slots[s.prompt_slot] : nullptr) {
+      if (auto it = data_row->find("answer"); it != data_row->end()) row["ground_truth"] = it->second;
+      if (auto it = data_row->find("data_source"); it != data_row->end()) row["data_source"] = it->second;
+    }
+    lines.push_back(row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
-  return rows;
+  return lines;
 }
 
 }  // namespace tandem::training

@@ -107,7 +107,7 @@ nlohmann::json yaml_to_json(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Sequence: {
       nlohmann::json list = nlohmann::json::array();
-      for (const YAML::Node& item : node) list.push_back(yaml_to_json(item));
+      for (auto it = node.begin(); it != node.end(); ++it) list.push_back(yaml_to_json(*it));
       return list;
     }
     case YAML::NodeType::Map: {
@@ -279,7 +279,7 @@ class Reader {
   void finish() {
     std::set<std::string> seen;
     for (auto it = node_.begin(); it != node_.end(); ++it) {
-      const YAML::Node& key_node = it->first;
+      const YAML::Node key_node = it->first;  // a copy: the iterator's pair is a temporary
       std::string key = key_node.IsScalar() ? key_node.Scalar() : "<non-scalar key>";
       std::string path = join_path(path_, key);
       if (!seen.insert(key).second) {
@@ -291,6 +291,10 @@ class Reader {
       if (known) continue;
       std::string guess = closest_match(key, known_);
       std::string where = context_.where(path, key_node.Mark());
+      if (const std::string verl = foreign_key_hint(path); !verl.empty()) {
+        context_.problem(where, path, fmt::format("unknown key ({}; docs/from_verl.md)", verl));
+        continue;
+      }
       context_.problem(where, path,
                        guess.empty()
                            ? fmt::format("unknown key (allowed here: {})", join_choices(known_))

@@ -9,17 +9,30 @@ namespace tandem {
 
 void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& problems) {
   const Config& c = loaded.config;
-  // A rule involves several keys; the message points at the first of them the user set
-  // (in the file or with --set), else at the first one.
+  // A rule involves several keys; the message points at the first of them a --set changed
+  // (what the user just touched), else the first set in the file, else the first one, and
+  // names every key involved with where its value came from.
   auto problem_at = [&](const std::vector<std::string>& keys, const std::string& what) {
-    std::string key = keys[0];
+    auto set_by = [&](const std::string& k) {
+      auto it = loaded.origins.find(k);
+      return it == loaded.origins.end() ? std::string() : it->second;
+    };
+    std::string key;
     for (const auto& k : keys) {
-      if (loaded.origins.count(k)) {
-        key = k;
-        break;
-      }
+      if (key.empty() && set_by(k).rfind("--set", 0) == 0) key = k;
     }
-    problems.push_back(fmt::format("{}: {}: {}", loaded.origin_of(key), key, what));
+    for (const auto& k : keys) {
+      if (key.empty() && !set_by(k).empty()) key = k;
+    }
+    if (key.empty()) key = keys[0];
+    std::string involved;
+    for (const auto& k : keys) {
+      const std::string origin = set_by(k);
+      involved += fmt::format("{}{} from {}", involved.empty() ? "" : "; ", k,
+                              origin.empty() ? std::string("the default") : origin);
+    }
+    problems.push_back(fmt::format("{}: {}: {}{}", loaded.origin_of(key), key, what,
+                                   keys.size() > 1 ? " (" + involved + ")" : std::string()));
   };
   auto problem = [&](const std::string& key_path, const std::string& what) { problem_at({key_path}, what); };
 

@@ -221,7 +221,7 @@ template <class V> void describe(V& v, RewardConfig& c) {
 
 template <class V> void describe(V& v, PythonConfig& c) {
   v.field("path", c.path, text_list(),
-          "directories put first on the embedded interpreter's sys.path before a Python reward is imported "
+          "directories put on the embedded interpreter's sys.path (after the reward file's own directory) before a Python reward is imported "
           "(relative to the config file's directory), e.g. a virtualenv's lib/python3.X/site-packages");
 }
 

@@ -81,8 +81,12 @@ class Writer {
       out_ << YAML::EndSeq;
     } else if (value.is_string()) {
       out_ << YAML::DoubleQuoted << value.get<std::string>();
+    } else if (value.is_null()) {
+      out_ << YAML::Null;
+    } else if (value.is_boolean()) {
+      out_ << value.get<bool>();
     } else {
-      out_ << value.dump();  // null, true/false and numbers read back as themselves
+      out_ << value.dump();  // a number: its shortest round-trip text
     }
   }
   void emit(const std::string& key, const std::string& value, const std::string& help) {

@@ -11,4 +11,9 @@ namespace tandem {
 // `key_path`, else "".
 std::string foreign_name_hint(const std::string& key_path, const std::string& value);
 
+// "verl's train_batch_size is data.batch_size here (prompts per step)" when the last part
+// of an unknown `key_path` is a verl config key (Hydra's data.*, actor_rollout_ref.*,
+// algorithm.*, trainer.*, custom_reward_function), else "". docs/from_verl.md has them all.
+std::string foreign_key_hint(const std::string& key_path);
+
 }  // namespace tandem

@@ -30,7 +30,7 @@ struct SpawnOptions {
   int stdin_fd = -1;
   int stdout_fd = -1;
   // "NAME=value" entries added to (or replacing in) the child's environment.
-  std::vector<std::string> environment;
+  std::vector<std::string> environment = {};
 };
 
 // The full path of program `name` on $PATH (or `name` itself when it holds a slash);

@@ -27,7 +27,7 @@ struct ActorObjectiveInputs {
                             //   measured (metrics.kl) whenever given
   at::Tensor entropy;       // [B, T] float, optional: per-token policy entropy (differentiable);
                             //   needed when entropy_coef > 0, measured whenever given
-  at::Tensor is_weights;    // [B, T] float, optional: truncated importance weights of off-policy
+  at::Tensor is_weights = {};  // [B, T] float, optional: truncated importance weights of off-policy
                             //   tokens (algorithm.async); each token's policy loss is multiplied by its own
 };
 

@@ -19,10 +19,21 @@ int64_t kv_cache_blocks_for_budget(int64_t budget_bytes, const KvCacheShape& sha
   return blocks;
 }
 
+KvCache::Buffer KvCache::zeroed_buffer(size_t floats) {
+  float* memory = static_cast<float*>(std::calloc(std::max<size_t>(floats, 1), sizeof(float)));
+  if (!memory) {
+    throw Error(fmt::format("cannot allocate the KV cache ({} MiB per layer's keys); lower rollout.kv_cache_mb",
+                            (floats * sizeof(float)) >> 20));
+  }
+  return Buffer(memory);
+}
+
 KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
   const size_t per_layer = static_cast<size_t>(shape.num_blocks * shape.block_size * shape.num_kv_heads * shape.head_dim);
-  keys_.assign(static_cast<size_t>(shape.num_layers), std::vector<float>(per_layer));
-  values_.assign(static_cast<size_t>(shape.num_layers), std::vector<float>(per_layer));
+  for (int64_t layer = 0; layer < shape.num_layers; ++layer) {
+    keys_.push_back(zeroed_buffer(per_layer));
+    values_.push_back(zeroed_buffer(per_layer));
+  }
 }
 
 void KvCache::copy_block(int32_t from, int32_t to) {

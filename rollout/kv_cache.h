@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 namespace tandem {
@@ -34,11 +36,11 @@ class KvCache {
 
   const KvCacheShape& shape() const { return shape_; }
   // [num_kv_heads, head_dim] of one slot.
-  float* key(int64_t layer, int64_t block, int64_t slot) { return keys_[layer].data() + offset(block, slot); }
-  float* value(int64_t layer, int64_t block, int64_t slot) { return values_[layer].data() + offset(block, slot); }
-  const float* key(int64_t layer, int64_t block, int64_t slot) const { return keys_[layer].data() + offset(block, slot); }
+  float* key(int64_t layer, int64_t block, int64_t slot) { return keys_[layer].get() + offset(block, slot); }
+  float* value(int64_t layer, int64_t block, int64_t slot) { return values_[layer].get() + offset(block, slot); }
+  const float* key(int64_t layer, int64_t block, int64_t slot) const { return keys_[layer].get() + offset(block, slot); }
   const float* value(int64_t layer, int64_t block, int64_t slot) const {
-    return values_[layer].data() + offset(block, slot);
+    return values_[layer].get() + offset(block, slot);
   }
   // Keys and values of every slot of block `from`, all layers, into block `to`.
   void copy_block(int32_t from, int32_t to);
@@ -47,9 +49,17 @@ class KvCache {
   int64_t offset(int64_t block, int64_t slot) const {
     return (block * shape_.block_size + slot) * shape_.num_kv_heads * shape_.head_dim;
   }
+  // calloc'd: a large budget is mapped zero pages that cost nothing until a block is
+  // written (a std::vector would write all of it at start: seconds for a few GiB).
+  struct FreeMemory {
+    void operator()(float* p) const { std::free(p); }
+  };
+  using Buffer = std::unique_ptr<float[], FreeMemory>;
+  static Buffer zeroed_buffer(size_t floats);
+
   KvCacheShape shape_;
-  std::vector<std::vector<float>> keys_;    // per layer: [num_blocks, block_size, num_kv_heads, head_dim]
-  std::vector<std::vector<float>> values_;  // same layout
+  std::vector<Buffer> keys_;    // per layer: [num_blocks, block_size, num_kv_heads, head_dim]
+  std::vector<Buffer> values_;  // same layout
 };
 
 // A copy-on-write the scheduler plans: block `to` (fresh) gets all of block `from`'s keys

@@ -150,23 +150,32 @@ TEST_CASE("--set overrides are applied and validated the same way") {
 
 TEST_CASE("cross-field rules name the numbers") {
   CHECK(only_problem("data: {batch_size: 30}\nrollout: {workers: 4}\n") ==
-        "x.yaml:1:8: data.batch_size: 30 prompts cannot be split evenly over rollout.workers = 4 (30 % 4 = 2)");
+        "x.yaml:1:8: data.batch_size: 30 prompts cannot be split evenly over rollout.workers = 4 (30 % 4 = 2) "
+        "(data.batch_size from x.yaml:1:8; rollout.workers from x.yaml:2:11)");
   CHECK(only_problem("data: {batch_size: 6}\nrollout: {workers: 1}\nalgorithm: {group_size: 3}\nlearner: {workers: 4, micro_batch_size: 1}\n") ==
         "x.yaml:4:11: learner.workers: 18 samples per step (data.batch_size 6 x algorithm.group_size 3) cannot "
-        "be split into learner.mini_batches 1 x learner.workers 4 = 4 equal parts");
+        "be split into learner.mini_batches 1 x learner.workers 4 = 4 equal parts (learner.mini_batches from the "
+        "default; learner.workers from x.yaml:4:11; data.batch_size from x.yaml:1:8; algorithm.group_size from "
+        "x.yaml:3:13)");
   CHECK(only_problem("learner: {micro_batch_size: 5}") ==
         "x.yaml:1:11: learner.micro_batch_size: 256 samples per rank and mini-batch (256 samples / 1 mini-batches / 1 "
-        "workers) are not a multiple of learner.micro_batch_size 5");
+        "workers) are not a multiple of learner.micro_batch_size 5 (learner.micro_batch_size from x.yaml:1:11; "
+        "learner.mini_batches from the default; learner.workers from the default; data.batch_size from the default; "
+        "algorithm.group_size from the default)");
   CHECK(only_problem("algorithm: {group_size: 1}\nlearner: {micro_batch_size: 1}").find(
             "advantage grpo compares samples of one prompt and needs group_size >= 2, got 1") != std::string::npos);
   CHECK(only_problem("algorithm: {clip: {dual_c: 0.5}}").find("dual clip needs a constant > 1") != std::string::npos);
   CHECK(only_problem("launcher: {heartbeat_timeout_s: 0.1}").find("must exceed launcher.heartbeat_interval_s") !=
         std::string::npos);
   CHECK(only_problem("reward: []").find("at least one reward function") != std::string::npos);
+  // A --set that breaks a rule with a key of the file: the message points at the --set
+  // (what the user just touched) and names both keys and where each came from.
   CHECK(only_problem("data: {batch_size: 30}", {"rollout.workers=4"}) ==
-        "x.yaml:1:8: data.batch_size: 30 prompts cannot be split evenly over rollout.workers = 4 (30 % 4 = 2)");
+        "--set rollout.workers=4: rollout.workers: 30 prompts cannot be split evenly over rollout.workers = 4 "
+        "(30 % 4 = 2) (data.batch_size from x.yaml:1:8; rollout.workers from --set rollout.workers=4)");
   CHECK(only_problem("", {"rollout.workers=5"}) ==
-        "--set rollout.workers=5: rollout.workers: 32 prompts cannot be split evenly over rollout.workers = 5 (32 % 5 = 2)");
+        "--set rollout.workers=5: rollout.workers: 32 prompts cannot be split evenly over rollout.workers = 5 "
+        "(32 % 5 = 2) (data.batch_size from the default; rollout.workers from --set rollout.workers=5)");
 }
 
 TEST_CASE("the resolved config reads back as the same config") {
@@ -209,4 +218,39 @@ TEST_CASE("a missing config file is a config error naming the path") {
   } catch (const ConfigError& e) {
     CHECK(std::string(e.what()).find("/nonexistent/x.yaml: cannot read the config file") == 0);
   }
+}
+
+TEST_CASE("verl's key names get a pointer to ours, not a did-you-mean by spelling") {
+  CHECK(only_problem("data: {train_batch_size: 64}") ==
+        "x.yaml:1:8: data.train_batch_size: unknown key (verl's data.train_batch_size is data.batch_size here "
+        "(prompts per step); docs/from_verl.md)");
+  CHECK(only_problem("rollout: {n: 8}").find("verl's rollout.n is algorithm.group_size here") != std::string::npos);
+  CHECK(only_problem("algorithm: {adv_estimator: grpo}").find("is algorithm.advantage here") != std::string::npos);
+  CHECK(only_problem("algorithm: {use_kl_in_reward: true}").find("algorithm.kl.in: reward") != std::string::npos);
+  CHECK(only_problem("data: {max_response_length: 512}").find("rollout.max_new_tokens") != std::string::npos);
+  CHECK(only_problem("custom_reward_function: {path: r.py}").find("reward: [{python: FILE") != std::string::npos);
+  CHECK(only_problem("trainer: {total_training_steps: 5}").find("experiment, launcher and logging") !=
+        std::string::npos);
+  // Not a verl key: the spelling guess as before.
+  CHECK(only_problem("data: {batch_sise: 4}").find("did you mean data.batch_size?") != std::string::npos);
+}
+
+TEST_CASE("reward_kwargs keep YAML's types and read back; python.path is a list of directories") {
+  const LoadedConfig loaded = load_config_text(
+      "reward: [{python: r.py, reward_kwargs: {scale: 2, ratio: 0.5, name: \"1\", flag: true, none: null, "
+      "list: [1, x], nested: {a: b}}}]\npython: {path: [venv/site, /abs]}\n",
+      "x.yaml");
+  const Config& c = loaded.config;
+  REQUIRE(c.reward.size() == 1);
+  CHECK(c.reward[0].reward_kwargs ==
+        R"({"flag":true,"list":[1,"x"],"name":"1","nested":{"a":"b"},"none":null,"ratio":0.5,"scale":2})");
+  CHECK(c.python.path == std::vector<std::string>{"venv/site", "/abs"});
+  const Config again = load_config_text(config_to_yaml(c), "again.yaml").config;
+  CHECK(again.reward[0].reward_kwargs == c.reward[0].reward_kwargs);
+  CHECK(again.python.path == c.python.path);
+  CHECK(load_config_text("", "x.yaml").config.reward[0].reward_kwargs == "{}");
+  CHECK(only_problem("reward: [{python: r.py, reward_kwargs: 3}]") ==
+        "x.yaml:1:25: reward.0.reward_kwargs: expected a mapping (name: value, ...), got 3");
+  CHECK(only_problem("python: {path: {a: 1}}").find("python.path: expected a list of strings, got a mapping") !=
+        std::string::npos);
 }

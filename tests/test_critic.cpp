@@ -125,9 +125,9 @@ TEST_CASE("a critic trains the same on 2 ranks (ddp, zero2, fsdp) as on one, val
       // Shares of different sizes (fsdp gathers as often on both ranks).
       values[c.rank()] = t.values(c.rank() == 0 ? probes : std::vector<TrainingSample>(probes.begin(), probes.begin() + 3));
     });
-    // AdamW divides by sqrt(v): where an element's gradient is near 0, the ranks' other
-    // summation order moves it by ~1e-5 after 3 steps (measured 1.1e-5, one element).
-    CHECK(max_weight_diff(weights[0], single) <= 3e-5);
+    // Two ranks add the gradients in another order: the bound from float32 rounding and
+    // AdamW's epsilon (reorder_tolerance).
+    CHECK(max_weight_diff(weights[0], single) <= reorder_tolerance(s, single_metrics.grad_norm));
     CHECK(max_diff(values[0], single_values) <= 3e-5);
     CHECK(metrics[0].objective.value_loss == doctest::Approx(single_metrics.objective.value_loss).epsilon(1e-4));
   }

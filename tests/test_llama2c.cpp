@@ -235,6 +235,25 @@ TEST_CASE("tandem convert writes stories260K as a Hugging Face directory; bad fi
     CHECK(converted.get(t.name).data == t.data);  // float32 both ways: exact
   }
   CHECK(config.bos_token_id == 1);
+  // The directory has no tokenizer (llama2.c's is not published here): ids-only use works
+  // on it as on the .bin, and training says the model has no tokenizer, naming model.path
+  // as written (not a cache directory).
+  fs::remove(out);
+  REQUIRE_MESSAGE(run_tandem({"generate", "--model", dir.path() + "/hf", "--prompt-ids", "1,403,407", "--temperature",
+                              "0", "--max-new-tokens", "4", "--json"},
+                             out)
+                          .exit_code == 0,
+                  read_text(out));
+  write_file_atomic(dir.path() + "/train.yaml", "model: {path: hf}\n");
+  fs::remove(out);
+  CHECK(run_tandem({"validate", dir.path() + "/train.yaml"}, out).exit_code == 2);
+  CHECK_MESSAGE(read_text(out).find("model.path: the model " + dir.path() + "/hf has no tokenizer (no tokenizer.json)") !=
+                    std::string::npos,
+                read_text(out));
+  write_file_atomic(dir.path() + "/bin.yaml", "model: {path: " + path + "}\n");
+  fs::remove(out);
+  CHECK(run_tandem({"validate", dir.path() + "/bin.yaml"}, out).exit_code == 2);
+  CHECK_MESSAGE(read_text(out).find("the model " + path + " has no tokenizer") != std::string::npos, read_text(out));
 
   // A cut-off file, and a format tandem does not write.
   const std::string bytes = read_file(path).value();
@@ -289,5 +308,6 @@ TEST_CASE("tandem logprobs and generate --prompt-ids --temperature 0 on stories2
   // Without a tokenizer, text prompts are refused with the reason.
   fs::remove(out);
   CHECK(run_tandem({"generate", "--model", path, "--prompt", "Once"}, out).exit_code == 2);
-  CHECK(read_text(out).find("has no tokenizer (a llama2.c checkpoint or a GGUF file without a vocabulary); give --prompt-ids") != std::string::npos);
+  CHECK(read_text(out).find("has no tokenizer (a llama2.c checkpoint, a directory without tokenizer.json, or a GGUF file "
+                            "without a vocabulary); give --prompt-ids") != std::string::npos);
 }

@@ -90,7 +90,7 @@ TEST_CASE("python rewards and chat data that cannot work are refused before anyt
        d + "/data/chat.jsonl:2: the prompt is a list of chat messages but there is no chat template"},
       {"nested answer missing", "{train: data/rows.jsonl, batch_size: 1, answer_key: reward_model.ground_truth}",
        "[{name: math_answer}]", "no \"reward_model.ground_truth\" field (the answer reward.0 (math_answer) compares, "
-                                "found by data.answer_key)"},
+                                "found by data.answer_key (" + d + "/c.yaml:"},
   };
   for (const Case& c : cases) {
     INFO(c.name);

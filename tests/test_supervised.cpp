@@ -32,6 +32,7 @@ double reference_cross_entropy(const TrainerScenario& s, const ModelWeights& w, 
 TrainerScenario supervised_scenario(uint64_t seed) {
   TrainerScenario s = trainer_scenario(seed, "ddp", 3);
   s.options.algorithm.kl.coef = 0.0;
+  s.options.learner.optimizer.eps = 1e-8;  // Adam's usual epsilon: the warm-up must learn in 30 steps
   return s;
 }
 

@@ -29,36 +29,6 @@ inline double max_weight_diff(const ModelWeights& a, const ModelWeights& b) {
   return worst;
 }
 
-// How far two float32 trainings of scenario `s` may end apart when they add the same
-// gradient terms in another order (other micro-batches, ranks or shards), from the
-// arithmetic rather than from what one CPU measured:
-//  - a gradient entry is a sum over the N token positions of a mini-batch; a sum of N
-//    float32 terms in any order is within N·u·Σ|terms| of the exact one (u = 2^-24, the
-//    unit roundoff), so two orders differ by at most 2·N·u·Σ|terms|;
-//  - Σ|terms| is bounded by the gradient's size times the samples of the mini-batch (each
-//    sample's gradient at most the whole one's size times their count, when they cancel):
-//    G = `grad_norm_mean` (the mean pre-clip global norm) × optimizer steps (≥ the largest
-//    step's norm) × samples;
-//  - AdamW's step m̂/(√v̂ + ε) changes by at most 1/ε per unit change of a gradient through
-//    m̂ and as much through v̂, so by 2·δg/ε; clipping only scales δg down;
-//  - each of the optimizer steps adds lr times that. Weight differences also change the
-//    next gradients, by lr-sized amounts times the curvature: second order, left out.
-inline double reorder_tolerance(const TrainerScenario& s, double grad_norm_mean) {
-  constexpr double unit_roundoff = 1.0 / (1 << 24);
-  double tokens = 0, samples = 0;
-  for (const std::vector<TrainingSample>& batch : s.mini_batches) {
-    double n = 0;
-    for (const TrainingSample& t : batch) n += static_cast<double>(t.prompt.size() + t.response.size());
-    tokens = std::max(tokens, n);
-    samples = std::max(samples, static_cast<double>(batch.size()));
-  }
-  const double steps = static_cast<double>(s.mini_batches.size());
-  const double magnitude = grad_norm_mean * steps * samples;
-  const double gradient_error = 2 * tokens * unit_roundoff * magnitude;
-  const auto& optimizer = s.options.learner.optimizer;
-  return steps * optimizer.lr * 2 * gradient_error / optimizer.eps;
-}
-
 inline ModelWeights train_single(const TrainerScenario& s, UpdateMetrics* metrics = nullptr) {
   auto collectives = Collectives::create({});
   Trainer trainer(s.config, s.weights, s.options, *collectives);

@@ -7,6 +7,7 @@
 #include "learner/trainer.h"
 #include "reference_model.h"
 
+#include <algorithm>
 #include <random>
 
 namespace tandem::testing {
@@ -30,7 +31,7 @@ inline TrainerScenario trainer_scenario(uint64_t seed, const std::string& shardi
   // Adam's epsilon well above float32 rounding of the gradients: with the default 1e-8 a
   // rounding difference on a near-zero gradient entry moves its weight by up to lr, and
   // two summation orders (ranks, micro-batches) could not be compared with a bound
-  // derived from the arithmetic (reorder_tolerance in trainer_ranks.h).
+  // derived from the arithmetic (reorder_tolerance below).
   s.options.learner.optimizer.eps = 0.1;
   s.options.algorithm.kl.coef = 0.05;           // a reference model in the loss
   s.options.algorithm.entropy_coef = 0.01;
@@ -60,6 +61,36 @@ inline TrainerScenario trainer_scenario(uint64_t seed, const std::string& shardi
 
 // The same scenario for PPO with a critic (advantage: gae): every sample also carries the
 // rollout-time values and the returns the value head regresses on.
+// How far two float32 trainings of scenario `s` may end apart when they add the same
+// gradient terms in another order (other micro-batches, ranks or shards), from the
+// arithmetic rather than from what one CPU measured:
+//  - a gradient entry is a sum over the N token positions of a mini-batch; a sum of N
+//    float32 terms in any order is within N·u·Σ|terms| of the exact one (u = 2^-24, the
+//    unit roundoff), so two orders differ by at most 2·N·u·Σ|terms|;
+//  - Σ|terms| is bounded by the gradient's size times the samples of the mini-batch (each
+//    sample's gradient at most the whole one's size times their count, when they cancel):
+//    G = `grad_norm_mean` (the mean pre-clip global norm) × optimizer steps (≥ the largest
+//    step's norm) × samples;
+//  - AdamW's step m̂/(√v̂ + ε) changes by at most 1/ε per unit change of a gradient through
+//    m̂ and as much through v̂, so by 2·δg/ε; clipping only scales δg down;
+//  - each of the optimizer steps adds lr times that. Weight differences also change the
+//    next gradients, by lr-sized amounts times the curvature: second order, left out.
+inline double reorder_tolerance(const TrainerScenario& s, double grad_norm_mean) {
+  constexpr double unit_roundoff = 1.0 / (1 << 24);
+  double tokens = 0, samples = 0;
+  for (const std::vector<TrainingSample>& batch : s.mini_batches) {
+    double n = 0;
+    for (const TrainingSample& t : batch) n += static_cast<double>(t.prompt.size() + t.response.size());
+    tokens = std::max(tokens, n);
+    samples = std::max(samples, static_cast<double>(batch.size()));
+  }
+  const double steps = static_cast<double>(s.mini_batches.size());
+  const double magnitude = grad_norm_mean * steps * samples;
+  const double gradient_error = 2 * tokens * unit_roundoff * magnitude;
+  const auto& optimizer = s.options.learner.optimizer;
+  return steps * optimizer.lr * 2 * gradient_error / optimizer.eps;
+}
+
 inline TrainerScenario critic_scenario(uint64_t seed, const std::string& sharding) {
   TrainerScenario s = trainer_scenario(seed, sharding);
   s.options.algorithm.advantage = "gae";

@@ -1,0 +1,146 @@
+// The commands of docs/gsm8k.md, exactly as the page writes them: every ```sh block runs
+// in order from a fresh directory laid out as the repository root (configs/ is the
+// clone's), with `tandem` on PATH. Two kinds of blocks are not run, each marked on the
+// page: a **Download step** (the network), whose products the test puts where the page
+// says they land (models/Qwen3-0.6B: Qwen3's real tokenizer files; data/gsm8k: the
+// shared GSM8K copy; models/Qwen2.5-0.5B-Instruct: a small random Qwen3-shaped model
+// with that tokenizer), and a block after `<!-- doc-test: skip (why) -->`.
+//
+// Exits 77 (skip) where ../shared/data/gsm8k is absent (a user's clone) or Qwen3's
+// tokenizer was not fetched (scripts/fetch_tokenizer_assets.sh).
+#include "core/files.h"
+#include "core/process.h"
+#include "run_tandem.h"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+using namespace tandem;
+using namespace tandem::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kSource = TANDEM_SOURCE_DIR;
+const std::string kGsm8k = kSource + "/../shared/data/gsm8k";
+const std::string kQwen3 = kSource + "/build/test-assets/qwen3";
+
+struct DocBlock {
+  std::string text;
+  bool run = true;
+  std::string why_not;  // the marker that left it out
+  size_t line = 0;      // of its opening fence, from 1
+};
+
+// The page's ```sh blocks, each with whether the page marks it as not run here.
+std::vector<DocBlock> shell_blocks(const std::string& page) {
+  std::vector<DocBlock> blocks;
+  std::vector<std::string> lines;
+  std::istringstream in(page);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i] != "```sh") continue;
+    DocBlock block;
+    block.line = i + 1;
+    // The nearest non-blank line before the fence says whether it runs here.
+    for (size_t k = i; k-- > 0;) {
+      if (lines[k].find_first_not_of(' ') == std::string::npos) continue;
+      if (lines[k].rfind("<!-- doc-test: skip", 0) == 0) {
+        block.run = false;
+        block.why_not = lines[k];
+      }
+      break;
+    }
+    // A **Download step** paragraph governs the block that follows it.
+    for (size_t k = i; k-- > 0 && lines[k].rfind("```", 0) != 0 && lines[k].rfind("#", 0) != 0;) {
+      if (lines[k].find("**Download step**") != std::string::npos) {
+        block.run = false;
+        block.why_not = "a download step";
+      }
+    }
+    size_t end = i + 1;
+    for (; end < lines.size() && lines[end] != "```"; ++end) block.text += lines[end] + "\n";
+    REQUIRE_MESSAGE(end < lines.size(), "the block at line ", block.line, " is not closed");
+    blocks.push_back(block);
+    i = end;
+  }
+  return blocks;
+}
+
+void skip_unless_present() {
+  std::string missing;
+  if (!fs::exists(kGsm8k + "/train.jsonl")) missing = kGsm8k + " is absent (the shared test data; see its README)";
+  if (!fs::exists(kQwen3 + "/tokenizer.json")) missing = kQwen3 + " is absent (scripts/fetch_tokenizer_assets.sh)";
+  if (!missing.empty()) {
+    std::printf("skipped: %s\n", missing.c_str());
+    std::exit(77);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("docs/gsm8k.md: every command runs as written") {
+  skip_unless_present();
+  const std::string page = read_file(kSource + "/docs/gsm8k.md").value_or("");
+  REQUIRE_FALSE(page.empty());
+  TempDir dir;
+  const std::string root = dir.path();
+  fs::create_directories(root + "/bin");
+  fs::create_symlink(TANDEM_BINARY, root + "/bin/tandem");
+  fs::create_directory_symlink(kSource + "/configs", root + "/configs");
+  // What the download steps would leave.
+  fs::create_directories(root + "/models/Qwen3-0.6B");
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+    fs::copy_file(kQwen3 + "/" + file, root + "/models/Qwen3-0.6B/" + file);
+  }
+  fs::create_directories(root + "/data/gsm8k");
+  for (const char* split : {"train", "test"}) {
+    fs::create_symlink(fmt::format("{}/{}.jsonl", kGsm8k, split), fmt::format("{}/data/gsm8k/{}.jsonl", root, split));
+  }
+  write_file_atomic(root + "/stand_in.json",
+                    R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
+  "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+  "head_dim": 16, "vocab_size": 151936, "max_position_embeddings": 1024, "rope_theta": 1000000.0,
+  "rms_norm_eps": 1e-06, "tie_word_embeddings": true, "hidden_act": "silu", "bos_token_id": 151643,
+  "eos_token_id": 151645, "torch_dtype": "float32"})");
+  REQUIRE(run_tandem({"init-model", "--config", root + "/stand_in.json", "--tokenizer", kQwen3, "--out",
+                      root + "/models/Qwen2.5-0.5B-Instruct"},
+                     root + "/stand_in.out")
+              .success());
+
+  const std::vector<DocBlock> blocks = shell_blocks(page);
+  size_t ran = 0;
+  for (const DocBlock& block : blocks) {
+    INFO("docs/gsm8k.md:" << block.line << "\n" << block.text);
+    if (!block.run) {
+      MESSAGE("docs/gsm8k.md:" << block.line << " not run: " << block.why_not);
+      continue;
+    }
+    const std::string out = fmt::format("{}/block_{}.out", root, block.line);
+    const std::string script = fmt::format("{}/block_{}.sh", root, block.line);
+    write_file_atomic(script, "set -e\n" + block.text);
+    ChildProcess shell = ChildProcess::spawn(
+        {"/bin/sh", "-c", fmt::format("cd '{}' && export PATH='{}/bin':\"$PATH\" && . '{}'", root, root, script)},
+        {out, false});
+    const auto status = shell.wait_for(420);
+    REQUIRE_MESSAGE(status.has_value(), "did not finish in 420 s: ", read_text(out));
+    CHECK_MESSAGE(status->success(), status->describe(), ":\n", read_text(out));
+    ++ran;
+  }
+  CHECK(ran >= 4);  // validate, the small model, its rows, the scaled-down run
+  // What the page says the last run leaves.
+  const std::vector<nlohmann::json> metrics = read_json_lines(root + "/runs/gsm8k-small/metrics.jsonl");
+  bool val_after_training = false, gsm8k_parts = false;
+  for (const nlohmann::json& row : metrics) {
+    val_after_training |= row.value("step", 0) == 2 && row.contains("val/accuracy");
+    gsm8k_parts |= row.contains("reward/gsm8k/format") && row.contains("reward/gsm8k/acc");
+  }
+  CHECK(val_after_training);
+  CHECK(gsm8k_parts);
+  CHECK(fs::exists(root + "/runs/gsm8k-small/plots/index.html"));
+  CHECK(fs::exists(root + "/runs/gsm8k-small/policy/tokenizer.json"));
+}
