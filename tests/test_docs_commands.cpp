@@ -1,13 +1,13 @@
-// The commands of docs/gsm8k.md, exactly as the page writes them: every ```sh block runs
-// in order from a fresh directory laid out as the repository root (configs/ is the
-// clone's), with `tandem` on PATH. Two kinds of blocks are not run, each marked on the
-// page: a **Download step** (the network), whose products the test puts where the page
-// says they land (models/Qwen3-0.6B: Qwen3's real tokenizer files; data/gsm8k: the
-// shared GSM8K copy; models/Qwen2.5-0.5B-Instruct: a small random Qwen3-shaped model
-// with that tokenizer), and a block after `<!-- doc-test: skip (why) -->`.
+// The commands of every page under docs/, exactly as the pages write them: each ```sh
+// block runs in order from a fresh directory laid out as the repository root (configs/
+// is the clone's), with `tandem` on PATH, after the page's files (a fenced block after
+// `<!-- file: NAME -->`) are written there. Two kinds of blocks are not run, each marked
+// on its page: a **Download step** (the network), whose products the test puts where the
+// page says they land, and a block after `<!-- doc-test: skip (why) -->`. A new block
+// without a marker runs here, so a page cannot document a command that does not work.
 //
-// Exits 77 (skip) where ../shared/data/gsm8k is absent (a user's clone) or Qwen3's
-// tokenizer was not fetched (scripts/fetch_tokenizer_assets.sh).
+// docs/gsm8k.md needs ../shared/data/gsm8k and Qwen3's tokenizer files
+// (scripts/fetch_tokenizer_assets.sh): its case reports a skip (exit 77) without them.
 #include "core/files.h"
 #include "core/process.h"
 #include "run_tandem.h"
@@ -35,6 +35,26 @@ struct DocBlock {
   std::string why_not;  // the marker that left it out
   size_t line = 0;      // of its opening fence, from 1
 };
+
+struct DocFile {
+  std::string name;  // from `<!-- file: NAME -->`
+  std::string text;
+};
+
+// The page's fenced blocks marked as files, in order.
+std::vector<DocFile> file_blocks(const std::string& page) {
+  std::vector<DocFile> files;
+  const std::string marker = "<!-- file: ";
+  for (size_t at = page.find(marker); at != std::string::npos; at = page.find(marker, at + 1)) {
+    const size_t name_end = page.find(" -->", at);
+    const size_t fence = page.find("```", name_end);
+    const size_t body = page.find('\n', fence) + 1;
+    const size_t end = page.find("\n```", body - 1);
+    REQUIRE(end != std::string::npos);
+    files.push_back({page.substr(at + marker.size(), name_end - at - marker.size()), page.substr(body, end - body + 1)});
+  }
+  return files;
+}
 
 // The page's ```sh blocks, each with whether the page marks it as not run here.
 std::vector<DocBlock> shell_blocks(const std::string& page) {
@@ -81,17 +101,58 @@ void skip_unless_present() {
   }
 }
 
-}  // namespace
-
-TEST_CASE("docs/gsm8k.md: every command runs as written") {
-  skip_unless_present();
-  const std::string page = read_file(kSource + "/docs/gsm8k.md").value_or("");
-  REQUIRE_FALSE(page.empty());
-  TempDir dir;
+// A fresh directory laid out as the repository root, with `tandem` on PATH.
+std::string page_root(const TempDir& dir) {
   const std::string root = dir.path();
   fs::create_directories(root + "/bin");
   fs::create_symlink(TANDEM_BINARY, root + "/bin/tandem");
   fs::create_directory_symlink(kSource + "/configs", root + "/configs");
+  return root;
+}
+
+// Writes the page's files into `root`, then runs its shell blocks in order; returns how
+// many ran.
+size_t run_page(const std::string& name, const std::string& root) {
+  const std::string page = read_file(kSource + "/docs/" + name).value_or("");
+  REQUIRE_FALSE(page.empty());
+  for (const DocFile& file : file_blocks(page)) write_file_atomic(root + "/" + file.name, file.text);
+  size_t ran = 0;
+  for (const DocBlock& block : shell_blocks(page)) {
+    INFO("docs/" << name << ":" << block.line << "\n" << block.text);
+    if (!block.run) {
+      MESSAGE("docs/" << name << ":" << block.line << " not run: " << block.why_not);
+      continue;
+    }
+    const std::string out = fmt::format("{}/block_{}.out", root, block.line);
+    const std::string script = fmt::format("{}/block_{}.sh", root, block.line);
+    write_file_atomic(script, "set -e\n" + block.text);
+    ChildProcess shell = ChildProcess::spawn(
+        {"/bin/sh", "-c", fmt::format("cd '{}' && export PATH='{}/bin':\"$PATH\" && . '{}'", root, root, script)},
+        {out, false});
+    const auto status = shell.wait_for(420);
+    REQUIRE_MESSAGE(status.has_value(), "did not finish in 420 s: ", read_text(out));
+    CHECK_MESSAGE(status->success(), status->describe(), ":\n", read_text(out));
+    ++ran;
+  }
+  return ran;
+}
+
+}  // namespace
+
+TEST_CASE("every other page of docs/: its commands run as written, or the page says why not") {
+  for (const auto& entry : fs::directory_iterator(kSource + "/docs")) {
+    const std::string name = entry.path().filename().string();
+    if (entry.path().extension() != ".md" || name == "gsm8k.md") continue;
+    INFO(name);
+    TempDir dir;
+    run_page(name, page_root(dir));
+  }
+}
+
+TEST_CASE("docs/gsm8k.md: every command runs as written") {
+  skip_unless_present();
+  TempDir dir;
+  const std::string root = page_root(dir);
   // What the download steps would leave.
   fs::create_directories(root + "/models/Qwen3-0.6B");
   for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
@@ -112,25 +173,7 @@ TEST_CASE("docs/gsm8k.md: every command runs as written") {
                      root + "/stand_in.out")
               .success());
 
-  const std::vector<DocBlock> blocks = shell_blocks(page);
-  size_t ran = 0;
-  for (const DocBlock& block : blocks) {
-    INFO("docs/gsm8k.md:" << block.line << "\n" << block.text);
-    if (!block.run) {
-      MESSAGE("docs/gsm8k.md:" << block.line << " not run: " << block.why_not);
-      continue;
-    }
-    const std::string out = fmt::format("{}/block_{}.out", root, block.line);
-    const std::string script = fmt::format("{}/block_{}.sh", root, block.line);
-    write_file_atomic(script, "set -e\n" + block.text);
-    ChildProcess shell = ChildProcess::spawn(
-        {"/bin/sh", "-c", fmt::format("cd '{}' && export PATH='{}/bin':\"$PATH\" && . '{}'", root, root, script)},
-        {out, false});
-    const auto status = shell.wait_for(420);
-    REQUIRE_MESSAGE(status.has_value(), "did not finish in 420 s: ", read_text(out));
-    CHECK_MESSAGE(status->success(), status->describe(), ":\n", read_text(out));
-    ++ran;
-  }
+  const size_t ran = run_page("gsm8k.md", root);
   CHECK(ran >= 4);  // validate, the small model, its rows, the scaled-down run
   // What the page says the last run leaves.
   const std::vector<nlohmann::json> metrics = read_json_lines(root + "/runs/gsm8k-small/metrics.jsonl");

@@ -309,13 +309,15 @@ TEST_CASE("paths are relative to the config file and stored absolute; a finished
   }
 }
 
-TEST_CASE("evaluation on data.val: before training and every eval_every steps, val/* metrics and val_samples.jsonl") {
+TEST_CASE("evaluation on data.val: before training, every eval_every steps and at the end, val/* metrics and "
+          "val_samples.jsonl") {
   TempDir dir;
   const std::string d = dir.path();
   write_text(d + "/data/ok.jsonl", kRows);
   write_text(d + "/data/val.jsonl",
-             "{\"prompt\": \"2+2=\", \"answer\": \"4\"}\n{\"prompt\": \"3+5=\", \"answer\": \"8\"}\n"
-             "{\"prompt\": \"1+1=\", \"answer\": \"2\"}\n");
+             "{\"prompt\": \"2+2=\", \"answer\": \"4\", \"data_source\": \"easy\"}\n"
+             "{\"prompt\": \"3+5=\", \"answer\": \"8\", \"data_source\": \"hard\"}\n"
+             "{\"prompt\": \"1+1=\", \"answer\": \"2\", \"data_source\": \"easy\"}\n");
   SmallConfig config;
   config.data = "{train: data/ok.jsonl, val: data/val.jsonl, batch_size: 4}";
   config.extra = "eval: {n: 2, temperature: 0}\n";
@@ -326,21 +328,33 @@ TEST_CASE("evaluation on data.val: before training and every eval_every steps, v
   const std::vector<nlohmann::json> metrics = read_json_lines(d + "/run/metrics.jsonl");
   REQUIRE(metrics.size() == 4);  // step 0 (before training), 1, 2, 3
   const std::vector<nlohmann::json> samples = read_json_lines(d + "/run/val_samples.jsonl");
-  REQUIRE(samples.size() == 2 * 3 * 2);  // steps 0 and 2, 3 prompts, n 2
+  // Steps 0 (before training), 2 (eval_every) and 3 (the last, as verl does), 3 prompts, n 2.
+  REQUIRE(samples.size() == 3 * 3 * 2);
+  for (const nlohmann::json& s : samples) {
+    CHECK(s.contains("ground_truth"));  // the row's answer, to read a wrong score against
+    CHECK((s.at("data_source") == "easy" || s.at("data_source") == "hard"));
+  }
+  // The console says each evaluation's result.
+  CHECK(read_text(out).find("tandem: validation at step 2: reward ") != std::string::npos);
   for (const nlohmann::json& row : metrics) {
     const int64_t step = row.at("step").get<int64_t>();
     INFO("step " << step);
-    const bool evaluated = step == 0 || step == 2;
+    const bool evaluated = step == 0 || step == 2 || step == 3;
     CHECK(row.contains("val/accuracy") == evaluated);
     if (!evaluated) continue;
-    for (const char* key : {"val/reward/mean", "val/math_answer", "val/pass@2", "val/response/length_mean"}) {
+    for (const char* key : {"val/reward/mean", "val/math_answer", "val/math_answer/found", "val/pass@2",
+                            "val/response/length_mean", "val/source/easy/accuracy", "val/source/hard/reward_mean"}) {
       CHECK(row.contains(key));
     }
     // The metrics are what val_samples.jsonl holds for that step.
-    double correct = 0, total = 0, count = 0;
+    double correct = 0, total = 0, count = 0, easy_correct = 0, easy_count = 0;
     std::map<std::string, std::vector<nlohmann::json>> by_prompt;
     for (const nlohmann::json& s : samples) {
       if (s.at("step") != step) continue;
+      if (s.at("data_source") == "easy") {
+        easy_count += 1;
+        easy_correct += s.at("reward").get<double>() >= 1.0 ? 1 : 0;
+      }
       count += 1;
       total += s.at("reward").get<double>();
       correct += s.at("reward").get<double>() >= 1.0 ? 1 : 0;
@@ -349,6 +363,8 @@ TEST_CASE("evaluation on data.val: before training and every eval_every steps, v
     REQUIRE(count == 6);
     CHECK(row.at("val/reward/mean").get<double>() == doctest::Approx(total / count));
     CHECK(row.at("val/accuracy").get<double>() == doctest::Approx(correct / count));
+    REQUIRE(easy_count == 4);  // 2 prompts, n 2
+    CHECK(row.at("val/source/easy/accuracy").get<double>() == doctest::Approx(easy_correct / easy_count));
     double solved = 0;
     for (const auto& [prompt, responses] : by_prompt) {
       REQUIRE(responses.size() == 2);

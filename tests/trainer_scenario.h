@@ -8,6 +8,7 @@
 #include "reference_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 namespace tandem::testing {
@@ -66,15 +67,17 @@ inline TrainerScenario trainer_scenario(uint64_t seed, const std::string& shardi
 // arithmetic rather than from what one CPU measured:
 //  - a gradient entry is a sum over the N token positions of a mini-batch; a sum of N
 //    float32 terms in any order is within N·u·Σ|terms| of the exact one (u = 2^-24, the
-//    unit roundoff), so two orders differ by at most 2·N·u·Σ|terms|;
-//  - Σ|terms| is bounded by the gradient's size times the samples of the mini-batch (each
-//    sample's gradient at most the whole one's size times their count, when they cancel):
-//    G = `grad_norm_mean` (the mean pre-clip global norm) × optimizer steps (≥ the largest
-//    step's norm) × samples;
+//    unit roundoff), so two orders differ by at most δg = 2·N·u·Σ|terms|;
+//  - Σ|terms| is bounded by the samples of the mini-batch times the size of the gradient
+//    the optimizer sees (each sample's part at most the whole's size, when they cancel);
+//    with clipping on, that size is at most grad_clip (the clipped norm), else the
+//    largest step's norm (≤ `grad_norm_mean` × steps);
 //  - AdamW's step m̂/(√v̂ + ε) changes by at most 1/ε per unit change of a gradient through
-//    m̂ and as much through v̂, so by 2·δg/ε; clipping only scales δg down;
-//  - each of the optimizer steps adds lr times that. Weight differences also change the
-//    next gradients, by lr-sized amounts times the curvature: second order, left out.
+//    m̂ and as much through v̂: 2·δg/ε, times lr, each optimizer step;
+//  - each step also rounds the new weights to float32: one ulp of the largest weight
+//    (2^-23·max|w|) per step where the two runs' exact values straddle a rounding point.
+// Weight differences also change the next gradients, by lr-sized amounts times the
+// curvature: second order, left out.
 inline double reorder_tolerance(const TrainerScenario& s, double grad_norm_mean) {
   constexpr double unit_roundoff = 1.0 / (1 << 24);
   double tokens = 0, samples = 0;
@@ -84,11 +87,16 @@ inline double reorder_tolerance(const TrainerScenario& s, double grad_norm_mean)
     tokens = std::max(tokens, n);
     samples = std::max(samples, static_cast<double>(batch.size()));
   }
+  double largest_weight = 0;
+  for (const WeightTensor& t : s.weights.tensors()) {
+    for (float w : t.data) largest_weight = std::max(largest_weight, std::abs(static_cast<double>(w)));
+  }
   const double steps = static_cast<double>(s.mini_batches.size());
-  const double magnitude = grad_norm_mean * steps * samples;
-  const double gradient_error = 2 * tokens * unit_roundoff * magnitude;
   const auto& optimizer = s.options.learner.optimizer;
-  return steps * optimizer.lr * 2 * gradient_error / optimizer.eps;
+  const double largest_norm = grad_norm_mean * steps;
+  const double size = optimizer.grad_clip > 0 ? std::min(optimizer.grad_clip, largest_norm) : largest_norm;
+  const double gradient_error = 2 * tokens * unit_roundoff * samples * size;
+  return steps * (optimizer.lr * 2 * gradient_error / optimizer.eps + 2 * unit_roundoff * largest_weight);
 }
 
 inline TrainerScenario critic_scenario(uint64_t seed, const std::string& sharding) {
