@@ -21,7 +21,7 @@ int cli_logprobs(const LogprobsArgs& args) {
     ids = parse_id_list(args.ids, model.config.sampled_vocab(), "--ids");
   } else {
     if (!model.tokenizer) {
-      throw UsageError(fmt::format("--text: {} has no tokenizer (a llama2.c checkpoint or a GGUF file without a vocabulary); give --ids", model.source));
+      throw UsageError(fmt::format("--text: {} has no tokenizer (a llama2.c checkpoint, a directory without tokenizer.json, or a GGUF file without a vocabulary); give --ids", model.source));
     }
     ids = model.tokenizer->encode(args.text);
   }

@@ -185,13 +185,9 @@ class Reader {
   }
 
   void field(const std::string& key, std::string& json_text, const config_check::Mapping&, const char*) {
-    known_.push_back(key);
     YAML::Node value;
-    YAML::Mark key_mark;
-    if (!find(key, value, key_mark)) return;
-    const std::string path = join_path(path_, key);
-    const std::string where = context_.where(path, key_mark);
-    context_.origins[path] = where;
+    std::string path, where;
+    if (!find_declared(key, value, path, where)) return;
     if (value.IsNull()) {
       json_text = "{}";
     } else if (!value.IsMap()) {
@@ -201,13 +197,9 @@ class Reader {
     }
   }
   void field(const std::string& key, std::vector<std::string>& values, const config_check::TextList&, const char*) {
-    known_.push_back(key);
     YAML::Node value;
-    YAML::Mark key_mark;
-    if (!find(key, value, key_mark)) return;
-    const std::string path = join_path(path_, key);
-    const std::string where = context_.where(path, key_mark);
-    context_.origins[path] = where;
+    std::string path, where;
+    if (!find_declared(key, value, path, where)) return;
     values.clear();
     if (value.IsScalar()) {
       values.push_back(value.Scalar());
@@ -303,6 +295,18 @@ class Reader {
   }
 
  private:
+  // Declares `key` and finds it: its value, its path and where it was set (recorded as
+  // its origin). False when the mapping does not have it.
+  bool find_declared(const std::string& key, YAML::Node& value, std::string& path, std::string& where) {
+    known_.push_back(key);
+    YAML::Mark key_mark;
+    if (!find(key, value, key_mark)) return false;
+    path = join_path(path_, key);
+    where = context_.where(path, key_mark);
+    context_.origins[path] = where;
+    return true;
+  }
+
   // Finds `key` in this mapping: its value node and the key's position.
   bool find(const std::string& key, YAML::Node& value, YAML::Mark& key_mark) const {
     for (auto it = node_.begin(); it != node_.end(); ++it) {

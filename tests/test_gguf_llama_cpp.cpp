@@ -211,7 +211,7 @@ TEST_CASE("stories260K.bin converted to GGUF by tandem: llama.cpp's log-probs an
             .at("token_ids") == reference.greedy);
   fs::remove(out);
   CHECK(run_tandem({"generate", "--model", gguf, "--prompt", "Once"}, out).exit_code == 2);
-  CHECK(read_text(out).find("has no tokenizer (a llama2.c checkpoint or a GGUF file without a vocabulary)") !=
+  CHECK(read_text(out).find("has no tokenizer (a llama2.c checkpoint, a directory without tokenizer.json, or a GGUF file without a vocabulary)") !=
         std::string::npos);
   ::unsetenv("TANDEM_CACHE_DIR");
 }

@@ -60,6 +60,15 @@ TEST_CASE("init-model writes a complete Hugging Face directory that loads back")
   REQUIRE(bf16.success());
   CHECK(fs::file_size(dir.path() + "/bf16/model.safetensors") < fs::file_size(model + "/model.safetensors") * 6 / 10);
   CHECK(load_model_weights(dir.path() + "/bf16", config).parameter_count() == weights.parameter_count());
+
+  // --config: config.json says the dtype written (float32 here), not the shape file's.
+  std::string shape = read_text(model + "/config.json");
+  const size_t dtype_at = shape.find("\"float32\"");
+  REQUIRE(dtype_at != std::string::npos);
+  shape.replace(dtype_at, 9, "\"bfloat16\"");
+  write_file_atomic(dir.path() + "/shape.json", shape);
+  REQUIRE(run_tandem({"init-model", "--config", dir.path() + "/shape.json", "--out", dir.path() + "/f32"}, out).success());
+  CHECK(read_model_config(dir.path() + "/f32/config.json").torch_dtype == "float32");
 }
 
 TEST_CASE("generate prints reproducible completions with log-probs") {
@@ -84,6 +93,15 @@ TEST_CASE("generate prints reproducible completions with log-probs") {
     CHECK(line["logprobs"].size() == tokens);
     for (const auto& lp : line["logprobs"]) CHECK(lp.get<double>() <= 0.0);
     CHECK((line["finish_reason"] == "length" || line["finish_reason"] == "stop"));
+    // The text is the response without its end-of-sequence token (the finish reason says so).
+    if (line["finish_reason"] == "stop") {
+      std::vector<int32_t> ids = line["token_ids"].get<std::vector<int32_t>>();
+      ids.pop_back();
+      const std::string ids_text = nlohmann::json(ids).dump();
+      const std::string decoded = dir.path() + "/decoded.txt";
+      REQUIRE(run_tandem({"tokenize", "--tokenizer", model, "--decode", "--text", ids_text}, decoded).success());
+      CHECK(line["text"].get<std::string>() == read_text(decoded));
+    }
   }
   std::vector<nlohmann::json> again = generate("5");
   for (size_t i = 0; i < first.size(); ++i) CHECK(first[i]["token_ids"] == again[i]["token_ids"]);
