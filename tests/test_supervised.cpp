@@ -82,14 +82,20 @@ TEST_CASE("an sgd supervised step moves each weight by -lr times the loss gradie
 }
 
 TEST_CASE("supervised steps learn their targets, and 2 ranks equal 1") {
-  const TrainerScenario s = supervised_scenario(31);
+  const TrainerScenario learning = supervised_scenario(31);
   auto collectives = Collectives::create({});
-  Trainer single(s.config, s.weights, s.options, *collectives);
-  const double first = single.supervised_step(s.mini_batches[0], 3e-3).objective.loss;
+  Trainer single(learning.config, learning.weights, learning.options, *collectives);
+  const double first = single.supervised_step(learning.mini_batches[0], 3e-3).objective.loss;
   double last = first;
-  for (int step = 0; step < 30; ++step) last = single.supervised_step(s.mini_batches[0], 3e-3).objective.loss;
+  for (int step = 0; step < 30; ++step) {
+    last = single.supervised_step(learning.mini_batches[0], 3e-3).objective.loss;
+  }
   CHECK(last < 0.5 * first);
 
+  // Ranks against one process: the scenario's Adam epsilon (0.1), so that the bound on
+  // another summation order comes from the arithmetic (reorder_tolerance).
+  TrainerScenario s = supervised_scenario(31);
+  s.options.learner.optimizer.eps = trainer_scenario(31, "ddp").options.learner.optimizer.eps;
   for (const std::string sharding : {"ddp", "zero2", "fsdp"}) {
     std::vector<ModelWeights> ranks(2);
     with_thread_ranks(s, 2, sharding, [&](Trainer& trainer, Collectives& c) {
@@ -99,9 +105,11 @@ TEST_CASE("supervised steps learn their targets, and 2 ranks equal 1") {
       ranks[static_cast<size_t>(c.rank())] = trainer.weights();
     });
     Trainer one(s.config, s.weights, s.options, *collectives);
-    for (int step = 0; step < 3; ++step) one.supervised_step(s.mini_batches[step], 3e-3);
+    double grad_norm_sum = 0;
+    for (int step = 0; step < 3; ++step) grad_norm_sum += one.supervised_step(s.mini_batches[step], 3e-3).grad_norm;
     INFO(sharding);
-    CHECK(max_weight_diff(ranks[0], one.weights()) <= 3e-5);
+    REQUIRE(s.options.learner.optimizer.lr == 3e-3);  // the bound's lr is the steps' lr
+    CHECK(max_weight_diff(ranks[0], one.weights()) <= reorder_tolerance(s, grad_norm_sum / 3));
     CHECK(max_weight_diff(ranks[1], ranks[0]) == 0.0);  // every rank holds the same policy
   }
 }
