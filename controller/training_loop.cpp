@@ -563,7 +563,6 @@ void TrainingLoop::run_step(int64_t step) {
                    {"reward/mean", mean},
                    {"reward/std", std},
                    {"reward/fallbacks", static_cast<double>(fallbacks)},
-                   {"reward/timeouts", static_cast<double>(new_reward_timeouts())},
                    {"response/count", n},
                    {"data/skipped_long_prompts", static_cast<double>(skipped_long_prompts_)}};
   const MetricRow about_samples = sample_metrics(c_, samples, batch);
@@ -596,6 +595,8 @@ void TrainingLoop::run_step(int64_t step) {
     row.insert(row.end(), val.begin(), val.end());
     end_phase("eval");
   }
+  // Read after the evaluation: its reward calls' timeouts are this step's too.
+  row.emplace_back("reward/timeouts", static_cast<double>(new_reward_timeouts()));
   observe_workers(step, row);
   metrics_->write(row);
   publish_step(step, row);
@@ -655,6 +656,7 @@ void TrainingLoop::run(bool resume) {
       MetricRow row = {{"step", 0.0}, {"weight_version", 0.0}};
       const MetricRow val = evaluate(0);
       row.insert(row.end(), val.begin(), val.end());
+      row.emplace_back("reward/timeouts", static_cast<double>(new_reward_timeouts()));
       metrics_->write(row);
       publish_step(0, row);
     }

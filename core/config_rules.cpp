@@ -126,8 +126,12 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
     if (r.python.empty()) {
       only(r.function != defaults.function, "function", "python");
       only(r.batched, "batched", "python");
+      only(r.reward_kwargs != defaults.reward_kwargs, "reward_kwargs", "python");
     }
-    if (r.python.empty() && r.http.empty()) only(r.timeout_s != defaults.timeout_s, "timeout_s", "python and http");
+    if (r.python.empty() && r.http.empty()) {
+      only(r.timeout_s != defaults.timeout_s, "timeout_s", "python and http");
+      only(r.needs_ground_truth != defaults.needs_ground_truth, "needs_ground_truth", "python and http");
+    }
     if (r.http.empty()) {
       only(r.retries != defaults.retries, "retries", "http");
       only(r.batch_size != defaults.batch_size, "batch_size", "http");

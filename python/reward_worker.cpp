@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -114,8 +115,9 @@ nlohmann::json to_result(const py::handle& value, const std::string& function) {
 }
 
 // The names verl passes, one call or a batch of calls.
-const char* const kCallNames[] = {"data_source", "solution_str", "ground_truth", "extra_info"};
-const char* const kBatchNames[] = {"data_sources", "solution_strs", "ground_truths", "extra_infos"};
+using ArgumentNames = std::array<const char*, 4>;
+const ArgumentNames kCallNames = {"data_source", "solution_str", "ground_truth", "extra_info"};
+const ArgumentNames kBatchNames = {"data_sources", "solution_strs", "ground_truths", "extra_infos"};
 
 // The keyword arguments of one call: verl's four names, then reward_kwargs.
 py::dict call_arguments(const nlohmann::json& call, const py::dict& reward_kwargs) {
@@ -181,6 +183,12 @@ void answer_batched(FILE* out, const py::object& fn, const nlohmann::json& calls
 // Empty when `fn` can be called as verl calls it (or has no signature to check, as some
 // C functions); else what is wrong, naming the parameter.
 std::string check_signature(const py::object& fn, const RewardWorkerOptions& options, const py::dict& reward_kwargs) {
+  // First, whatever the function: a reward_kwargs entry would replace one of verl's arguments.
+  for (const ArgumentNames& names : {kCallNames, kBatchNames}) {
+    for (const char* name : names) {
+      if (reward_kwargs.contains(name)) return fmt::format("reward_kwargs names {}, which tandem passes itself", name);
+    }
+  }
   py::object signature;
   try {
     signature = py::module_::import("inspect").attr("signature")(fn);
@@ -191,9 +199,6 @@ std::string check_signature(const py::object& fn, const RewardWorkerOptions& opt
   py::dict arguments;
   std::string call;
   for (const char* name : names) {
-    if (reward_kwargs.contains(name)) {
-      return fmt::format("reward_kwargs names {}, which tandem passes itself", name);
-    }
     arguments[name] = py::none();
     call += fmt::format("{}{}=...", call.empty() ? "" : ", ", name);
   }
@@ -221,7 +226,8 @@ std::string explain_missing_module() {
       "\ntandem runs rewards in its embedded Python {} (prefix {}), which imports from:{}\n"
       "To use packages from a virtualenv or another install, add its site-packages directory to the config's "
       "`python: {{path: [DIR]}}` (or to PYTHONPATH), or install the package with apt (python3-NAME).",
-      py::str(sys.attr("version")).cast<std::string>().substr(0, 6), sys.attr("prefix").cast<std::string>(), path);
+      py::module_::import("platform").attr("python_version")().cast<std::string>(),
+      sys.attr("prefix").cast<std::string>(), path);
 }
 
 }  // namespace
@@ -240,8 +246,13 @@ int run_reward_worker(const RewardWorkerOptions& options) {
   py::gil_scoped_acquire gil;
   py::object fn;
   py::dict reward_kwargs;
+  const nlohmann::json kwargs = nlohmann::json::parse(options.kwargs_json, nullptr, false);
+  if (!kwargs.is_object()) {
+    send(out, {{"error", fmt::format("--kwargs must be a JSON object, got {}", options.kwargs_json.substr(0, 200))}});
+    return 1;
+  }
   try {
-    reward_kwargs = py::reinterpret_borrow<py::dict>(from_json(nlohmann::json::parse(options.kwargs_json)));
+    reward_kwargs = py::reinterpret_borrow<py::dict>(from_json(kwargs));
     py::object sys_path = py::module_::import("sys").attr("path");
     // The file's directory first (sibling modules), then python.path in its order.
     for (auto it = options.search_path.rbegin(); it != options.search_path.rend(); ++it) {

@@ -127,7 +127,7 @@ TEST_CASE("a critic trains the same on 2 ranks (ddp, zero2, fsdp) as on one, val
     });
     // Two ranks add the gradients in another order: the bound from float32 rounding and
     // AdamW's epsilon (reorder_tolerance).
-    CHECK(max_weight_diff(weights[0], single) <= reorder_tolerance(s, single_metrics.grad_norm));
+    CHECK(max_weight_diff(weights[0], single) <= reorder_tolerance(s));
     CHECK(max_diff(values[0], single_values) <= 3e-5);
     CHECK(metrics[0].objective.value_loss == doctest::Approx(single_metrics.objective.value_loss).epsilon(1e-4));
   }

@@ -5,6 +5,8 @@
 // on its page: a **Download step** (the network), whose products the test puts where the
 // page says they land, and a block after `<!-- doc-test: skip (why) -->`. A new block
 // without a marker runs here, so a page cannot document a command that does not work.
+// A plain ``` fence holding a `tandem ...` line counts as a shell block too; indented
+// blocks are synopses with placeholders (`tandem status RUN_DIR`) and are not run.
 //
 // docs/gsm8k.md needs ../shared/data/gsm8k and Qwen3's tokenizer files
 // (scripts/fetch_tokenizer_assets.sh): its case reports a skip (exit 77) without them.
@@ -62,8 +64,20 @@ std::vector<DocBlock> shell_blocks(const std::string& page) {
   std::vector<std::string> lines;
   std::istringstream in(page);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
+  auto holds_tandem_command = [&](size_t fence) {
+    for (size_t k = fence + 1; k < lines.size() && lines[k] != "```"; ++k) {
+      if (lines[k].rfind("tandem ", 0) == 0) return true;
+    }
+    return false;
+  };
   for (size_t i = 0; i < lines.size(); ++i) {
-    if (lines[i] != "```sh") continue;
+    if (lines[i].rfind("```", 0) != 0) continue;
+    if (lines[i] != "```sh" && !(lines[i] == "```" && holds_tandem_command(i))) {
+      // Another language's block (or a plain one without commands): past its end.
+      for (++i; i < lines.size() && lines[i] != "```"; ++i) {
+      }
+      continue;
+    }
     DocBlock block;
     block.line = i + 1;
     // The nearest non-blank line before the fence says whether it runs here.

@@ -8,7 +8,7 @@
 #include "learner/collectives.h"
 #include "learner/sample_codec.h"
 #include "plugins/plugin_loader.h"
-#include "trainer_scenario.h"
+#include "trainer_ranks.h"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -81,7 +81,7 @@ TEST_CASE("two learner worker processes train like one in-process trainer") {
   TrainerScenario s = trainer_scenario(11, "zero2");
   auto single_collectives = Collectives::create({});
   Trainer single(s.config, s.weights, s.options, *single_collectives);
-  const UpdateMetrics single_metrics = single.train(s.mini_batches);
+  single.train(s.mini_batches);
 
   TempDir dir;
   const std::string model_dir = dir.path() + "/model";
@@ -123,7 +123,7 @@ TEST_CASE("two learner worker processes train like one in-process trainer") {
   for (const WeightTensor& t : want.tensors()) {
     for (size_t i = 0; i < t.data.size(); ++i) worst = std::max(worst, std::abs(double(t.data[i]) - trained.get(t.name).data[i]));
   }
-  CHECK(worst <= reorder_tolerance(s, single_metrics.grad_norm));  // two ranks add gradients in another order
+  CHECK(worst <= reorder_tolerance(s));  // two ranks add gradients in another order
 
   write_file_atomic(model_dir + "/tokenizer.json", "{}");
   pending.clear();

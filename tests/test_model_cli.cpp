@@ -93,15 +93,6 @@ TEST_CASE("generate prints reproducible completions with log-probs") {
     CHECK(line["logprobs"].size() == tokens);
     for (const auto& lp : line["logprobs"]) CHECK(lp.get<double>() <= 0.0);
     CHECK((line["finish_reason"] == "length" || line["finish_reason"] == "stop"));
-    // The text is the response without its end-of-sequence token (the finish reason says so).
-    if (line["finish_reason"] == "stop") {
-      std::vector<int32_t> ids = line["token_ids"].get<std::vector<int32_t>>();
-      ids.pop_back();
-      const std::string ids_text = nlohmann::json(ids).dump();
-      const std::string decoded = dir.path() + "/decoded.txt";
-      REQUIRE(run_tandem({"tokenize", "--tokenizer", model, "--decode", "--text", ids_text}, decoded).success());
-      CHECK(line["text"].get<std::string>() == read_text(decoded));
-    }
   }
   std::vector<nlohmann::json> again = generate("5");
   for (size_t i = 0; i < first.size(); ++i) CHECK(first[i]["token_ids"] == again[i]["token_ids"]);
@@ -109,6 +100,23 @@ TEST_CASE("generate prints reproducible completions with log-probs") {
   bool any_different = false;
   for (size_t i = 0; i < first.size(); ++i) any_different |= first[i]["token_ids"] != other[i]["token_ids"];
   CHECK(any_different);
+
+  // The text is the response without its end-of-sequence token (the finish reason says
+  // "stop"): made certain by declaring the greedy first token the model's EOS.
+  const std::string greedy = dir.path() + "/greedy.txt";
+  const std::vector<std::string> greedy_args = {"generate", "--model", model, "--prompt", "12+7=", "--temperature", "0",
+                                                "--max-new-tokens", "3", "--json"};
+  REQUIRE(run_tandem(greedy_args, greedy).success());
+  const std::vector<int32_t> greedy_ids = json_lines(read_text(greedy)).at(0)["token_ids"].get<std::vector<int32_t>>();
+  nlohmann::json config_json = nlohmann::json::parse(read_text(model + "/config.json"));
+  config_json["eos_token_id"] = greedy_ids.at(0);
+  write_file_atomic(model + "/config.json", config_json.dump(2));
+  fs::remove(greedy);
+  REQUIRE(run_tandem(greedy_args, greedy).success());
+  const nlohmann::json stopped = json_lines(read_text(greedy)).at(0);
+  CHECK(stopped["finish_reason"] == "stop");
+  CHECK(stopped["token_ids"] == std::vector<int32_t>{greedy_ids.at(0)});
+  CHECK(stopped["text"] == "");
 }
 
 TEST_CASE("builtin: model paths materialise the preset once in the cache") {

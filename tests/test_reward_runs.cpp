@@ -57,6 +57,36 @@ TEST_CASE("a reward slower than the heartbeat timeout does not lose the workers"
   }
 }
 
+TEST_CASE("reward/timeouts counts each step's timeouts; a reward named timeouts gets a key of its own") {
+  TempDir dir;
+  const std::string d = dir.path();
+  write_text(d + "/stuck.py", "import time\n"
+                              "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                              "    time.sleep(30)\n"
+                              "    return 1.0\n");
+  write_text(d + "/c.yaml",
+             "experiment: {name: timeouts, steps: 2, checkpoint_every: 0}\n"
+             "model: {path: \"builtin:tiny\"}\n"
+             "data: {train: \"builtin:addition1\", batch_size: 1}\n"
+             "algorithm: {group_size: 2}\n"
+             "rollout: {workers: 1, max_new_tokens: 3, kv_cache_mb: 8}\n"
+             "learner: {workers: 1, micro_batch_size: 2}\n"
+             "reward: [{python: stuck.py, workers: 1, timeout_s: 0.5, on_error: fallback},\n"
+             "         {name: timeouts, python: stuck.py, workers: 1, timeout_s: 0.5, on_error: fallback, weight: 0}]\n"
+             "logging: {console: plain}\n");
+  const ExitStatus status = run_tandem({"run", d + "/c.yaml", "--run-dir", d + "/run"}, d + "/run.out", 240);
+  INFO(read_text(d + "/run.out"));
+  REQUIRE(status.success());
+  const std::vector<nlohmann::json> metrics = read_json_lines(d + "/run/metrics.jsonl");
+  REQUIRE(metrics.size() == 2);
+  for (const nlohmann::json& row : metrics) {
+    // 2 samples x 2 rewards time out every step: 4 per step, not a running total.
+    CHECK(row["reward/timeouts"] == 4.0);
+    CHECK(row["reward/fallbacks"] == 4.0);
+    CHECK(row.contains("reward/timeouts_1"));  // the reward named timeouts, beside the counter
+  }
+}
+
 TEST_CASE("python rewards and chat data that cannot work are refused before anything starts (exit 2)") {
   TempDir dir;
   const std::string d = dir.path();

@@ -32,7 +32,7 @@ inline TrainerScenario trainer_scenario(uint64_t seed, const std::string& shardi
   // Adam's epsilon well above float32 rounding of the gradients: with the default 1e-8 a
   // rounding difference on a near-zero gradient entry moves its weight by up to lr, and
   // two summation orders (ranks, micro-batches) could not be compared with a bound
-  // derived from the arithmetic (reorder_tolerance below).
+  // derived from the arithmetic (reorder_tolerance in trainer_ranks.h).
   s.options.learner.optimizer.eps = 0.1;
   s.options.algorithm.kl.coef = 0.05;           // a reference model in the loss
   s.options.algorithm.entropy_coef = 0.01;
@@ -62,43 +62,6 @@ inline TrainerScenario trainer_scenario(uint64_t seed, const std::string& shardi
 
 // The same scenario for PPO with a critic (advantage: gae): every sample also carries the
 // rollout-time values and the returns the value head regresses on.
-// How far two float32 trainings of scenario `s` may end apart when they add the same
-// gradient terms in another order (other micro-batches, ranks or shards), from the
-// arithmetic rather than from what one CPU measured:
-//  - a gradient entry is a sum over the N token positions of a mini-batch; a sum of N
-//    float32 terms in any order is within N·u·Σ|terms| of the exact one (u = 2^-24, the
-//    unit roundoff), so two orders differ by at most δg = 2·N·u·Σ|terms|;
-//  - Σ|terms| is bounded by the samples of the mini-batch times the size of the gradient
-//    the optimizer sees (each sample's part at most the whole's size, when they cancel);
-//    with clipping on, that size is at most grad_clip (the clipped norm), else the
-//    largest step's norm (≤ `grad_norm_mean` × steps);
-//  - AdamW's step m̂/(√v̂ + ε) changes by at most 1/ε per unit change of a gradient through
-//    m̂ and as much through v̂: 2·δg/ε, times lr, each optimizer step;
-//  - each step also rounds the new weights to float32: one ulp of the largest weight
-//    (2^-23·max|w|) per step where the two runs' exact values straddle a rounding point.
-// Weight differences also change the next gradients, by lr-sized amounts times the
-// curvature: second order, left out.
-inline double reorder_tolerance(const TrainerScenario& s, double grad_norm_mean) {
-  constexpr double unit_roundoff = 1.0 / (1 << 24);
-  double tokens = 0, samples = 0;
-  for (const std::vector<TrainingSample>& batch : s.mini_batches) {
-    double n = 0;
-    for (const TrainingSample& t : batch) n += static_cast<double>(t.prompt.size() + t.response.size());
-    tokens = std::max(tokens, n);
-    samples = std::max(samples, static_cast<double>(batch.size()));
-  }
-  double largest_weight = 0;
-  for (const WeightTensor& t : s.weights.tensors()) {
-    for (float w : t.data) largest_weight = std::max(largest_weight, std::abs(static_cast<double>(w)));
-  }
-  const double steps = static_cast<double>(s.mini_batches.size());
-  const auto& optimizer = s.options.learner.optimizer;
-  const double largest_norm = grad_norm_mean * steps;
-  const double size = optimizer.grad_clip > 0 ? std::min(optimizer.grad_clip, largest_norm) : largest_norm;
-  const double gradient_error = 2 * tokens * unit_roundoff * samples * size;
-  return steps * (optimizer.lr * 2 * gradient_error / optimizer.eps + 2 * unit_roundoff * largest_weight);
-}
-
 inline TrainerScenario critic_scenario(uint64_t seed, const std::string& sharding) {
   TrainerScenario s = trainer_scenario(seed, sharding);
   s.options.algorithm.advantage = "gae";
