@@ -2,9 +2,11 @@
 // rules, and the resolved-config round trip.
 #include "core/config.h"
 #include "core/config_error.h"
+#include "core/files.h"
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <random>
 #include <string>
 
@@ -253,4 +255,14 @@ TEST_CASE("reward_kwargs keep YAML's types and read back; python.path is a list 
         "x.yaml:1:25: reward.0.reward_kwargs: expected a mapping (name: value, ...), got 3");
   CHECK(only_problem("python: {path: {a: 1}}").find("python.path: expected a list of strings, got a mapping") !=
         std::string::npos);
+}
+
+TEST_CASE("python.path is relative to the config file's directory, or to the current one under --set") {
+  TempDir dir;
+  write_file_atomic(dir.path() + "/c.yaml", "python: {path: [site, /abs/site]}\n");
+  const Config from_file = load_config_file(dir.path() + "/c.yaml").config;
+  CHECK(from_file.python.path == std::vector<std::string>{dir.path() + "/site", "/abs/site"});
+  const Config from_set = load_config_file(dir.path() + "/c.yaml", {"python.path=[venv/lib]"}).config;
+  CHECK(from_set.python.path ==
+        std::vector<std::string>{(std::filesystem::current_path() / "venv/lib").lexically_normal().string()});
 }
