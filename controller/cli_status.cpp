@@ -37,9 +37,9 @@ bool controller_alive_here(const RunStatus& status) {
 
 int cli_status(const StatusArgs& args) {
   const RunStatus status = require_status(args.run_dir, "status");
-  const bool alive = controller_alive_here(status);
-  std::fputs(describe_run_status(status, args.run_dir, alive, this_hostname(), unix_now()).c_str(), stdout);
-  return run_condition(status, alive, this_hostname()).exit_code;
+  const RunCondition condition = run_condition(status, controller_alive_here(status), this_hostname());
+  std::fputs(describe_run_status(status, condition, args.run_dir, unix_now()).c_str(), stdout);
+  return condition.exit_code;
 }
 
 int cli_stop(const StopArgs& args) {

@@ -93,9 +93,8 @@ RunCondition run_condition(const RunStatus& s, bool alive, const std::string& th
   return {s.state.empty() ? std::string("unknown") : s.state, 1, false};
 }
 
-std::string describe_run_status(const RunStatus& s, const std::string& run_dir, bool alive,
-                                const std::string& this_hostname, double now_unix) {
-  const RunCondition condition = run_condition(s, alive, this_hostname);
+std::string describe_run_status(const RunStatus& s, const RunCondition& condition, const std::string& run_dir,
+                                double now_unix) {
   const bool active = condition.live;
   std::string out =
       fmt::format("run:      {}\nstate:    {}\nstep:     {} / {}\n", run_dir, condition.text, s.step, s.steps);

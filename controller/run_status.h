@@ -57,8 +57,8 @@ struct RunCondition {
 };
 RunCondition run_condition(const RunStatus& status, bool alive, const std::string& this_hostname);
 
-// What `tandem status` prints: `alive` says whether the controller's pid runs here.
-std::string describe_run_status(const RunStatus& status, const std::string& run_dir, bool alive,
-                                const std::string& this_hostname, double now_unix);
+// What `tandem status` prints, for the run's `condition` (run_condition above).
+std::string describe_run_status(const RunStatus& status, const RunCondition& condition, const std::string& run_dir,
+                                double now_unix);
 
 }  // namespace tandem

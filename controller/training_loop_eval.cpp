@@ -73,13 +73,7 @@ MetricRow TrainingLoop::evaluate(int64_t step) {
                          {fmt::format("val/pass@{}", c_.eval.n), solved / static_cast<double>(rows.size())},
                          {"val/response/length_mean", length / n},
                          {"time/eval_s", seconds_since(start)}});
-  std::vector<std::string> prompts;
-  std::vector<const DataRow*> prompt_rows;
-  for (size_t r : rows) {
-    prompts.push_back(val_data_.prompt(r));
-    prompt_rows.push_back(&val_data_.rows[r]);
-  }
-  for (const std::string& line : sample_log_rows(c_, step, samples, prompts, prompt_rows, samples.size())) {
+  for (const std::string& line : sample_log_rows(c_, step, samples, val_data_, rows, samples.size())) {
     val_samples_log_->write_line(line);
   }
   const std::string summary =

@@ -84,11 +84,10 @@ MetricRow sample_metrics(const Config& c, const std::vector<Sample>& samples, co
 std::vector<std::string> reward_metric_keys(const std::vector<RewardConfig>& rewards);
 std::string metric_name_part(const std::string& name);
 // samples.jsonl rows: `count` samples (all when count >= samples.size()) spread over the
-// prompts; prompts[i] is the text of prompt slot i, rows[i] its dataset row (its
-// ground truth, the `answer` field, and data_source go into the line when present).
+// prompts; prompt slot i is data.rows[rows[i]] (its text, and its ground truth, the
+// `answer` field, and data_source where the row has them).
 std::vector<std::string> sample_log_rows(const Config& c, int64_t step, const std::vector<Sample>& samples,
-                                         const std::vector<std::string>& prompts,
-                                         const std::vector<const DataRow*>& rows, size_t count);
+                                         const Dataset& data, const std::vector<size_t>& rows, size_t count);
 
 inline uint64_t mix(uint64_t a, uint64_t b) {
   uint64_t x = a * 0x9E3779B97F4A7C15ULL ^ (b + 0x632BE59BD9B4E019ULL + (a << 6) + (a >> 2));

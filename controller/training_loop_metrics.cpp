@@ -109,8 +109,7 @@ MetricRow sample_metrics(const Config& c, const std::vector<Sample>& samples, co
 }
 
 std::vector<std::string> sample_log_rows(const Config& c, int64_t step, const std::vector<Sample>& samples,
-                                         const std::vector<std::string>& prompts,
-                                         const std::vector<const DataRow*>& rows_of_slots, size_t count) {
+                                         const Dataset& data, const std::vector<size_t>& rows, size_t count) {
   std::vector<std::string> lines;
   count = std::min(samples.size(), count);
   const std::vector<std::string> keys = reward_metric_keys(c.reward);
@@ -125,17 +124,16 @@ std::vector<std::string> sample_log_rows(const Config& c, int64_t step, const st
     }
     nlohmann::ordered_json row = {{"step", step},
                                 {"weight_version", s.version},
-                                {"prompt", prompts.at(s.prompt_slot)},
+                                {"prompt", data.prompt(rows.at(s.prompt_slot))},
                                 {"response", s.text},
                                 {"reward", s.reward},
                                 {"rewards", rewards},
                                 {"reward_parts", parts},
                                 {"response_tokens", s.tokens.size()},
                                 {"finish_reason", s.finish_reason}};
-    if (const DataRow* data_row = s.prompt_slot < rows_of_slots.size() ? rows_of_slots[s.prompt_slot] : nullptr) {
-      if (auto it = data_row->find("answer"); it != data_row->end()) row["ground_truth"] = it->second;
-      if (auto it = data_row->find("data_source"); it != data_row->end()) row["data_source"] = it->second;
-    }
+    const DataRow& data_row = data.rows.at(rows.at(s.prompt_slot));
+    if (auto it = data_row.find("answer"); it != data_row.end()) row["ground_truth"] = it->second;
+    if (auto it = data_row.find("data_source"); it != data_row.end()) row["data_source"] = it->second;
     lines.push_back(row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
   return lines;

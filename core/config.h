@@ -170,7 +170,7 @@ inline RewardConfig default_reward() {
 
 // The embedded CPython that runs Python rewards.
 struct PythonConfig {
-  std::vector<std::string> path;  // directories put first on sys.path (a virtualenv's site-packages)
+  std::vector<std::string> path;  // directories on sys.path after the reward file's own (a virtualenv's site-packages)
 };
 
 struct WeightSyncConfig {

@@ -9,9 +9,11 @@
 // blocks are synopses with placeholders (`tandem status RUN_DIR`) and are not run.
 //
 // docs/gsm8k.md needs ../shared/data/gsm8k and Qwen3's tokenizer files
-// (scripts/fetch_tokenizer_assets.sh): its case reports a skip (exit 77) without them.
+// (tests/gsm8k_assets.h): its case reports a skip (exit 77) without the data, and fails
+// without the tokenizer unless TANDEM_OFFLINE=1.
 #include "core/files.h"
 #include "core/process.h"
+#include "gsm8k_assets.h"
 #include "run_tandem.h"
 
 #include <doctest/doctest.h>
@@ -26,10 +28,6 @@ using namespace tandem::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-const std::string kSource = TANDEM_SOURCE_DIR;
-const std::string kGsm8k = kSource + "/../shared/data/gsm8k";
-const std::string kQwen3 = kSource + "/build/test-assets/qwen3";
 
 struct DocBlock {
   std::string text;
@@ -105,16 +103,6 @@ std::vector<DocBlock> shell_blocks(const std::string& page) {
   return blocks;
 }
 
-void skip_unless_present() {
-  std::string missing;
-  if (!fs::exists(kGsm8k + "/train.jsonl")) missing = kGsm8k + " is absent (the shared test data; see its README)";
-  if (!fs::exists(kQwen3 + "/tokenizer.json")) missing = kQwen3 + " is absent (scripts/fetch_tokenizer_assets.sh)";
-  if (!missing.empty()) {
-    std::printf("skipped: %s\n", missing.c_str());
-    std::exit(77);
-  }
-}
-
 // A fresh directory laid out as the repository root, with `tandem` on PATH.
 std::string page_root(const TempDir& dir) {
   const std::string root = dir.path();
@@ -176,16 +164,7 @@ TEST_CASE("docs/gsm8k.md: every command runs as written") {
   for (const char* split : {"train", "test"}) {
     fs::create_symlink(fmt::format("{}/{}.jsonl", kGsm8k, split), fmt::format("{}/data/gsm8k/{}.jsonl", root, split));
   }
-  write_file_atomic(root + "/stand_in.json",
-                    R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
-  "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-  "head_dim": 16, "vocab_size": 151936, "max_position_embeddings": 1024, "rope_theta": 1000000.0,
-  "rms_norm_eps": 1e-06, "tie_word_embeddings": true, "hidden_act": "silu", "bos_token_id": 151643,
-  "eos_token_id": 151645, "torch_dtype": "float32"})");
-  REQUIRE(run_tandem({"init-model", "--config", root + "/stand_in.json", "--tokenizer", kQwen3, "--out",
-                      root + "/models/Qwen2.5-0.5B-Instruct"},
-                     root + "/stand_in.out")
-              .success());
+  small_qwen3(root, root + "/models/Qwen2.5-0.5B-Instruct");
 
   const size_t ran = run_page("gsm8k.md", root);
   CHECK(ran >= 4);  // validate, the small model, its rows, the scaled-down run

@@ -6,6 +6,7 @@
 // Exits 77 (skip) where ../shared/data/gsm8k is absent (a user's clone) or the Qwen3
 // tokenizer was not fetched under TANDEM_OFFLINE=1.
 #include "core/files.h"
+#include "gsm8k_assets.h"
 #include "run_tandem.h"
 
 #include <doctest/doctest.h>
@@ -22,52 +23,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kSource = TANDEM_SOURCE_DIR;
-const std::string kGsm8k = kSource + "/../shared/data/gsm8k";
-const std::string kQwen3 = kSource + "/build/test-assets/qwen3";
-
-void skip_unless_present() {
-  std::string missing;
-  if (!fs::exists(kGsm8k + "/train.jsonl")) missing = kGsm8k + " is absent (the shared test data; see its README)";
-  if (!fs::exists(kQwen3 + "/tokenizer.json")) {
-    const char* offline = std::getenv("TANDEM_OFFLINE");
-    if (!(offline && std::string(offline) == "1")) {
-      FAIL(kQwen3, "/tokenizer.json is missing: run scripts/fetch_tokenizer_assets.sh (TANDEM_OFFLINE=1 skips)");
-    }
-    missing = kQwen3 + " is absent (TANDEM_OFFLINE=1)";
-  }
-  if (!missing.empty()) {
-    std::printf("skipped: %s\n", missing.c_str());
-    std::exit(77);
-  }
-}
-
 void write_text(const std::string& path, const std::string& text) {
   fs::create_directories(fs::path(path).parent_path());
   std::ofstream(path) << text;
 }
 
-// Qwen3's architecture and vocabulary at a size a CPU test trains in seconds.
-const char* kSmallQwen3 = R"({
-  "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
-  "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-  "vocab_size": 151936, "max_position_embeddings": 1024, "rope_theta": 1000000.0,
-  "rms_norm_eps": 1e-06, "tie_word_embeddings": true, "hidden_act": "silu",
-  "bos_token_id": 151643, "eos_token_id": 151645, "torch_dtype": "float32"
-})";
-
 std::string output_of(const std::string& path) { return read_text(path); }
-
-// Writes the small Qwen3 with Qwen3's real tokenizer files into DIR/model; returns its path.
-std::string small_qwen3(const std::string& dir) {
-  write_text(dir + "/small_qwen3.json", kSmallQwen3);
-  const std::string model = dir + "/model";
-  REQUIRE(run_tandem({"init-model", "--config", dir + "/small_qwen3.json", "--tokenizer", kQwen3, "--out", model},
-                     dir + "/init.out")
-              .success());
-  return model;
-}
 
 }  // namespace
 

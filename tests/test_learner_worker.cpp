@@ -124,7 +124,8 @@ TEST_CASE("two learner worker processes train like one in-process trainer") {
   for (const WeightTensor& t : want.tensors()) {
     for (size_t i = 0; i < t.data.size(); ++i) worst = std::max(worst, std::abs(double(t.data[i]) - trained.get(t.name).data[i]));
   }
-  CHECK(worst <= reorder_tolerance(s));  // two ranks add gradients in another order
+  // Two ranks add gradients in another order: float32 epsilon x the accumulation (reorder_tolerance in trainer_ranks.h), so it holds on Intel and AMD alike.
+  CHECK(worst <= reorder_tolerance(s));
 
   write_file_atomic(model_dir + "/tokenizer.json", "{}");
   pending.clear();
