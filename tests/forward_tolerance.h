@@ -70,17 +70,34 @@ inline double max_head_row_norm(const ModelConfig& c, const ModelWeights& w) {
   return best;
 }
 
-// How far one float32 forward's logits may lie from the exact ones.
-inline double logit_tolerance(const ModelConfig& c, const ModelWeights& w, int64_t max_tokens) {
-  const double h_norm = std::sqrt(static_cast<double>(c.hidden_size)) * max_abs(w.get("model.norm.weight"));
-  return forward_path_length(c, max_tokens) * kUnitRoundoff * max_head_row_norm(c, w) * h_norm;
+// Activations stored in a narrower type than the float32 sums (the CUDA backend's bf16):
+// every store rounds to within `roundoff` relative (bf16: 2^-9), `stores_per_layer` times
+// per layer along the path, plus the final norm's output and the logits themselves. The
+// relative errors add to the path's like any other (the weights are exact in that type).
+struct ActivationStorage {
+  double roundoff = 0;  // 0: float32 throughout
+  double stores_per_layer = 0;
+};
+
+// The relative error the final hidden state (and the head's sum) carries.
+inline double forward_relative_error(const ModelConfig& c, int64_t max_tokens, ActivationStorage storage = {}) {
+  const double stores = static_cast<double>(c.num_hidden_layers) * storage.stores_per_layer + 2;
+  return forward_path_length(c, max_tokens) * kUnitRoundoff + stores * storage.roundoff;
 }
 
-// How far one float32 forward's log-probs (at `temperature`) may lie from the exact ones.
+// How far one forward's logits may lie from the exact ones.
+inline double logit_tolerance(const ModelConfig& c, const ModelWeights& w, int64_t max_tokens,
+                              ActivationStorage storage = {}) {
+  const double h_norm = std::sqrt(static_cast<double>(c.hidden_size)) * max_abs(w.get("model.norm.weight"));
+  return forward_relative_error(c, max_tokens, storage) * max_head_row_norm(c, w) * h_norm;
+}
+
+// How far one forward's log-probs (at `temperature`; greedy's are at 1) may lie from the
+// exact ones. The log-sum-exp is a float32 sum of V terms.
 inline double logprob_tolerance(const ModelConfig& c, const ModelWeights& w, int64_t max_tokens,
-                                double temperature = 1.0) {
-  return 2 * logit_tolerance(c, w, max_tokens) / temperature +
-         static_cast<double>(c.vocab_size) * kUnitRoundoff;
+                                double temperature = 1.0, ActivationStorage storage = {}) {
+  const double t = temperature > 0 ? temperature : 1.0;
+  return 2 * logit_tolerance(c, w, max_tokens, storage) / t + static_cast<double>(c.vocab_size) * kUnitRoundoff;
 }
 
 // How far two float32 implementations' log-probs may lie apart: each within the bound.

@@ -83,19 +83,111 @@ std::vector<double> central_differences(const Problem& p, std::vector<double> va
   return grad;
 }
 
-at::Tensor float_tensor(const std::vector<double>& values, std::vector<int64_t> shape) {
-  return at::tensor(values, at::kDouble).to(at::kFloat).view(shape);
+constexpr double kUnitRoundoff = 0x1p-24;  // float32
+
+// How far head_logprobs' float32 row i may lie from the float64 one, from the arithmetic
+// (a first-order model of the rounding, u = 2^-24):
+//  - a logit z_v = W_v·h_i / T is a sum of H products and a division: within
+//    (H + 1)·u·S_i, S_i = max_v Σ_k |W_vk h_ik| / T;
+//  - log p_t = z_t - lse moves by at most 2·δz, plus the log-sum-exp's own rounding: its
+//    V-term sum (V·u), the exps and the log (a few u), the subtraction (u·(|z_t| + |lse|),
+//    both under S_i + log V);
+//  - each p_v then moves by at most p_v·δlp, so the entropy -Σ p log p moves by at most
+//    δlp·(1 + H) plus its own V-term sum's V·u·H;
+//  - with bf16 compute (learner.precision bf16) the logits are also rounded to bf16: each
+//    by `logit_roundoff` (2^-8, one ulp) of its own size, at most of max_v |z_v|.
+struct RowBound {
+  double logits, logprob, entropy;
+  double entropy_value, largest_abs_logprob;  // the float64 row's H and max_v |log p_v|
+};
+
+RowBound row_bound(const Problem& p, int64_t i, double logit_roundoff = 0) {
+  std::vector<double> z(p.vocab);
+  double spread = 0, top = -INFINITY;
+  for (int64_t v = 0; v < p.vocab; ++v) {
+    double dot = 0, magnitude = 0;
+    for (int64_t k = 0; k < p.hidden_size; ++k) {
+      const double term = p.hidden[i * p.hidden_size + k] * p.weight[v * p.hidden_size + k];
+      dot += term;
+      magnitude += std::abs(term);
+    }
+    z[v] = dot / p.temperature;
+    top = std::max(top, z[v]);
+    spread = std::max(spread, magnitude / p.temperature);
+  }
+  double sum = 0;
+  for (double x : z) sum += std::exp(x - top);
+  const double lse = top + std::log(sum);
+  double h = 0, largest = 0, largest_logit = 0;
+  for (double x : z) {
+    largest_logit = std::max(largest_logit, std::abs(x));
+    h -= std::exp(x - lse) * (x - lse);
+    largest = std::max(largest, std::abs(x - lse));
+  }
+  const double u = kUnitRoundoff, vocab = static_cast<double>(p.vocab);
+  RowBound b;
+  b.logits = (static_cast<double>(p.hidden_size) + 1) * u * spread + logit_roundoff * largest_logit;
+  b.logprob = 2 * b.logits + (vocab + 4 + 2 * (spread + std::log(vocab))) * u;
+  b.entropy = b.logprob * (1 + h) + vocab * u * h;
+  b.entropy_value = h;
+  b.largest_abs_logprob = largest;
+  return b;
 }
 
-void check_close(const at::Tensor& actual, const std::vector<double>& expected, double atol, double rtol) {
+// |actual - expected| <= bound, element by element; NaN never passes.
+void check_within(const at::Tensor& actual, const std::vector<double>& expected, const std::vector<double>& bound) {
   at::Tensor a = actual.to(at::kDouble).contiguous().flatten();
   REQUIRE(a.numel() == static_cast<int64_t>(expected.size()));
   for (size_t i = 0; i < expected.size(); ++i) {
     const double got = a[static_cast<int64_t>(i)].item<double>();
-    INFO("element " << i << ": got " << got << ", expected " << expected[i]);
+    INFO("element " << i << ": got " << got << ", expected " << expected[i] << ", bound " << bound[i]);
     REQUIRE(std::isfinite(got));
-    CHECK(std::abs(got - expected[i]) <= atol + rtol * std::abs(expected[i]));
+    CHECK(std::abs(got - expected[i]) <= bound[i]);
   }
+}
+
+// How far head_logprobs' float32 gradients of Σ_i a_i·log p_i + b_i·H_i may lie from the
+// exact ones. Each entry is a sum over the vocabulary (of the hidden state) or the rows (of
+// the weight) of coefficient × input / T, with coefficients c_iv = a_i·(1[v = t_i] - p_v)
+// - b_i·p_v·(log p_v + H_i):
+//  - Σ_v |c_iv| <= 2|a_i| + 2|b_i|·H_i, and each |c_iv| <= 2|a_i| + |b_i|·(L_i + H_i),
+//    L_i = max_v |log p_v|: these bound each entry's Σ|terms|;
+//  - the terms carry the forward's relative errors (4·δlp·(1 + H_i) covers p, log p and H)
+//    and the backward's own sums (R + V + H + 8 terms on any path): ε·Σ|terms|; with bf16
+//    compute the coefficients are rounded to bf16 before the products (3·logit_roundoff);
+//  - central differences in float64 with step s add 2^-52·Σ|loss terms|/s and s² times
+//    the third derivative / 6 (s = 1e-6: both below 1e-9 here), so 1e-9 covers them.
+struct GradientBounds {
+  std::vector<double> hidden, weight;
+};
+
+GradientBounds gradient_bounds(const Problem& p, const std::vector<double>& a, const std::vector<double>& b,
+                               double logit_roundoff = 0) {
+  const double u = kUnitRoundoff;
+  const double sums = static_cast<double>(p.rows + p.vocab + p.hidden_size + 8) * u;
+  GradientBounds out{std::vector<double>(p.hidden.size()), std::vector<double>(p.weight.size(), 0.0)};
+  for (int64_t i = 0; i < p.rows; ++i) {
+    const RowBound r = row_bound(p, i, logit_roundoff);
+    const double epsilon = sums + 3 * logit_roundoff + 4 * r.logprob * (1 + r.entropy_value);
+    const double total = 2 * std::abs(a[i]) + 2 * std::abs(b[i]) * r.entropy_value;
+    const double each = 2 * std::abs(a[i]) + std::abs(b[i]) * (r.largest_abs_logprob + r.entropy_value);
+    for (int64_t k = 0; k < p.hidden_size; ++k) {
+      double largest_weight = 0;
+      for (int64_t v = 0; v < p.vocab; ++v) {
+        largest_weight = std::max(largest_weight, std::abs(p.weight[v * p.hidden_size + k]));
+      }
+      out.hidden[i * p.hidden_size + k] = epsilon * total * largest_weight / p.temperature + 1e-9;
+      for (int64_t v = 0; v < p.vocab; ++v) {
+        out.weight[v * p.hidden_size + k] += epsilon * each * std::abs(p.hidden[i * p.hidden_size + k]) / p.temperature;
+      }
+    }
+  }
+  for (double& w : out.weight) w += 1e-9;
+  return out;
+}
+
+at::Tensor float_tensor(const std::vector<double>& values, std::vector<int64_t> shape) {
+  return at::tensor(values, at::kDouble).to(at::kFloat).view(shape);
 }
 
 }  // namespace
@@ -108,8 +200,12 @@ TEST_CASE("head_logprobs matches float64 log-softmax and entropy over chunks") {
       at::Tensor hidden = float_tensor(p.hidden, {p.rows, p.hidden_size});
       at::Tensor weight = float_tensor(p.weight, {p.vocab, p.hidden_size});
       at::Tensor targets = at::tensor(p.targets, at::kLong);
-      std::vector<double> lp(p.rows), h(p.rows);
-      for (int64_t i = 0; i < p.rows; ++i) reference_row(p, p.hidden, p.weight, i, &lp[i], &h[i]);
+      std::vector<double> lp(p.rows), h(p.rows), lp_bound(p.rows), h_bound(p.rows);
+      for (int64_t i = 0; i < p.rows; ++i) {
+        reference_row(p, p.hidden, p.weight, i, &lp[i], &h[i]);
+        lp_bound[i] = row_bound(p, i).logprob;
+        h_bound[i] = row_bound(p, i).entropy;
+      }
       // Tiles of 1 x 1, uneven ones that split rows and vocabulary, and the default (one tile).
       for (HeadTiles tiles : {HeadTiles{1, 1}, HeadTiles{3, 10}, HeadTiles{2, 36}, HeadTiles{}}) {
         CAPTURE(seed);
@@ -117,8 +213,8 @@ TEST_CASE("head_logprobs matches float64 log-softmax and entropy over chunks") {
         CAPTURE(tiles.rows);
         CAPTURE(tiles.vocab);
         HeadLogProbs out = head_logprobs(hidden, weight, targets, p.temperature, tiles);
-        check_close(out.logprobs, lp, 2e-5, 2e-5);
-        check_close(out.entropy, h, 2e-5, 2e-5);
+        check_within(out.logprobs, lp, lp_bound);
+        check_within(out.entropy, h, h_bound);
       }
     }
   }
@@ -144,8 +240,9 @@ TEST_CASE("head_logprobs gradients match central differences of the float64 forw
     if (uses & 1) loss = loss + (out.logprobs * float_tensor(a, {p.rows})).sum();
     if (uses & 2) loss = loss + (out.entropy * float_tensor(b, {p.rows})).sum();
     loss.backward();
-    check_close(hidden.grad(), central_differences(p, p.hidden, true, a, b), 2e-4, 2e-4);
-    check_close(weight.grad(), central_differences(p, p.weight, false, a, b), 2e-4, 2e-4);
+    const GradientBounds bounds = gradient_bounds(p, a, b);
+    check_within(hidden.grad(), central_differences(p, p.hidden, true, a, b), bounds.hidden);
+    check_within(weight.grad(), central_differences(p, p.weight, false, a, b), bounds.weight);
   }
 }
 
@@ -191,21 +288,14 @@ TEST_CASE("bf16 compute over float32 weights (learner.precision bf16) stays with
     for (int64_t i = 0; i < p.rows; ++i) {
       double lp = 0, h = 0;
       reference_row(p, p.hidden, p.weight, i, &lp, &h);
-      // Each bf16 product is rounded once (relative 2^-8 at most): a log-prob moves by at
-      // most twice the largest logit error, an entropy by a few times it.
-      double largest = 0;
-      for (int64_t v = 0; v < p.vocab; ++v) {
-        double dot = 0;
-        for (int64_t k = 0; k < p.hidden_size; ++k) dot += p.hidden[i * p.hidden_size + k] * p.weight[v * p.hidden_size + k];
-        largest = std::max(largest, std::abs(dot / p.temperature));
-      }
-      const double bound = 4 * std::ldexp(largest, -8) + 1e-5;
-      INFO("seed " << seed << " row " << i << " bound " << bound);
+      // The logits are rounded to bf16 once (row_bound's logit_roundoff, one ulp: 2^-8).
+      const RowBound bound = row_bound(p, i, 0x1p-8);
+      INFO("seed " << seed << " row " << i << " bounds " << bound.logprob << ", " << bound.entropy);
       const double got_lp = out.logprobs[i].item<double>(), got_h = out.entropy[i].item<double>();
       REQUIRE(std::isfinite(got_lp));
       REQUIRE(std::isfinite(got_h));
-      CHECK(std::abs(got_lp - lp) <= bound);
-      CHECK(std::abs(got_h - h) <= bound);
+      CHECK(std::abs(got_lp - lp) <= bound.logprob);
+      CHECK(std::abs(got_h - h) <= bound.entropy);
     }
     std::vector<double> a(p.rows), b(p.rows);
     std::mt19937_64 rng(seed);
@@ -214,12 +304,11 @@ TEST_CASE("bf16 compute over float32 weights (learner.precision bf16) stays with
     ((out.logprobs * float_tensor(a, {p.rows})).sum() + (out.entropy * float_tensor(b, {p.rows})).sum()).backward();
     CHECK((hidden.grad().scalar_type() == at::kFloat));  // each input's own dtype, summed in float32
     CHECK((weight.grad().scalar_type() == at::kFloat));
+    const GradientBounds bounds = gradient_bounds(p, a, b, 0x1p-8);
     for (bool of_hidden : {true, false}) {
       const std::vector<double> expected = central_differences(p, of_hidden ? p.hidden : p.weight, of_hidden, a, b);
-      double scale = 0;
-      for (double g : expected) scale = std::max(scale, std::abs(g));
       CAPTURE(of_hidden);
-      check_close(of_hidden ? hidden.grad() : weight.grad(), expected, 3e-2 * scale, 3e-2);
+      check_within(of_hidden ? hidden.grad() : weight.grad(), expected, of_hidden ? bounds.hidden : bounds.weight);
     }
   }
 }
