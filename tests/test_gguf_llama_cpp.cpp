@@ -3,7 +3,8 @@
 // own library (scripts/fetch_llama_cpp.sh fetches its prebuilt CPU build; the harness
 // tests/llama_cpp_logits.c is compiled here with `cc`), and its log-probs and greedy
 // tokens must equal our rollout engine's (CPU backend) and our learner module's within
-// 1e-4, for stories260K (real trained llama2.c weights, llama's interleaved q/k rows) and
+// twice the float32 bound of tests/forward_tolerance.h (llama.cpp computes in float32
+// too: F32 weights and KV cache), for stories260K (real trained llama2.c weights, llama's interleaved q/k rows) and
 // random Llama (Llama 3 RoPE scaling), Qwen2 (biases, tied) and Qwen3 (q/k norms) models.
 // Our reader reading the same file back must give the same numbers as the model it came
 // from, and llama.cpp's tokenizer vectors (models/ggml-vocab-*.gguf.inp/.out) must be what
@@ -20,6 +21,7 @@
 #include "core/files.h"
 #include "core/process.h"
 #include "core/text.h"
+#include "forward_tolerance.h"
 #include "gguf_test_models.h"
 #include "rollout/engine.h"
 #include "run_tandem.h"
@@ -95,7 +97,8 @@ LlamaCppResult llama_cpp(const std::string& gguf, const std::vector<int32_t>& id
   return r;
 }
 
-// The gap between the largest and second-largest entries: below ~1e-4 float32 may pick either.
+// The gap between the largest and second-largest entries: where it is within twice the
+// logits' float32 bound, two float32 forwards may pick either.
 double top_gap(std::vector<double> v) {
   std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<double>());
   return v[0] - v[1];
@@ -103,6 +106,7 @@ double top_gap(std::vector<double> v) {
 
 struct Agreement {
   double engine = 0, learner = 0, reader = 0;  // worst |log-prob difference|
+  double bound = 0;                            // what float32 allows two forwards
   int64_t compared_tokens = 0;
 };
 
@@ -118,16 +122,17 @@ Agreement compare_with_llama_cpp(const ModelConfig& config, const ModelWeights& 
   REQUIRE(reference.logprobs.size() == ids.size());
   REQUIRE(static_cast<int64_t>(reference.logprobs[0].size()) == config.vocab_size);
   // llama.cpp's greedy tokens are its own argmaxes (its decode path against its batch path).
+  const int64_t length = static_cast<int64_t>(ids.size());
+  a.bound = 2 * logprob_tolerance(config, weights, length);
   int64_t comparable = new_tokens;  // tokens before the first near-tie
   for (int t = 0; t < new_tokens; ++t) {
     const std::vector<double>& row = reference.logprobs[prompt.size() + t - 1];
-    if (top_gap(row) < 1e-4) {
+    if (top_gap(row) <= 2 * logit_tolerance(config, weights, length)) {
       comparable = t;
       break;
     }
     CHECK(greedy[t] == std::max_element(row.begin(), row.end()) - row.begin());
   }
-  CHECK(comparable >= new_tokens / 2);
   a.compared_tokens = comparable;
 
   auto engine_run = [&](const ModelConfig& c, const ModelWeights& w) {
@@ -189,12 +194,14 @@ TEST_CASE("stories260K.bin converted to GGUF by tandem: llama.cpp's log-probs an
 
   const Llama2cModel model = read_llama2c(kStories);
   const Agreement a = compare_with_llama_cpp(model.config, model.weights, gguf, {1, 403, 407, 261, 378}, 24);
+  CHECK(a.compared_tokens >= 8);  // greedy tokens before the first near-tie
   MESSAGE("stories260K: worst log-prob difference vs llama.cpp: engine " << a.engine << ", learner " << a.learner
                                                                            << " (" << a.compared_tokens
-                                                                           << " greedy tokens); reader vs .bin "
+                                                                           << " greedy tokens; bound " << a.bound
+                                                                           << "); reader vs .bin "
                                                                            << a.reader);
-  CHECK(a.engine <= 1e-4);
-  CHECK(a.learner <= 1e-4);
+  CHECK(a.engine <= a.bound);
+  CHECK(a.learner <= a.bound);
   CHECK(a.reader == 0);
 
   // The CLI reads the .gguf as model.path: greedy tokens and log-probs as llama.cpp's.
@@ -229,13 +236,21 @@ TEST_CASE("random Llama, Qwen2 and Qwen3 models exported to GGUF: llama.cpp's lo
     const ModelWeights weights = load_model_weights(dir.path() + "/hf", config);
     const std::string gguf = dir.path() + "/model.gguf", out = dir.path() + "/out.txt";
     REQUIRE(run_tandem({"export", dir.path() + "/hf", "--format", "gguf", "--out", gguf}, out).exit_code == 0);
+    // A random model can meet a near-tie at once (about 1 prompt in 25 under the float32
+    // bound): up to 4 prompts, for one with 8 greedy tokens to compare before its first.
     std::vector<int32_t> prompt;
-    for (int i = 0; i < 7; ++i) prompt.push_back(static_cast<int32_t>(rng() % 256));
-    const Agreement a = compare_with_llama_cpp(config, weights, gguf, prompt, 16);
+    Agreement a;
+    for (int attempt = 0; attempt < 4 && a.compared_tokens < 8; ++attempt) {
+      prompt.clear();
+      for (int i = 0; i < 7; ++i) prompt.push_back(static_cast<int32_t>(rng() % 256));
+      a = compare_with_llama_cpp(config, weights, gguf, prompt, 16);
+    }
+    CHECK(a.compared_tokens >= 8);
     MESSAGE(architecture << ": worst log-prob difference vs llama.cpp: engine " << a.engine << ", learner " << a.learner
-                         << " (" << a.compared_tokens << " greedy tokens); reader vs safetensors " << a.reader);
-    CHECK(a.engine <= 1e-4);
-    CHECK(a.learner <= 1e-4);
+                         << " (" << a.compared_tokens << " greedy tokens; bound " << a.bound << "); reader vs safetensors "
+                         << a.reader);
+    CHECK(a.engine <= a.bound);
+    CHECK(a.learner <= a.bound);
     CHECK(a.reader == 0);
 
     // tandem logprobs on the .gguf (converted into the cache with its embedded tokenizer).
@@ -251,7 +266,8 @@ TEST_CASE("random Llama, Qwen2 and Qwen3 models exported to GGUF: llama.cpp's lo
       if (line.empty() || line[0] != '{') continue;
       const nlohmann::json j = nlohmann::json::parse(line);
       REQUIRE(position < ids.size());
-      CHECK(std::abs(j.at("logprob").get<double>() - reference.logprobs[position - 1][ids[position]]) <= 1e-4);
+      CHECK(std::abs(j.at("logprob").get<double>() - reference.logprobs[position - 1][ids[position]]) <=
+            2 * logprob_tolerance(config, weights, static_cast<int64_t>(ids.size())));
       ++position;
     }
     CHECK(position == ids.size());
