@@ -2,6 +2,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/trace.h"
+#include "core/trace_wire.h"
 #include "core/worker_runtime.h"
 #include "learner/learner_role.h"
 #include "plugins/plugin_loader.h"
@@ -11,11 +12,11 @@
 
 #include <cstdlib>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
 
-#include <nlohmann/json.hpp>
 
 namespace tandem {
 namespace {
@@ -36,8 +37,12 @@ double test_delay_for(const std::string& worker, const std::string& command) {
 // `trace_collect` hands the process's spans to the controller (logging.trace_every).
 CommandHandler traced(CommandHandler handler, const std::string& worker) {
   return [handler, worker](const CommandMsg& command, const std::vector<std::string>& attachments) {
-    if (command.name == "trace_collect") return CommandResult{trace::collect_json().dump(), {}};
-    if (command.name == "trace_clock") return CommandResult{nlohmann::json{{"now_us", trace::now_us()}}.dump(), {}};
+    // Served here, under every role (core/worker_commands.capnp declares their replies).
+    static const std::map<std::string, std::string (*)()> trace_commands = {
+        {"trace_collect", &trace::collected_reply_body}, {"trace_clock", &trace::clock_reply_body}};
+    if (const auto found = trace_commands.find(command.name); found != trace_commands.end()) {
+      return CommandResult{found->second(), {}};
+    }
     // The span's name must outlive the process's records: command names are few, so
     // each distinct one is kept once.
     static std::mutex names_mutex;

@@ -1,6 +1,9 @@
 #include "controller/training_loop.h"
 #include "controller/training_loop_impl.h"
 
+#include "controller/learner_client.h"
+#include "controller/rollout_client.h"
+
 #include "controller/run_dir.h"
 #include "controller/run_status.h"
 
@@ -13,7 +16,6 @@
 #include "core/trace.h"
 #include "learner/advantages.h"
 #include "learner/objective_registry.h"
-#include "learner/sample_codec.h"
 #include "weight_sync/shm.h"
 
 #include <ATen/ATen.h>
@@ -49,20 +51,19 @@ std::vector<Request> TrainingLoop::rollout_requests(int64_t step, const std::vec
   std::vector<Request> all;
   for (size_t w = 0; w < workers; ++w) {
     const size_t begin = prompts.size() * w / workers, end = prompts.size() * (w + 1) / workers;
-    nlohmann::json requests = nlohmann::json::array();
-    std::string tokens;
+    std::vector<rollout_client::PromptRequest> requests;
     for (size_t i = begin; i < end; ++i) {
-      const std::vector<int32_t>& prompt = prompts[i];
-      tokens.append(reinterpret_cast<const char*>(prompt.data()), prompt.size() * 4);
-      nlohmann::json r = {{"id", i}, {"prompt_length", prompt.size()}, {"n", n}, {"seed", mix(seed, mix(step, i))}};
-      if (eval) r["temperature"] = eval->temperature;
-      requests.push_back(std::move(r));
+      rollout_client::PromptRequest r;
+      r.id = i;
+      r.prompt = &prompts[i];
+      r.n = n;
+      r.seed = mix(seed, mix(step, i));
+      if (eval) r.temperature = eval->temperature;
+      requests.push_back(r);
     }
     const WorkerId worker = rollout_worker(c_, static_cast<int64_t>(w));
-    nlohmann::json body = {{"requests", requests}};
-    if (stream) body["stream"] = true;
-    if (interruptible) body["interruptible"] = true;
-    all.push_back(request(worker, "rollout_generate", body.dump(), {tokens}));
+    rollout_client::GenerateCommand command = rollout_client::generate_command(requests, stream, interruptible);
+    all.push_back(request(worker, "rollout_generate", std::move(command.body), {std::move(command.tokens)}));
   }
   return all;
 }
@@ -72,10 +73,10 @@ std::vector<Sample> TrainingLoop::samples_from(const std::vector<CommandReply>& 
   std::vector<Sample> samples;
   last_prefill_ = {};
   for (const CommandReply& reply : replies) {
-    for (Sample& sample : read_samples(reply, first_version)) samples.push_back(std::move(sample));
-    const nlohmann::json stats = nlohmann::json::parse(reply.reply.body).value("stats", nlohmann::json::object());
-    last_prefill_.computed += stats.value("prefill_tokens", int64_t{0});
-    last_prefill_.saved += stats.value("prefill_tokens_saved", int64_t{0});
+    rollout_client::ReturnedSamples returned = rollout_client::read_samples(reply);
+    for (Sample& sample : to_samples(reply, std::move(returned.samples), first_version)) samples.push_back(std::move(sample));
+    last_prefill_.computed += returned.stats.prefill_tokens;
+    last_prefill_.saved += returned.stats.prefill_tokens_saved;
   }
   TANDEM_CHECK(samples.size() == expected, "the rollout workers returned {} samples, expected {}", samples.size(),
                expected);
@@ -86,38 +87,33 @@ std::vector<Sample> TrainingLoop::samples_from(const std::vector<CommandReply>& 
 }
 
 std::vector<Sample> TrainingLoop::read_samples(const CommandReply& reply, int64_t first_version) const {
-  const nlohmann::json body = nlohmann::json::parse(reply.reply.body);
-  TANDEM_CHECK(reply.attachments.size() == 2, "rollout_generate reply: expected 2 frames, got {}",
-               reply.attachments.size());
+  return to_samples(reply, rollout_client::read_samples(reply).samples, first_version);
+}
+
+std::vector<Sample> TrainingLoop::to_samples(const CommandReply& reply, std::vector<rollout_client::ReturnedSample> returned,
+                                             int64_t first_version) const {
   std::vector<Sample> samples;
-  size_t offset = 0;
-  for (const auto& s : body.at("samples")) {
+  for (rollout_client::ReturnedSample& s : returned) {
     Sample sample;
-    sample.prompt_slot = s[0].get<size_t>();
-    sample.sample_index = s[1].get<int64_t>();
-    const size_t length = s[2].get<size_t>();
-    TANDEM_CHECK((offset + length) * 4 <= reply.attachments[0].size() &&
-                     (offset + length) * 4 <= reply.attachments[1].size(),
-                 "rollout_generate reply from {}: sample frames too short", reply.reply.worker.name());
-    sample.tokens.resize(length);
-    sample.logprobs.resize(length);
-    std::memcpy(sample.tokens.data(), reply.attachments[0].data() + offset * 4, length * 4);
-    std::memcpy(sample.logprobs.data(), reply.attachments[1].data() + offset * 4, length * 4);
-    offset += length;
-    sample.finish_reason = s[3].get<std::string>();
-    sample.version = s[4].get<int64_t>();
-    // Version runs [[first token, version], ...]: rising versions from token 0 on.
-    const nlohmann::json& runs = s.at(5);
-    TANDEM_CHECK(length == 0 || (!runs.empty() && runs[0][0].get<size_t>() == 0),
+    sample.prompt_slot = static_cast<size_t>(s.request_id);
+    sample.sample_index = s.sample_index;
+    const size_t length = s.tokens.size();
+    sample.tokens = std::move(s.tokens);
+    sample.logprobs = std::move(s.logprobs);
+    sample.finish_reason = std::move(s.finish_reason);
+    sample.version = s.weight_version;
+    // Version runs (first token, version): rising versions from token 0 on.
+    const auto& runs = s.version_runs;
+    TANDEM_CHECK(length == 0 || (!runs.empty() && runs[0].first == 0),
                  "rollout_generate reply from {}: a sample's version runs do not start at its first token",
                  reply.reply.worker.name());
     sample.token_versions.resize(length);
     for (size_t i = 0; i < runs.size(); ++i) {
-      const size_t begin = runs[i][0].get<size_t>();
-      const size_t end = i + 1 < runs.size() ? runs[i + 1][0].get<size_t>() : length;
-      const int64_t version = runs[i][1].get<int64_t>();
+      const size_t begin = runs[i].first;
+      const size_t end = i + 1 < runs.size() ? runs[i + 1].first : length;
+      const int64_t version = runs[i].second;
       TANDEM_CHECK(begin < end && end <= length && version >= first_version && version <= weight_version_ &&
-                       (i == 0 || version > runs[i - 1][1].get<int64_t>()),
+                       (i == 0 || version > runs[i - 1].second),
                    "{} sampled tokens [{}, {}) with weight version {}; the rollout began at version {} and the "
                    "run is at {}: samples must be on-policy or of weights synced since",
                    reply.reply.worker.name(), begin, end, version, first_version, weight_version_);
@@ -149,9 +145,9 @@ std::vector<std::vector<float>> TrainingLoop::per_token_from_learners(const std:
       probe.advantages.assign(samples[i].response.size(), 0.0f);
       share.push_back(std::move(probe));
     }
-    const EncodedBatch encoded = encode_training_batch({share});
+    learner_client::BatchCommand batch = learner_client::batch_command({share});
     const WorkerId worker = learner_worker(c_, static_cast<int64_t>(r));
-    requests.push_back(request(worker, command, encoded.header, encoded.attachments));
+    requests.push_back(request(worker, command, std::move(batch.body), std::move(batch.attachments)));
   }
   const std::vector<CommandReply> replies = collect(std::move(requests));
   std::vector<std::vector<float>> out;
@@ -240,15 +236,25 @@ std::vector<std::vector<std::vector<TrainingSample>>> TrainingLoop::rank_shares(
   return shares;
 }
 
+// learner_train's result as the step's metrics read it: every UpdateMetrics entry by
+// name, with the optimizer steps and tokens.
+static nlohmann::json update_json(const learner_client::TrainResult& result) {
+  nlohmann::json update = nlohmann::json::object();
+  for (const auto& [name, value] : result.metrics) update[name] = value;
+  update["optimizer_steps"] = result.optimizer_steps;
+  update["tokens"] = result.tokens;
+  return update;
+}
+
 nlohmann::json TrainingLoop::train(std::vector<TrainingSample>& batch, int64_t step) {
   const auto shares = rank_shares(batch);
   std::vector<Request> requests;
   for (int64_t r = 0; r < c_.learner.workers; ++r) {
-    const EncodedBatch encoded = encode_training_batch(shares[static_cast<size_t>(r)]);
+    learner_client::BatchCommand batch = learner_client::batch_command(shares[static_cast<size_t>(r)]);
     const WorkerId worker = learner_worker(c_, r);
-    requests.push_back(request(worker, "learner_train", encoded.header, encoded.attachments));
+    requests.push_back(request(worker, "learner_train", std::move(batch.body), std::move(batch.attachments)));
   }
-  if (!prefetches_after(step)) return nlohmann::json::parse(collect(std::move(requests)).at(0).reply.body);
+  if (!prefetches_after(step)) return update_json(learner_client::read_train(collect(std::move(requests)).at(0)));
   // Asynchronous: the next step's rollout runs on the rollout workers' current weights
   // while the learners train.
   StepRollout next = next_prompts(step + 1);
@@ -257,7 +263,7 @@ nlohmann::json TrainingLoop::train(std::vector<TrainingSample>& batch, int64_t s
   std::vector<Request> rollout = rollout_requests(next.step, next.prompts, std::nullopt, false, partial);
   for (Request& r : requests) r.id = r.send();
   for (Request& r : rollout) r.id = r.send();
-  const nlohmann::json update = nlohmann::json::parse(wait_for(std::move(requests)).at(0).reply.body);
+  const nlohmann::json update = update_json(learner_client::read_train(wait_for(std::move(requests)).at(0)));
   // Partial rollouts: the new weights go out now, and samples still generating continue
   // on them (a rollout that has finished just loads them, as it would after this step).
   if (partial) sync_weights(step);
@@ -299,18 +305,16 @@ void TrainingLoop::warm_up() {
     for (size_t r = 0; r < ranks; ++r) {
       const std::vector<TrainingSample> share(batch.begin() + static_cast<std::ptrdiff_t>(batch.size() * r / ranks),
                                               batch.begin() + static_cast<std::ptrdiff_t>(batch.size() * (r + 1) / ranks));
-      const EncodedBatch encoded = encode_training_batch({share});
-      const std::string body =
-          nlohmann::json{{"lr", c_.sft.lr}, {"batch", nlohmann::json::parse(encoded.header)}}.dump();
+      learner_client::BatchCommand command = learner_client::sft_command(share, c_.sft.lr);
       const WorkerId worker = learner_worker(c_, static_cast<int64_t>(r));
-      requests.push_back(request(worker, "learner_sft", body, encoded.attachments));
+      requests.push_back(request(worker, "learner_sft", std::move(command.body), std::move(command.attachments)));
     }
-    const nlohmann::json result = nlohmann::json::parse(collect(std::move(requests)).at(0).reply.body);
-    const double loss = result.at("loss").get<double>();
+    const learner_client::SftResult result = learner_client::read_sft(collect(std::move(requests)).at(0));
+    const double loss = result.loss;
     metrics.write({{"step", static_cast<double>(step)},
                    {"sft/loss", loss},
-                   {"sft/grad_norm", result.at("grad_norm").get<double>()},
-                   {"sft/tokens", result.at("tokens").get<double>()},
+                   {"sft/grad_norm", result.grad_norm},
+                   {"sft/tokens", static_cast<double>(result.tokens)},
                    {"time/step_s", seconds_since(start)}});
     progress.update(step, fmt::format("warm-up loss {:.3f}", loss));
     log::info("warm-up step {}: loss {:.4f}", step, loss);

@@ -15,6 +15,7 @@
 #include "controller/metrics_writer.h"
 #include "controller/straggler_watch.h"
 #include "controller/progress.h"
+#include "controller/rollout_client.h"
 #include "controller/run_inputs.h"
 #include "controller/worker_pool.h"
 #include "core/config.h"
@@ -208,6 +209,9 @@ class TrainingLoop {
   // The samples a rollout_generate reply (or progress message) carries; each token's
   // weights must be first_version or a later one synced since (never past the current).
   std::vector<Sample> read_samples(const CommandReply& reply, int64_t first_version) const;
+  // Checks each sample's weight versions against the rollout's first and the run's current.
+  std::vector<Sample> to_samples(const CommandReply& reply, std::vector<rollout_client::ReturnedSample> returned,
+                                 int64_t first_version) const;
   // Scores samples of data.rows[rows[prompt_slot]]: those in `early` (scored during
   // generation, same tokens) keep those scores, the rest are scored now. Returns how many
   // scores were fallback scores (reward on_error: fallback).

@@ -9,6 +9,7 @@
 #include "core/files.h"
 #include "core/log.h"
 #include "core/trace.h"
+#include "core/trace_wire.h"
 
 #include <filesystem>
 
@@ -121,10 +122,14 @@ void TrainingLoop::write_trace(int64_t step) {
         const uint64_t id = pool_.send(w.id, trip == 4 ? "trace_collect" : "trace_clock");
         CommandReply reply = std::move(pool_.wait({id}).at(id));
         s.received_us = trace::now_us();
-        const nlohmann::json body = nlohmann::json::parse(reply.reply.body);
-        s.worker_us = body.at("now_us").get<int64_t>();
+        const std::string what = fmt::format("{} reply from {}", trip == 4 ? "trace_collect" : "trace_clock", w.id.name());
+        if (trip == 4) {
+          collected = trace::read_collected_reply(reply.reply.body, what);
+          s.worker_us = collected.at("now_us").get<int64_t>();
+        } else {
+          s.worker_us = trace::read_clock_reply(reply.reply.body, what);
+        }
         samples.push_back(s);
-        if (trip == 4) collected = body;
       }
       const ClockOffset offset = clock_offset_from(samples);
       processes.push_back({w.id.name(), std::move(collected), offset.offset_us, offset.error_us});

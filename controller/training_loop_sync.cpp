@@ -4,10 +4,10 @@
 // group (collective, nccl) with learner rank 0 as its sender.
 #include "controller/training_loop_impl.h"
 
+#include "controller/learner_client.h"
+#include "controller/rollout_client.h"
 #include "core/log.h"
 #include "weight_sync/collective.h"
-#include "weight_sync/nccl_id.h"
-#include "weight_sync/options_json.h"
 
 #include <filesystem>
 
@@ -17,16 +17,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The body of rollout_load_weights: `source` ({"transport": ...} or {"local": true}), and
-// whether the version may go back.
-std::string load_body(nlohmann::json source, bool rewind) {
-  if (rewind) source["rewind"] = true;
-  return source.dump();
-}
-
 // A rollout_load_weights reply must say the version that was sent.
 void check_loaded(const WorkerId& worker, const CommandReply& reply, int64_t expected) {
-  const int64_t loaded = nlohmann::json::parse(reply.reply.body).at("version").get<int64_t>();
+  const int64_t loaded = rollout_client::loaded_version(reply);
   TANDEM_CHECK(loaded == expected, "{} loaded weight version {}, expected {}", worker.name(), loaded, expected);
 }
 
@@ -66,19 +59,17 @@ void TrainingLoop::sync_weights(int64_t version, bool rewind) {
 
 void TrainingLoop::sync_through_mailbox(int64_t version, bool rewind, bool through_transport) {
   const bool local = colocated(c_);
-  const nlohmann::json transport = weight_sync_options_to_json(transport_options());
-  nlohmann::json publish = {{"version", version}};
-  if (local) publish["local"] = true;
-  if (through_transport) publish["transport"] = transport;
+  const WeightSyncOptions transport = transport_options();
   publishing_ = true;  // a rollout worker restarted meanwhile gets this version in the load below
-  call_learners("learner_publish", publish.dump());
+  call_learners("learner_publish", learner_client::publish_body(version, local, through_transport ? &transport : nullptr));
   publishing_ = false;
   weight_version_ = version;
   shm_published_ = through_transport;
   std::vector<Request> requests;
   for (int64_t r = 0; r < c_.rollout.workers; ++r) {
-    const nlohmann::json source = local && r == 0 ? nlohmann::json{{"local", true}} : nlohmann::json{{"transport", transport}};
-    requests.push_back(request(rollout_worker(c_, r), "rollout_load_weights", load_body(source, rewind)));
+    std::string body = local && r == 0 ? rollout_client::load_local_body(rewind)
+                                       : rollout_client::load_transport_body(transport, rewind);
+    requests.push_back(request(rollout_worker(c_, r), "rollout_load_weights", std::move(body)));
   }
   for (const CommandReply& reply : collect(std::move(requests))) check_loaded(reply.reply.worker, reply, version);
 }
@@ -96,9 +87,8 @@ void TrainingLoop::sync_through_group(int64_t version, bool rewind, const std::v
       if (group.options.method == "nccl") {
         // Learner rank 0 makes the id and stays its bootstrap root; the id travels to the
         // receivers in their load commands.
-        const auto replies = collect({request(learner_worker(c_, 0), "learner_nccl_id", "{}")});
-        group.options.nccl_unique_id = nccl_unique_id_from_hex(
-            nlohmann::json::parse(replies[0].reply.body).at("nccl_unique_id").get<std::string>());
+        const auto replies = collect({request(learner_worker(c_, 0), "learner_nccl_id", learner_client::nccl_id_body())});
+        group.options.nccl_unique_id = learner_client::read_nccl_id(replies[0]);
       }
       log::info("weight sync: new {} group of {} ranks ({})", group.options.method, group.options.world_size,
                 group.options.address);
@@ -127,10 +117,9 @@ void TrainingLoop::sync_through_group(int64_t version, bool rewind, const std::v
 void TrainingLoop::send_group_sync(int64_t version, bool rewind, bool local, std::vector<uint64_t>& ids) {
   WeightSyncOptions options = group_->options;
   options.host = pool_.worker_status(learner_worker(c_, 0)).address;  // group rank 0 sends
-  nlohmann::json publish = {{"version", version}, {"transport", weight_sync_options_to_json(options)}};
-  if (local) publish["local"] = true;
+  const std::string publish = learner_client::publish_body(version, local, &options);
   // All at once: the publish returns only when every receiver has checked every bucket.
-  for (const WorkerId& worker : learner_hosts()) ids.push_back(pool_.send(worker, "learner_publish", publish.dump()));
+  for (const WorkerId& worker : learner_hosts()) ids.push_back(pool_.send(worker, "learner_publish", publish));
   std::vector<std::pair<WorkerId, uint64_t>> loads;
   for (size_t i = 0; i < group_->receivers.size(); ++i) {
     options.rank = static_cast<int>(i) + 1;
@@ -140,12 +129,11 @@ void TrainingLoop::send_group_sync(int64_t version, bool rewind, bool local, std
     if (options.method == "nccl") options.cuda_device = static_cast<int>(rollout_rank + (colocated(c_) ? 0 : 1));
     const WorkerId worker = rollout_worker(c_, rollout_rank);
     options.host = pool_.worker_status(worker).address;
-    const std::string body = load_body({{"transport", weight_sync_options_to_json(options)}}, rewind);
-    loads.emplace_back(worker, pool_.send(worker, "rollout_load_weights", body));
+    loads.emplace_back(worker, pool_.send(worker, "rollout_load_weights", rollout_client::load_transport_body(options, rewind)));
   }
   if (local) {
     const WorkerId worker = rollout_worker(c_, 0);
-    loads.emplace_back(worker, pool_.send(worker, "rollout_load_weights", load_body({{"local", true}}, rewind)));
+    loads.emplace_back(worker, pool_.send(worker, "rollout_load_weights", rollout_client::load_local_body(rewind)));
   }
   for (const auto& [worker, id] : loads) ids.push_back(id);
   auto replies = pool_.wait(ids);
@@ -191,7 +179,7 @@ void TrainingLoop::load_current_weights(const WorkerId& worker) {
   if (mailbox_transport()) {
     if (!shm_published_) return;  // the model directory's weights, which rollout_init loaded
     if (publishing_) return;       // the segment is being rewritten: the sync in progress delivers
-    const std::string body = load_body({{"transport", weight_sync_options_to_json(transport_options())}}, true);
+    const std::string body = rollout_client::load_transport_body(transport_options(), true);
     const auto replies = pool_.wait({pool_.send(worker, "rollout_load_weights", body)});
     check_loaded(worker, replies.begin()->second, weight_version_);
     return;

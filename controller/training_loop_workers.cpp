@@ -2,6 +2,8 @@
 // that survive a worker's death (collect), checkpoints, restore, recovery.
 #include "controller/training_loop_impl.h"
 
+#include "controller/learner_client.h"
+#include "controller/rollout_client.h"
 #include "core/files.h"
 #include "core/log.h"
 #include "learner/learner_device.h"
@@ -29,9 +31,8 @@ std::string TrainingLoop::config_for_workers() const {
 }
 
 void TrainingLoop::init_rollout(const WorkerId& worker) {
-  const nlohmann::json body = {
-      {"model", model_dir_}, {"sampled_vocab_size", model_.sampled_vocab_size}, {"config", config_for_workers()}};
-  pool_.wait({pool_.send(worker, "rollout_init", body.dump())});
+  pool_.wait({pool_.send(worker, "rollout_init",
+                         rollout_client::init_body(config_for_workers(), model_dir_, model_.sampled_vocab_size))});
 }
 
 // A learner rank's index among the ranks on its host (its GPU under learner.device: cuda):
@@ -64,26 +65,26 @@ void TrainingLoop::init_learners(const std::vector<WorkerId>& workers) {
   bool one_host = true;
   for (const WorkerId& w : workers) one_host = one_host && pool_.worker_status(w).address == rank0_address;
   if (c_.learner.workers > 1 && !one_host) {
-    const std::string reply = pool_.wait({pool_.send(workers[0], "learner_free_port",
-                                                     nlohmann::json{{"host", rank0_address}}.dump())})
-                                  .begin()->second.reply.body;
-    rendezvous = fmt::format("tcp://{}:{}", rank0_address, nlohmann::json::parse(reply).at("port").get<int>());
+    const auto replies =
+        pool_.wait({pool_.send(workers[0], "learner_free_port", learner_client::free_port_body(rank0_address))});
+    rendezvous = fmt::format("tcp://{}:{}", rank0_address, learner_client::read_free_port(replies.begin()->second));
   }
   if (c_.learner.workers > 1) log::info("learner group of {} ranks meets at {}", c_.learner.workers, rendezvous);
   std::vector<uint64_t> pending;
   for (int64_t r = 0; r < c_.learner.workers; ++r) {
-    nlohmann::json body = {{"model", model_dir_},
-                           {"sampled_vocab_size", model_.sampled_vocab_size},
-                           {"config", config_text},
-                           {"rank", r},
-                           {"local_rank", local_rank_of(workers, static_cast<size_t>(r))},
-                           {"host", pool_.worker_status(workers[static_cast<size_t>(r)]).address},
-                           {"world_size", c_.learner.workers},
-                           {"rendezvous", c_.learner.workers > 1 ? rendezvous : std::string()},
-                           {"total_optimizer_steps", optimizer_steps},
-                           {"threads", c_.learner.threads > 0 ? c_.learner.threads
-                                                              : std::max<int64_t>(1, host_cores() / c_.learner.workers)}};
-    pending.push_back(pool_.send(workers[static_cast<size_t>(r)], "learner_init", body.dump()));
+    learner_client::InitArgs args;
+    args.config_yaml = config_text;
+    args.model_dir = model_dir_;
+    args.sampled_vocab_size = model_.sampled_vocab_size;
+    args.rank = static_cast<int>(r);
+    args.local_rank = static_cast<int>(local_rank_of(workers, static_cast<size_t>(r)));
+    args.host = pool_.worker_status(workers[static_cast<size_t>(r)]).address;
+    args.world_size = static_cast<int>(c_.learner.workers);
+    args.rendezvous = c_.learner.workers > 1 ? rendezvous : std::string();
+    args.total_optimizer_steps = optimizer_steps;
+    args.threads = static_cast<int>(c_.learner.threads > 0 ? c_.learner.threads
+                                                           : std::max<int64_t>(1, host_cores() / c_.learner.workers));
+    pending.push_back(pool_.send(workers[static_cast<size_t>(r)], "learner_init", learner_client::init_body(args)));
   }
   pool_.wait(pending);
   if (rendezvous.rfind("file://", 0) == 0) fs::remove(rendezvous.substr(7));
@@ -195,7 +196,7 @@ std::vector<CommandReply> TrainingLoop::call_learners(const std::string& command
 void TrainingLoop::checkpoint(int64_t step) {
   const std::string dir = fmt::format("{}/checkpoints/step_{}", run_dir_, step);
   fs::create_directories(run_dir_ + "/checkpoints");
-  call_learners("learner_save", nlohmann::json{{"dir", dir}, {"tokenizer_from", model_dir_}}.dump());
+  call_learners("learner_save", learner_client::save_body(dir, model_dir_));
   const PromptOrder::Position position = order_->position();
   write_file_atomic(dir + "/controller_state.json",
                     nlohmann::json{{"step", step},
@@ -213,7 +214,7 @@ int64_t TrainingLoop::restore(const std::optional<CheckpointRef>& checkpoint) {
   prefetched_.reset();  // generated for a step that is now redone from the checkpoint
   order_.emplace(data_.rows.size(), static_cast<uint64_t>(c_.experiment.seed), c_.data.shuffle);
   if (checkpoint) {
-    call_learners("learner_load", nlohmann::json{{"dir", checkpoint->dir}}.dump());
+    call_learners("learner_load", learner_client::load_body(checkpoint->dir));
     const std::string state_path = checkpoint->dir + "/controller_state.json";
     const nlohmann::json state = nlohmann::json::parse(read_file(state_path).value());
     step = state.at("step").get<int64_t>();
@@ -282,10 +283,7 @@ int64_t TrainingLoop::recover_learners(const LearnerLost& lost) {
 }
 
 void TrainingLoop::export_policy() {
-  call_learners("learner_export", nlohmann::json{{"dir", run_dir_ + "/policy"},
-                                                 {"tokenizer_from", model_dir_},
-                                                 {"dtype", c_.model.dtype}}
-                                      .dump());
+  call_learners("learner_export", learner_client::export_body(run_dir_ + "/policy", model_dir_, c_.model.dtype));
 }
 
 }  // namespace tandem::training

@@ -6,7 +6,8 @@
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("tandem::wire");
 
-const protocolVersion :UInt32 = 1;
+# 2: command and reply bodies are Cap'n Proto structs (each role's .capnp), not JSON.
+const protocolVersion :UInt32 = 2;
 
 struct WorkerId {
   role @0 :Text;   # "rollout", "learner", ...
@@ -34,7 +35,9 @@ struct Heartbeat {
 struct Command {
   requestId @0 :UInt64;
   name @1 :Text;             # e.g. "ping", "describe"; roles add their own
-  body @2 :Data;             # command-specific, a Cap'n Proto message of its own or raw bytes
+  body @2 :Data;             # the command's struct, a Cap'n Proto message of its own
+                             # (core/command_codec.h); empty for commands without arguments,
+                             # raw bytes for ping
   attachments @3 :List(UInt64);  # byte sizes of the frames that follow
 }
 

@@ -1,10 +1,12 @@
 #include "core/worker_runtime.h"
 
 #include "core/channel.h"
+#include "core/command_codec.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/net_address.h"
 #include "core/stack_dump.h"
+#include "core/worker_commands.capnp.h"
 
 #include <pthread.h>
 #include <unistd.h>
@@ -181,8 +183,12 @@ class Executor {
         result.body = command->body;
         result.attachments = in.attachments;
       } else if (command->name == "describe") {
-        result.body = fmt::format("{{\"role\":\"{}\",\"rank\":{},\"pid\":{},\"host\":\"{}\"}}", options_.id.role,
-                                  options_.id.rank, ::getpid(), this_hostname());
+        result.body = encode_body<wire::DescribeReply>([&](wire::DescribeReply::Builder out) {
+          out.setRole(options_.id.role);
+          out.setRank(static_cast<uint32_t>(options_.id.rank));
+          out.setPid(static_cast<uint32_t>(::getpid()));
+          out.setHost(this_hostname());
+        });
       } else if (run_test_command(command->name)) {
         result.body = command->name;
       } else {

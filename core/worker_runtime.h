@@ -13,6 +13,7 @@
 #pragma once
 
 #include "core/curve_auth.h"
+#include "core/error.h"
 #include "core/protocol.h"
 
 #include <functional>
@@ -38,6 +39,15 @@ struct CommandResult {
 // Runs one command of a role; throw to report failure to the controller.
 using CommandHandler = std::function<CommandResult(const CommandMsg& command,
                                                    const std::vector<std::string>& attachments)>;
+
+// The Error for a command that `role`'s table (command name -> method) lacks: it names
+// every command the worker knows, its own ("ping", "describe") first.
+template <typename Table>
+Error unknown_command(const std::string& role, const std::string& name, const Table& table) {
+  std::string known = "ping, describe";
+  for (const auto& entry : table) known += ", " + entry.first;
+  return Error(fmt::format("{} worker: unknown command \"{}\" (known: {})", role, name, known));
+}
 
 // Sends part of the running command's result to the controller before its reply: a
 // ProgressMsg with the command's request id (rollout_generate sends the samples that

@@ -1,24 +1,10 @@
-// The learner worker role: commands the controller sends to a training rank.
-//
-//   torch_info      the libtorch this worker runs (version, intra-op threads)
-//   learner_init    {"model", "config" (resolved YAML), "rank", "world_size", "rendezvous",
-//                    "total_optimizer_steps", "threads" (intra-op threads; 0: libtorch's
-//                    default), "local_rank" (the rank's GPU under learner.device cuda;
-//                    default: rank)}: loads the policy, joins the process group (NCCL under
-//                    learner.device cuda, else Gloo)
-//   learner_train   header + 2 frames (learner/sample_codec.h): one update over this rank's
-//                   shares of the mini-batches; replies the update's metrics as JSON
-//   learner_save    {"dir"}: a checkpoint (all ranks together)
-//   learner_load    {"dir"}: load one (any worker count wrote it)
-//   learner_values  header + 2 frames, one mini-batch: the critic's per-token values of
-//                   those samples (advantage: gae), one float32 frame back
-//   learner_publish {"version", "local": true and/or "transport": WeightSyncOptions
-//                   (weight_sync/options_json.h)}: the policy for rollout workers, in memory
-//                   for the colocated slot (weight_sync/local.h) and/or through the transport;
-//                   all ranks call (fsdp gathers), rank 0 sends
-//   learner_nccl_id {}: {"nccl_unique_id": hex}, a new NCCL weight-sync group's id; this
-//                   process stays its bootstrap root, so send it to the rank that publishes
-//   learner_export  {"dir", "tokenizer_from"}: the policy as a Hugging Face directory
+// The learner worker role: the commands the controller sends to a training rank
+// (torch_info, learner_init, learner_train, learner_sft, learner_values,
+// learner_logprobs, learner_probe_logprobs, learner_publish, learner_free_port,
+// learner_nccl_id, learner_save, learner_load, learner_export), dispatched by a table.
+// Their bodies and replies are declared in learner/learner_commands.capnp, one struct
+// each (samples as a TrainingBatch plus two frames, learner/sample_codec.h); the
+// controller's side is controller/learner_client.h.
 #pragma once
 
 #include "core/config.h"

@@ -3,21 +3,22 @@
 #include "actor/model_weights.h"
 #include "actor/presets.h"
 #include "core/config.h"
-#include "core/command_body.h"
+#include "core/command_codec.h"
 #include "core/error.h"
+#include "core/worker_commands.capnp.h"
 #include "core/worker_runtime.h"
 #include "kernels/device_probe.h"
 #include "rollout/engine.h"
+#include "rollout/rollout_commands.capnp.h"
 #include "weight_sync/local.h"
-#include "weight_sync/options_json.h"
+#include "weight_sync/options_wire.h"
 #include "weight_sync/transport.h"
-
-#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <thread>
 
@@ -43,44 +44,52 @@ struct RolloutState {
     return *engine;
   }
 
-  CommandResult init(const CommandMsg& command) {
-    const nlohmann::json body = command_json(command);
-    const Config config = load_config_text(body.at("config").get<std::string>(), "rollout_init config").config;
-    const std::string model_dir = resolve_model_path(body.at("model").get<std::string>());
+  CommandResult init(const CommandMsg& command, const std::vector<std::string>&) {
+    const Body<wire::RolloutInit> body(command.body, command.name);
+    const Config config = load_config_text(to_string(body->getConfig()), "rollout_init config").config;
+    const std::string model_dir = resolve_model_path(to_string(body->getModel()));
     ModelConfig model = read_model_config(model_dir + "/config.json");
     // The tokenizer's size when the checkpoint pads its vocabulary (model_config.h).
-    if (const int64_t ids = body.value("sampled_vocab_size", int64_t{0}); ids > 0) {
-      limit_to_tokenizer(model, ids, model_dir);
-    }
+    if (const int64_t ids = body->getSampledVocabSize(); ids > 0) limit_to_tokenizer(model, ids, model_dir);
     rollout = config.rollout;
     engine.reset();
     EngineOptions options = engine_options(rollout);
     options.device = resolve_device(rollout.device, "rollout.device");  // "auto" -> cpu | cuda
     engine = std::make_unique<RolloutEngine>(model, load_model_weights(model_dir, model), options);
-    return {"{}", {}};
+    return {empty_body<wire::Empty>(), {}};
   }
 
   using Clock = std::chrono::steady_clock;
   static constexpr std::chrono::milliseconds kStreamInterval{50};
 
-  // Samples as rollout_generate's reply and progress carry them: one JSON row per sample
-  // [request id, sample index, length, finish reason, weight version, version runs], and
-  // two frames of the samples' tokens (int32) and log-probs (float32), concatenated.
-  // Version runs: [[first token, version], ...], one per version that drew tokens, so a
-  // sample continued on newer weights (a partial rollout) says which drew each token.
+  // Samples as rollout_generate's reply and progress carry them: a RolloutSamples body
+  // (per sample: request id, index, length, finish reason, weight versions) and two
+  // frames of the samples' tokens (int32) and log-probs (float32), concatenated.
+  // Version runs: one per version that drew tokens, so a sample continued on newer
+  // weights (a partial rollout) says which drew each token.
   struct SampleFrames {
-    nlohmann::json index = nlohmann::json::array();
     std::string tokens, logprobs;
   };
-  static SampleFrames encode_samples(const std::vector<GeneratedSample>& samples) {
+  static SampleFrames write_samples(wire::RolloutSamples::Builder out, const std::vector<GeneratedSample>& samples) {
     SampleFrames frames;
-    for (const GeneratedSample& s : samples) {
-      nlohmann::json runs = nlohmann::json::array();
+    auto list = out.initSamples(static_cast<unsigned>(samples.size()));
+    for (size_t i = 0; i < samples.size(); ++i) {
+      const GeneratedSample& s = samples[i];
+      auto sample = list[static_cast<unsigned>(i)];
+      sample.setRequestId(s.request_id);
+      sample.setSampleIndex(s.sample_index);
+      sample.setLength(static_cast<uint32_t>(s.tokens.size()));
+      sample.setFinishReason(finish_reason_name(s.finish_reason));
+      sample.setWeightVersion(s.weight_version);
+      std::vector<std::pair<uint32_t, int64_t>> runs;
       for (size_t t = 0; t < s.token_versions.size(); ++t) {
-        if (t == 0 || s.token_versions[t] != s.token_versions[t - 1]) runs.push_back({t, s.token_versions[t]});
+        if (t == 0 || s.token_versions[t] != s.token_versions[t - 1]) runs.push_back({static_cast<uint32_t>(t), s.token_versions[t]});
       }
-      frames.index.push_back({s.request_id, s.sample_index, s.tokens.size(), finish_reason_name(s.finish_reason),
-                              s.weight_version, std::move(runs)});
+      auto run_list = sample.initVersionRuns(static_cast<unsigned>(runs.size()));
+      for (size_t r = 0; r < runs.size(); ++r) {
+        run_list[static_cast<unsigned>(r)].setFirstToken(runs[r].first);
+        run_list[static_cast<unsigned>(r)].setVersion(runs[r].second);
+      }
       frames.tokens.append(reinterpret_cast<const char*>(s.tokens.data()), s.tokens.size() * 4);
       frames.logprobs.append(reinterpret_cast<const char*>(s.logprobs.data()), s.logprobs.size() * 4);
     }
@@ -89,46 +98,49 @@ struct RolloutState {
 
   CommandResult generate(const CommandMsg& command, const std::vector<std::string>& attachments) {
     RolloutEngine& e = require_engine(command.name);
-    const nlohmann::json body = command_json(command);
+    const Body<wire::RolloutGenerate> body(command.body, command.name);
     if (attachments.size() != 1) throw Error("rollout_generate: expected 1 frame of prompt tokens");
     const std::string& tokens = attachments[0];
     std::vector<GenerationRequest> requests;
     size_t offset = 0;
-    for (const auto& r : body.at("requests")) {
+    for (const auto r : body->getRequests()) {
       GenerationRequest request;
-      request.id = r.at("id").get<uint64_t>();
-      const size_t length = r.at("prompt_length").get<size_t>();
+      request.id = r.getId();
+      const size_t length = r.getPromptLength();
       if ((offset + length) * 4 > tokens.size()) {
         throw Error(fmt::format("rollout_generate: request {} runs past the token frame", request.id));
       }
       request.prompt.resize(length);
       std::memcpy(request.prompt.data(), tokens.data() + offset * 4, length * 4);
       offset += length;
-      request.n = r.at("n").get<int64_t>();
-      request.seed = r.at("seed").get<uint64_t>();
+      request.n = r.getN();
+      request.seed = r.getSeed();
       request.max_new_tokens = rollout.max_new_tokens;
       // A request may bring its own temperature (evaluation: eval.temperature, 0 greedy).
-      request.sampling.temperature = r.value("temperature", rollout.temperature);
-      request.sampling.top_p = r.contains("temperature") ? 1.0 : rollout.top_p;
-      request.sampling.top_k = r.contains("temperature") ? 0 : rollout.top_k;
+      const bool own = r.getOwnTemperature();
+      request.sampling.temperature = own ? r.getTemperature() : rollout.temperature;
+      request.sampling.top_p = own ? 1.0 : rollout.top_p;
+      request.sampling.top_k = own ? 0 : rollout.top_k;
       requests.push_back(std::move(request));
     }
     if (offset * 4 != tokens.size()) throw Error("rollout_generate: bytes left over after the last prompt");
-    // "stream": the samples that finished go to the controller every kStreamInterval as
+    // stream: the samples that finished go to the controller every kStreamInterval as
     // progress, so it scores them while the rest generate; the reply still has them all.
-    const bool stream = body.value("stream", false);
-    // "interruptible" (algorithm.async.partial_rollouts): a rollout_load_weights that
+    const bool stream = body->getStream();
+    // interruptible (algorithm.async.partial_rollouts): a rollout_load_weights that
     // arrives meanwhile runs between engine steps, and the samples in flight go on with
     // the new weights.
-    const bool interruptible = body.value("interruptible", false);
+    const bool interruptible = body->getInterruptible();
     std::vector<GeneratedSample> unsent;
     Clock::time_point last_sent = Clock::now();
     auto after_step = [&](const std::vector<GeneratedSample>& finished) {
       if (stream) {
         unsent.insert(unsent.end(), finished.begin(), finished.end());
         if (!unsent.empty() && Clock::now() - last_sent >= kStreamInterval) {
-          SampleFrames frames = encode_samples(unsent);
-          send_command_progress(nlohmann::json{{"samples", frames.index}}.dump(), {frames.tokens, frames.logprobs});
+          SampleFrames frames;
+          const std::string progress = encode_body<wire::RolloutSamples>(
+              [&](wire::RolloutSamples::Builder out) { frames = write_samples(out, unsent); });
+          send_command_progress(progress, {frames.tokens, frames.logprobs});
           unsent.clear();
           last_sent = Clock::now();
         }
@@ -140,32 +152,34 @@ struct RolloutState {
     };
     const EngineStats before = e.stats();
     const std::vector<GeneratedSample> samples = e.generate(requests, after_step);
-    SampleFrames frames = encode_samples(samples);
     const EngineStats& after = e.stats();
-    nlohmann::json reply = {{"samples", frames.index},
-                            {"stats",
-                             {{"decode_tokens", after.decode_tokens - before.decode_tokens},
-                              {"prefill_tokens", after.prefill_tokens - before.prefill_tokens},
-                              {"prefill_tokens_saved", after.prefill_tokens_saved - before.prefill_tokens_saved},
-                              {"preemptions", after.preemptions - before.preemptions}}}};
-    return {reply.dump(), {frames.tokens, frames.logprobs}};
+    SampleFrames frames;
+    std::string reply = encode_body<wire::RolloutSamples>([&](wire::RolloutSamples::Builder out) {
+      frames = write_samples(out, samples);
+      auto stats = out.initStats();
+      stats.setDecodeTokens(after.decode_tokens - before.decode_tokens);
+      stats.setPrefillTokens(after.prefill_tokens - before.prefill_tokens);
+      stats.setPrefillTokensSaved(after.prefill_tokens_saved - before.prefill_tokens_saved);
+      stats.setPreemptions(after.preemptions - before.preemptions);
+    });
+    return {std::move(reply), {frames.tokens, frames.logprobs}};
   }
 
-  CommandResult load_weights(const CommandMsg& command) {
+  CommandResult load_weights(const CommandMsg& command, const std::vector<std::string>&) {
     RolloutEngine& e = require_engine(command.name);
-    const nlohmann::json body = command_json(command);
+    const Body<wire::RolloutLoadWeights> body(command.body, command.name);
     std::vector<ExpectedTensor> expected;
     for (const WeightSpec& spec : expected_weights(e.config())) expected.push_back({spec.name, spec.shape});
     std::vector<WeightTensor> tensors;
     int64_t version = 0;
-    if (body.value("local", false)) {
+    if (body->isLocal()) {
       LocalWeights local = take_local_weights();
       for (size_t i = 0; i < local.tensors.size(); ++i) {
         tensors.push_back({local.tensors[i].name, local.tensors[i].shape, std::move(local.data[i])});
       }
       version = local.version;
     } else {
-      const WeightSyncOptions options = weight_sync_options_from_json(body.at("transport"), command.name);
+      const WeightSyncOptions options = read_weight_sync_transport(body->getTransport(), command.name);
       version = receiver.for_options(options).receive(expected, [&](const ExpectedTensor& t, const void* data) {
         int64_t n = 1;
         for (int64_t d : t.shape) n *= d;
@@ -174,22 +188,32 @@ struct RolloutState {
       });
     }
     // Checks names and shapes first.
-    e.update_weights(ModelWeights(std::move(tensors)), version, body.value("rewind", false));
-    return {fmt::format("{{\"version\":{}}}", version), {}};
+    e.update_weights(ModelWeights(std::move(tensors)), version, body->getRewind());
+    return {encode_body<wire::RolloutWeightsLoaded>([&](wire::RolloutWeightsLoaded::Builder out) { out.setVersion(version); }),
+            {}};
   }
 };
+
+using RolloutMethod = CommandResult (RolloutState::*)(const CommandMsg&, const std::vector<std::string>&);
+
+// The rollout worker's commands (rollout_commands.capnp declares their bodies).
+const std::map<std::string, RolloutMethod>& rollout_commands() {
+  static const std::map<std::string, RolloutMethod> table = {
+      {"rollout_init", &RolloutState::init},
+      {"rollout_generate", &RolloutState::generate},
+      {"rollout_load_weights", &RolloutState::load_weights},
+  };
+  return table;
+}
 
 }  // namespace
 
 CommandHandler rollout_command_handler() {
   auto state = std::make_shared<RolloutState>();
   return [state](const CommandMsg& command, const std::vector<std::string>& attachments) -> CommandResult {
-    if (command.name == "rollout_init") return state->init(command);
-    if (command.name == "rollout_generate") return state->generate(command, attachments);
-    if (command.name == "rollout_load_weights") return state->load_weights(command);
-    throw Error(fmt::format("rollout worker: unknown command \"{}\" (known: ping, describe, rollout_init, "
-                            "rollout_generate, rollout_load_weights)",
-                            command.name));
+    const auto found = rollout_commands().find(command.name);
+    if (found == rollout_commands().end()) throw unknown_command("rollout", command.name, rollout_commands());
+    return ((*state).*(found->second))(command, attachments);
   };
 }
 

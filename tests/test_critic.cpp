@@ -232,7 +232,7 @@ TEST_CASE("checkpoints carry the critic across worker counts and strategies") {
 TEST_CASE("values and returns travel in the training-batch codec; gae without them is named") {
   TrainerScenario s = critic_scenario(14, "ddp");
   EncodedBatch encoded = encode_training_batch(s.mini_batches);
-  const auto decoded = decode_training_batch(encoded.header, encoded.attachments);
+  const auto decoded = decode_training_batch(encoded.body, encoded.attachments);
   REQUIRE(decoded.size() == s.mini_batches.size());
   for (size_t m = 0; m < decoded.size(); ++m) {
     for (size_t i = 0; i < decoded[m].size(); ++i) {

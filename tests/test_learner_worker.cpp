@@ -2,17 +2,21 @@
 // TCP rendezvous, trained on binary-encoded batches the "controller" (this test) sends,
 // checkpointed; the result equals one in-process trainer. Also the batch codec.
 #include "controller/launcher.h"
+#include "controller/learner_client.h"
 #include "controller/worker_pool.h"
+#include "core/command_codec.h"
 #include "core/config.h"
 #include "core/files.h"
 #include "learner/collectives.h"
+#include "learner/learner_commands.capnp.h"
 #include "learner/sample_codec.h"
 #include "plugins/plugin_loader.h"
 #include "trainer_ranks.h"
 
 #include <ATen/Parallel.h>
 #include <doctest/doctest.h>
-#include <nlohmann/json.hpp>
+
+#include <set>
 
 #include <cstring>
 
@@ -52,7 +56,7 @@ TEST_CASE("the training-batch codec round-trips and rejects damaged messages") {
   s.mini_batches[0][1].is_weights.assign(s.mini_batches[0][1].response.size(), 0.75f);
   s.mini_batches[0][2].stale = true;
   EncodedBatch encoded = encode_training_batch(s.mini_batches);
-  auto decoded = decode_training_batch(encoded.header, encoded.attachments);
+  auto decoded = decode_training_batch(encoded.body, encoded.attachments);
   REQUIRE(decoded.size() == s.mini_batches.size());
   for (size_t m = 0; m < decoded.size(); ++m) {
     REQUIRE(decoded[m].size() == s.mini_batches[m].size());
@@ -68,14 +72,18 @@ TEST_CASE("the training-batch codec round-trips and rejects damaged messages") {
   }
   std::vector<std::string> short_frames = encoded.attachments;
   short_frames[1].resize(short_frames[1].size() - 4);
-  CHECK_THROWS_WITH(decode_training_batch(encoded.header, short_frames), doctest::Contains("runs past the end"));
+  CHECK_THROWS_WITH(decode_training_batch(encoded.body, short_frames), doctest::Contains("runs past the end"));
   std::vector<std::string> long_frames = encoded.attachments;
   long_frames[0] += "abcd";
-  CHECK_THROWS_WITH(decode_training_batch(encoded.header, long_frames), doctest::Contains("left over"));
-  CHECK_THROWS_WITH(decode_training_batch("[[[1, \"x\", false, false, false, false]]]", encoded.attachments),
-                    doctest::Contains("mini-batch 0 sample 0: expected [prompt_length, response_length, has_ref, "
-                                      "has_values, has_is_weights, stale]"));
-  CHECK_THROWS_WITH(decode_training_batch("{", encoded.attachments), doctest::Contains("not JSON"));
+  CHECK_THROWS_WITH(decode_training_batch(encoded.body, long_frames), doctest::Contains("left over"));
+  // Bodies that are not a TrainingBatch: a stray byte, a message cut short, another struct's words.
+  CHECK_THROWS_WITH(decode_training_batch(encoded.body + "x", encoded.attachments, "learner_train"),
+                    doctest::Contains("learner_train: the body is not a TrainingBatch message"));
+  CHECK_THROWS_WITH(decode_training_batch(encoded.body.substr(0, encoded.body.size() - 8), encoded.attachments,
+                                          "learner_train"),
+                    doctest::Contains("learner_train: the body is not a valid TrainingBatch"));
+  CHECK_THROWS_WITH(decode_training_batch(std::string(16, '\xff'), encoded.attachments, "learner_train"),
+                    doctest::Contains("learner_train: the body is not a valid TrainingBatch"));
 }
 
 TEST_CASE("two learner worker processes train like one in-process trainer") {
@@ -95,28 +103,36 @@ TEST_CASE("two learner worker processes train like one in-process trainer") {
   const std::string rendezvous = "file://" + dir.path() + "/rendezvous";
   std::vector<uint64_t> pending;
   for (int r = 0; r < 2; ++r) {
-    nlohmann::json body = {{"model", model_dir},     {"config", scenario_config_yaml(s)}, {"rank", r},
-                           {"world_size", 2},        {"rendezvous", rendezvous},         {"total_optimizer_steps", 3},
-                           {"threads", 1}};
-    pending.push_back(pool.send(ranks[r], "learner_init", body.dump()));
+    learner_client::InitArgs args;
+    args.model_dir = model_dir;
+    args.config_yaml = scenario_config_yaml(s);
+    args.rank = r;
+    args.local_rank = r;
+    args.world_size = 2;
+    args.rendezvous = rendezvous;
+    args.total_optimizer_steps = 3;
+    args.threads = 1;
+    pending.push_back(pool.send(ranks[r], "learner_init", learner_client::init_body(args)));
   }
   for (const auto& [id, reply] : pool.wait(pending)) {
-    CHECK(nlohmann::json::parse(reply.reply.body).at("intra_op_threads").get<int>() == 1);
+    CHECK(Body<wire::LearnerReady>(reply.reply.body, "learner_init reply")->getIntraOpThreads() == 1);
   }
   pending.clear();
   for (int r = 0; r < 2; ++r) {
-    EncodedBatch batch = encode_training_batch(rank_shares(s.mini_batches, r, 2));
-    pending.push_back(pool.send(ranks[r], "learner_train", batch.header, batch.attachments));
+    learner_client::BatchCommand batch = learner_client::batch_command(rank_shares(s.mini_batches, r, 2));
+    pending.push_back(pool.send(ranks[r], "learner_train", batch.body, batch.attachments));
   }
   auto replies = pool.wait(pending);
-  nlohmann::json metrics = nlohmann::json::parse(replies.at(pending[0]).reply.body);
-  CHECK(metrics.at("optimizer_steps").get<int>() == 3);
-  CHECK(metrics.contains("actor/pg_loss"));
-  CHECK(metrics.contains("actor/grad_norm"));
+  const learner_client::TrainResult result = learner_client::read_train(replies.at(pending[0]));
+  CHECK(result.optimizer_steps == 3);
+  std::set<std::string> names;
+  for (const auto& [name, value] : result.metrics) names.insert(name);
+  CHECK(names.count("actor/pg_loss"));
+  CHECK(names.count("actor/grad_norm"));
 
   pending.clear();
   const std::string checkpoint = dir.path() + "/checkpoint";
-  for (int r = 0; r < 2; ++r) pending.push_back(pool.send(ranks[r], "learner_save", nlohmann::json{{"dir", checkpoint}}.dump()));
+  for (int r = 0; r < 2; ++r) pending.push_back(pool.send(ranks[r], "learner_save", learner_client::save_body(checkpoint, "")));
   pool.wait(pending);
   const ModelWeights trained = load_model_weights(checkpoint, s.config);
   const ModelWeights want = single.weights();
@@ -130,16 +146,25 @@ TEST_CASE("two learner worker processes train like one in-process trainer") {
   write_file_atomic(model_dir + "/tokenizer.json", "{}");
   pending.clear();
   for (int r = 0; r < 2; ++r) {
-    pending.push_back(pool.send(ranks[r], "learner_export",
-                                nlohmann::json{{"dir", dir.path() + "/policy"}, {"tokenizer_from", model_dir}}.dump()));
+    pending.push_back(
+        pool.send(ranks[r], "learner_export", learner_client::export_body(dir.path() + "/policy", model_dir, "float32")));
   }
   pool.wait(pending);
   CHECK(read_file(dir.path() + "/policy/tokenizer.json").has_value());
   CHECK(load_model_weights(dir.path() + "/policy", s.config).parameter_count() == s.weights.parameter_count());
 
-  // A damaged batch is an error reply naming the problem; the worker survives it.
-  uint64_t bad = pool.send(ranks[0], "learner_train", "[[[3, 2, false, false, false, false]]]", {"ab", ""});
+  // Damaged commands are error replies naming the problem; the worker survives them.
+  TrainingSample damaged;
+  damaged.prompt = {1, 2, 3};
+  damaged.response = {4, 5};
+  damaged.old_logprobs = damaged.advantages = {0.0f, 0.0f};
+  learner_client::BatchCommand batch = learner_client::batch_command({{damaged}});
+  uint64_t bad = pool.send(ranks[0], "learner_train", batch.body, {"ab", ""});
   CHECK_THROWS_WITH(pool.wait({bad}), doctest::Contains("runs past the end"));
+  bad = pool.send(ranks[0], "learner_save", "{\"dir\": \"x\"}");  // JSON is no longer a body
+  CHECK_THROWS_WITH(pool.wait({bad}), doctest::Contains("learner_save: the body is not a CheckpointRequest message"));
+  bad = pool.send(ranks[0], "learner_nope", "");
+  CHECK_THROWS_WITH(pool.wait({bad}), doctest::Contains("learner worker: unknown command \"learner_nope\" (known: ping, describe, "));
   pool.shutdown("test done");
 }
 
@@ -167,13 +192,16 @@ TEST_CASE("a learner worker loads the config's plugin, trains a critic with its 
   pool.start({rank});
   Config config = load_config_text(scenario_config_yaml(s), "scenario").config;
   config.learner.workers = 1;
-  nlohmann::json body = {{"model", model_dir}, {"config", config_to_yaml(config)}, {"rank", 0}, {"world_size", 1},
-                         {"total_optimizer_steps", 3}, {"threads", 1}};
-  pool.wait({pool.send(rank, "learner_init", body.dump())});
-  EncodedBatch batch = encode_training_batch(s.mini_batches);
-  pool.wait({pool.send(rank, "learner_train", batch.header, batch.attachments)});
-  EncodedBatch probes = encode_training_batch({s.mini_batches[0]});
-  const uint64_t id = pool.send(rank, "learner_values", probes.header, probes.attachments);
+  learner_client::InitArgs args;
+  args.model_dir = model_dir;
+  args.config_yaml = config_to_yaml(config);
+  args.total_optimizer_steps = 3;
+  args.threads = 1;
+  pool.wait({pool.send(rank, "learner_init", learner_client::init_body(args))});
+  learner_client::BatchCommand batch = learner_client::batch_command(s.mini_batches);
+  pool.wait({pool.send(rank, "learner_train", batch.body, batch.attachments)});
+  learner_client::BatchCommand probes = learner_client::batch_command({s.mini_batches[0]});
+  const uint64_t id = pool.send(rank, "learner_values", probes.body, probes.attachments);
   auto replies = pool.wait({id});
   const std::vector<std::string>& frames = replies.at(id).attachments;
   REQUIRE(frames.size() == 1);
@@ -193,8 +221,8 @@ TEST_CASE("a learner worker loads the config's plugin, trains a critic with its 
 
   // A config naming a library that is not a plugin: learner_init fails naming it.
   config.algorithm.plugin = "/nonexistent/libplugin.so";
-  body["config"] = config_to_yaml(config);
-  CHECK_THROWS_WITH(pool.wait({pool.send(rank, "learner_init", body.dump())}),
+  args.config_yaml = config_to_yaml(config);
+  CHECK_THROWS_WITH(pool.wait({pool.send(rank, "learner_init", learner_client::init_body(args))}),
                     doctest::Contains("algorithm.plugin: plugin /nonexistent/libplugin.so: cannot load"));
   pool.shutdown("test done");
 }

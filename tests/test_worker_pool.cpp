@@ -2,8 +2,11 @@
 // rounds, and every way a worker can go wrong (killed, crashed, stopped, never
 // registering, lost controller), each detected, named, and leaving no process behind.
 #include "controller/worker_pool.h"
+#include "core/command_codec.h"
+#include "core/worker_commands.capnp.h"
 #include "core/files.h"
 #include "core/process.h"
+#include "learner/learner_commands.capnp.h"
 
 #include <doctest/doctest.h>
 #include <signal.h>
@@ -100,10 +103,14 @@ TEST_CASE("four workers register, answer request/reply rounds and shut down") {
     for (size_t i = 0; i < described.size(); ++i) {
       const WorkerStatus& w = workers[i];
       CHECK(described[i].reply.worker == w.id);
-      CHECK(described[i].reply.body.find(fmt::format("\"pid\":{}", w.pid)) != std::string::npos);
+      const Body<wire::DescribeReply> body(described[i].reply.body, "describe reply");
+      CHECK(body->getPid() == static_cast<uint32_t>(w.pid));
+      CHECK(to_string(body->getRole()) == w.id.role);
+      CHECK(body->getRank() == static_cast<uint32_t>(w.id.rank));
     }
     uint64_t torch = pool.send({"learner", 1}, "torch_info");
-    CHECK(pool.wait({torch}).at(torch).reply.body.find("\"libtorch\":\"") != std::string::npos);
+    const Body<wire::TorchInfo> info(pool.wait({torch}).at(torch).reply.body, "torch_info reply");
+    CHECK(to_string(info->getLibtorch()).size() > 0);
     CHECK(pool.rejected_messages() == 0);
     seen = pool.status();
     pool.shutdown("test done");

@@ -1,0 +1,75 @@
+# The rollout worker's commands and replies (rollout/rollout_role.cpp serves them;
+# controller/rollout_client.cpp sends them). Token ids and log-probs travel as
+# attachment frames (int32, float32), never inside these bodies.
+@0x89578750ee8050ab;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("tandem::wire");
+
+using WeightSync = import "/weight_sync/weight_sync.capnp";
+
+# rollout_init: build the engine. Reply: Empty.
+struct RolloutInit {
+  config @0 :Text;             # the run's resolved config, as YAML
+  model @1 :Text;              # model directory (or preset)
+  sampledVocabSize @2 :Int64;  # the tokenizer's ids when the checkpoint pads its vocabulary; 0: all rows
+}
+
+struct GenerationRequest {
+  id @0 :UInt64;
+  promptLength @1 :UInt32;     # tokens of this request in the prompt frame, in request order
+  n @2 :Int64;                 # samples of the prompt
+  seed @3 :UInt64;
+  # Evaluation brings its own temperature (0: greedy), with top_p 1 and top_k 0;
+  # otherwise rollout.temperature, top_p and top_k apply.
+  ownTemperature @4 :Bool;
+  temperature @5 :Float64;
+}
+
+# rollout_generate: one attachment frame, every prompt's int32 tokens back to back.
+# Reply and progress: RolloutSamples with two frames (tokens int32, log-probs float32).
+struct RolloutGenerate {
+  requests @0 :List(GenerationRequest);
+  stream @1 :Bool;             # finished samples go back as progress while the rest generate
+  interruptible @2 :Bool;      # rollout_load_weights may run between engine steps (partial rollouts)
+}
+
+# Tokens [firstToken, next run's firstToken) were drawn with weight version `version`.
+struct VersionRun {
+  firstToken @0 :UInt32;
+  version @1 :Int64;
+}
+
+struct GeneratedSample {
+  requestId @0 :UInt64;
+  sampleIndex @1 :Int64;
+  length @2 :UInt32;           # tokens of this sample in the frames, in sample order
+  finishReason @3 :Text;       # stop | length | ...
+  weightVersion @4 :Int64;     # the version of the first token
+  versionRuns @5 :List(VersionRun);
+}
+
+struct GenerateStats {
+  decodeTokens @0 :Int64;
+  prefillTokens @1 :Int64;
+  prefillTokensSaved @2 :Int64;
+  preemptions @3 :Int64;
+}
+
+struct RolloutSamples {
+  samples @0 :List(GeneratedSample);
+  stats @1 :GenerateStats;     # the reply's; progress leaves it unset
+}
+
+# rollout_load_weights. Reply: RolloutWeightsLoaded.
+struct RolloutLoadWeights {
+  union {
+    local @0 :Void;                              # from the learner in this process
+    transport @1 :WeightSync.WeightSyncTransport;
+  }
+  rewind @2 :Bool;             # going back to a checkpoint's (older) version is intended
+}
+
+struct RolloutWeightsLoaded {
+  version @0 :Int64;
+}
