@@ -4,7 +4,7 @@
 //
 // Prints one JSON line per (implementation, worker count) and one with the ratios.
 // Usage: control_plane [--tandem PATH] [--workers 1,4,16] [--seconds S]
-#include "controller/worker_pool.h"
+#include "controller/workers/worker_pool.h"
 #include "core/files.h"
 #include "core/text.h"
 

@@ -6,7 +6,7 @@
 // Default: configs/rewards/gsm8k.py compute_score on GSM8K-shaped responses, and a
 // "costly" reward (tests/python/bench_rewards.py: ~2 ms of CPU per call, like a
 // sympy/math-verify check). Prints one JSON line per (reward, workers).
-#include "controller/python_reward_pool.h"
+#include "rewards/python/pool.h"
 #include "core/files.h"
 #include "core/process.h"
 

@@ -1,8 +1,8 @@
 // `tandem`: one binary for every role. Parses the command line and dispatches.
-#include "controller/cli.h"
+#include "controller/cli/cli.h"
 #include "core/error.h"
 #include "core/math_environment.h"
-#include "python/reward_worker.h"
+#include "rewards/python/worker.h"
 
 #include <CLI/CLI.hpp>
 

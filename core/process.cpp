@@ -209,4 +209,11 @@ std::string run_command(const std::vector<std::string>& argv, double timeout_s) 
   return output;
 }
 
+std::string current_executable() {
+  char buffer[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buffer, sizeof buffer - 1);
+  TANDEM_CHECK(n > 0, "cannot resolve /proc/self/exe");
+  return std::string(buffer, static_cast<size_t>(n));
+}
+
 }  // namespace tandem

@@ -37,6 +37,9 @@ struct SpawnOptions {
 // empty when it is not found.
 std::string find_on_path(const std::string& name);
 
+// The path of the running executable (/proc/self/exe).
+std::string current_executable();
+
 class ChildProcess {
  public:
   ChildProcess() = default;

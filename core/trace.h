@@ -1,5 +1,5 @@
 // Spans: where a process's time goes, for the Chrome traces of `logging.trace_every`
-// (controller/step_trace.h). Every process (the controller and each worker) records the
+// (controller/observe/step_trace.h). Every process (the controller and each worker) records the
 // spans of its threads into one bounded ring buffer; recording costs a lock and a store
 // per span, so it is always on and the buffer keeps the newest kSpanCapacity spans. A
 // worker hands its spans over on the `trace_collect` command.

@@ -1,4 +1,4 @@
-// The trace commands every traced worker serves (controller/cli_worker.cpp):
+// The trace commands every traced worker serves (controller/cli/worker.cpp):
 // trace_clock (its clock) and trace_collect (its spans, drained), as typed bodies
 // (core/worker_commands.capnp), and the controller's reading of their replies.
 #pragma once
@@ -15,7 +15,7 @@ std::string collected_reply_body();  // drains this process's spans, like collec
 
 // `what` names the reply for errors.
 int64_t read_clock_reply(const std::string& body, const std::string& what);
-// In collect_json()'s shape, which controller/step_trace.h reads.
+// In collect_json()'s shape, which controller/observe/step_trace.h reads.
 nlohmann::json read_collected_reply(const std::string& body, const std::string& what);
 
 }  // namespace tandem::trace

@@ -4,7 +4,7 @@
 // learner_nccl_id, learner_save, learner_load, learner_export), dispatched by a table.
 // Their bodies and replies are declared in learner/learner_commands.capnp, one struct
 // each (samples as a TrainingBatch plus two frames, learner/sample_codec.h); the
-// controller's side is controller/learner_client.h.
+// controller's side is controller/workers/learner_client.h.
 #pragma once
 
 #include "core/config.h"

@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 #include "learner/objective_registry.h"
-#include "plugins/reward_registry.h"
+#include "rewards/registry.h"
 
 #include <tandem/plugin.h>
 

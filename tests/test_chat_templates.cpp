@@ -2,8 +2,8 @@
 // exactly as transformers.js' independent Jinja implementation does (@huggingface/jinja,
 // tests/chat_template_reference.mjs), on Qwen3's and Llama-3's real templates, over fixed
 // and fresh random conversations; and finds the template a model carries
-// (controller/chat_prompts.h), rendering datasets or refusing them with the row.
-#include "controller/chat_prompts.h"
+// (controller/data/chat_prompts.h), rendering datasets or refusing them with the row.
+#include "controller/data/chat_prompts.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "python/jinja_render.h"

@@ -1,7 +1,7 @@
 // Command bodies on the control plane (core/command_codec.h): typed structs round-trip,
 // and a body that is not the struct it should be is an Error naming the command and the
 // struct, whatever was damaged, never a crash or a library's own message alone.
-#include "controller/rollout_client.h"
+#include "controller/workers/rollout_client.h"
 #include "core/command_codec.h"
 #include "core/error.h"
 #include "rollout/rollout_commands.capnp.h"

@@ -1,7 +1,7 @@
-// HTTP rewards (controller/http_reward.h) against a server on loopback that the test
+// HTTP rewards (rewards/http.h) against a server on loopback that the test
 // starts (tests/python/reward_server.py): batches, concurrency, parts, retries with
 // backoff, timeouts, and errors that name the URL.
-#include "controller/http_reward.h"
+#include "rewards/http.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/process.h"

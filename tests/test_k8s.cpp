@@ -2,8 +2,8 @@
 // experiment.name, and the rendered objects read back with yaml-cpp field by field.
 // (tests/k8s/test_k8s_render.sh runs the real binary through kubectl kustomize and a
 // schema validator; this test holds the values.)
-#include "controller/k8s_discovery.h"
-#include "controller/k8s_render.h"
+#include "controller/launch/k8s_discovery.h"
+#include "controller/launch/k8s_render.h"
 #include "core/config.h"
 #include "core/config_error.h"
 

@@ -1,8 +1,8 @@
 // The pieces of launching off one machine that need no cluster: control-plane addresses,
 // when CURVE is wanted, Slurm placement, the sbatch script and srun command lines.
-#include "controller/launch_plan.h"
-#include "controller/launcher_slurm.h"
-#include "controller/slurm_submit.h"
+#include "controller/launch/launch_plan.h"
+#include "controller/launch/launcher_slurm.h"
+#include "controller/launch/slurm_submit.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/net_address.h"

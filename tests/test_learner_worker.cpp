@@ -1,9 +1,9 @@
 // Learner workers as real processes (`tandem worker --role learner`): initialised over a
 // TCP rendezvous, trained on binary-encoded batches the "controller" (this test) sends,
 // checkpointed; the result equals one in-process trainer. Also the batch codec.
-#include "controller/launcher.h"
-#include "controller/learner_client.h"
-#include "controller/worker_pool.h"
+#include "controller/launch/launcher.h"
+#include "controller/workers/learner_client.h"
+#include "controller/workers/worker_pool.h"
 #include "core/command_codec.h"
 #include "core/config.h"
 #include "core/files.h"

@@ -103,7 +103,7 @@ TEST_CASE("logging.trace_every writes Chrome traces of every process; tandem pro
 TEST_CASE("a worker slower than its peers is reported as a straggler; worker_phases.jsonl has every worker's times") {
   TempDir dir;
   const std::string run = dir.path() + "/run", out = dir.path() + "/out.txt";
-  // Test-only hooks of `tandem worker` (controller/cli_worker.cpp): rollout-1 sleeps 0.4 s in each generate.
+  // Test-only hooks of `tandem worker` (controller/cli/worker.cpp): rollout-1 sleeps 0.4 s in each generate.
   ::setenv("TANDEM_TEST_COMMANDS", "1", 1);
   ::setenv("TANDEM_TEST_SLOW_WORKER", "rollout-1:rollout_generate:0.4", 1);
   const ExitStatus status = run_tandem(

@@ -7,7 +7,7 @@
 #include "learner/objective.h"
 #include "learner/objective_registry.h"
 #include "plugins/plugin_loader.h"
-#include "plugins/reward_registry.h"
+#include "rewards/registry.h"
 #include "run_tandem.h"
 
 #include <ATen/ATen.h>

@@ -1,8 +1,8 @@
-// Python rewards (controller/python_reward_pool.h): verl-signature functions run in
+// Python rewards (rewards/python/pool.h): verl-signature functions run in
 // embedded-CPython worker processes (`tandem reward-worker`), in parallel, with
 // tracebacks, timeouts that replace a stuck worker, crashes survived, and the batched
 // form. Reward files: tests/python/.
-#include "controller/python_reward_pool.h"
+#include "rewards/python/pool.h"
 #include "core/error.h"
 #include "core/files.h"
 

@@ -1,11 +1,11 @@
 // The training loop's pieces that need no worker: datasets and their order, the built-in
 // rewards (math_answer, format, length_penalty), the shared-memory weight transport.
-#include "controller/dataset.h"
-#include "controller/metrics_writer.h"
+#include "controller/data/dataset.h"
+#include "controller/run/metrics_writer.h"
 #include "core/error.h"
 #include "core/files.h"
-#include "plugins/reward_registry.h"
-#include "plugins/rewards.h"
+#include "rewards/registry.h"
+#include "rewards/builtin.h"
 #include "weight_sync/shm.h"
 
 #include <doctest/doctest.h>

@@ -1,7 +1,8 @@
-// Scoring during generation (controller/scoring_thread.h): samples submitted while others
+// Scoring during generation (rewards/scoring_thread.h): samples submitted while others
 // generate are scored on a thread of their own by the run's scorers, each reward once
 // per sample, and handed back keyed by (prompt slot, sample index).
-#include "controller/scoring_thread.h"
+#include "controller/data/dataset.h"
+#include "rewards/scoring_thread.h"
 
 #include <doctest/doctest.h>
 

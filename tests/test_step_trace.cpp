@@ -1,8 +1,8 @@
-// Spans (core/trace.h), step traces (controller/step_trace.h), their profile
-// (controller/trace_profile.h) and stragglers (controller/straggler_watch.h).
-#include "controller/step_trace.h"
-#include "controller/straggler_watch.h"
-#include "controller/trace_profile.h"
+// Spans (core/trace.h), step traces (controller/observe/step_trace.h), their profile
+// (controller/observe/trace_profile.h) and stragglers (controller/observe/straggler_watch.h).
+#include "controller/observe/step_trace.h"
+#include "controller/observe/straggler_watch.h"
+#include "controller/observe/trace_profile.h"
 #include "core/error.h"
 #include "core/trace.h"
 

@@ -1,7 +1,7 @@
 // The controller and real worker processes on loopback: registration, request/reply
 // rounds, and every way a worker can go wrong (killed, crashed, stopped, never
 // registering, lost controller), each detected, named, and leaving no process behind.
-#include "controller/worker_pool.h"
+#include "controller/workers/worker_pool.h"
 #include "core/command_codec.h"
 #include "core/worker_commands.capnp.h"
 #include "core/files.h"

@@ -4,8 +4,8 @@
 // commands (TANDEM_TEST_COMMANDS=1): a command past its timeout, a wedged I/O thread
 // (heartbeats stop: only the signal path can ask), a stopped process (only gdb can),
 // and collection turned off.
-#include "controller/run_status.h"
-#include "controller/worker_pool.h"
+#include "controller/run/run_status.h"
+#include "controller/workers/worker_pool.h"
 #include "core/config.h"
 #include "core/files.h"
 #include "core/process.h"

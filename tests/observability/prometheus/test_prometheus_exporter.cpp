@@ -1,8 +1,8 @@
 // The exporter on 127.0.0.1 without a Prometheus server (test_prometheus.py has one):
 // names, the text fetched over HTTP, promtool's lint, scrapes while the loop publishes,
 // and a taken port.
-#include "controller/prometheus_exporter.h"
-#include "controller/run_status.h"
+#include "controller/observe/prometheus_exporter.h"
+#include "controller/run/run_status.h"
 #include "core/error.h"
 #include "core/process.h"
 

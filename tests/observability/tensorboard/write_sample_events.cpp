@@ -8,7 +8,7 @@
 //   write_sample_events --file-size-limit N DIR  the same rows with the file capped at N bytes
 //                                                (RLIMIT_FSIZE: a full disk); prints the writer's
 //                                                error as {"error": ...}, lifts the cap, writes on
-#include "controller/tensorboard_writer.h"
+#include "controller/observe/tensorboard_writer.h"
 #include "core/error.h"
 
 #include <sys/resource.h>

@@ -1,0 +1,53 @@
+#include "controller/launch/launch_plan.h"
+
+#include "controller/launch/launcher_slurm.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/net_address.h"
+
+#include <unistd.h>
+
+namespace tandem {
+namespace {
+
+std::string tcp_endpoint(const std::string& host, int64_t port) {
+  const bool ipv6 = host.find(':') != std::string::npos;
+  return fmt::format("tcp://{}:{}", ipv6 ? "[" + host + "]" : host, port > 0 ? std::to_string(port) : "*");
+}
+
+}  // namespace
+
+bool curve_wanted(const std::string& auth, const std::string& bind_address) {
+  return auth == "curve" || (auth == "auto" && !endpoint_is_local(bind_address));
+}
+
+LaunchPlan plan_launch(const Config& c, const std::string& run_dir, const std::string& socket_dir,
+                       const std::vector<WorkerId>& workers) {
+  const LauncherConfig& l = c.launcher;
+  LaunchPlan plan;
+  plan.pool = pool_options_from_config(l, run_dir + "/logs", socket_dir);
+  if (l.kind == "local") {
+    if (!l.host.empty()) plan.pool.bind_address = tcp_endpoint(l.host, l.port);
+    plan.launcher = make_local_launcher(current_executable());
+  } else if (l.kind == "slurm") {
+    SlurmAllocation allocation = current_slurm_allocation();  // UsageError outside one
+    const std::string host = l.host.empty() ? allocation.nodes.front().address : l.host;
+    plan.pool.bind_address = tcp_endpoint(host, l.port);
+    plan.launcher = make_slurm_launcher(current_executable(), std::move(allocation), c);
+  } else {  // external, kubernetes: workers are started elsewhere and dial launcher.port
+    plan.pool.bind_address = tcp_endpoint(l.host.empty() ? "0.0.0.0" : l.host, l.port);
+    plan.pool.advertised_address = tcp_endpoint(l.host.empty() ? this_hostname() : l.host, l.port);
+    plan.launcher = make_external_launcher(current_executable(), run_dir + "/workers.txt");
+  }
+  const bool curve = curve_wanted(l.auth, plan.pool.bind_address);
+  if (curve) {
+    std::vector<std::string> names;
+    for (const WorkerId& id : workers) names.push_back(id.name());
+    plan.pool.keys = prepare_run_keys(run_dir + "/keys", names);
+  }
+  plan.description = fmt::format("launcher {}, control plane {} ({})", l.kind, plan.pool.bind_address,
+                                 curve ? "CURVE, keys in " + run_dir + "/keys" : "no authentication");
+  return plan;
+}
+
+}  // namespace tandem

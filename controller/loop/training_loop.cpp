@@ -1,0 +1,617 @@
+#include "controller/loop/training_loop.h"
+#include "controller/loop/training_loop_impl.h"
+
+#include "controller/workers/learner_client.h"
+#include "controller/workers/rollout_client.h"
+
+#include "controller/run/run_dir.h"
+#include "controller/run/run_status.h"
+
+#include "actor/presets.h"
+#include "core/files.h"
+#include "core/log.h"
+#include "core/net_address.h"
+#include "core/signals.h"
+#include "core/text.h"
+#include "core/trace.h"
+#include "learner/advantages.h"
+#include "learner/objective_registry.h"
+#include "weight_sync/shm.h"
+
+#include <ATen/ATen.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+namespace tandem {
+
+namespace training {
+
+std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts,
+                                           const std::optional<EvalSampling>& eval,
+                                           const std::function<void(std::vector<Sample>&&)>& on_early) {
+  log::debug("step {}: generating{}", step, eval ? " (evaluation)" : "");
+  WorkerPool::ProgressHandler on_progress;
+  const int64_t version = weight_version_;
+  if (on_early) on_progress = [&](CommandReply&& progress) { on_early(read_samples(progress, version)); };
+  const int64_t n = eval ? eval->n : c_.algorithm.group_size;
+  return samples_from(collect(rollout_requests(step, prompts, eval, static_cast<bool>(on_early)), on_progress),
+                      prompts.size() * static_cast<size_t>(n), version);
+}
+
+std::vector<Request> TrainingLoop::rollout_requests(int64_t step, const std::vector<std::vector<int32_t>>& prompts,
+                                                    const std::optional<EvalSampling>& eval, bool stream,
+                                                    bool interruptible) {
+  const int64_t n = eval ? eval->n : c_.algorithm.group_size;
+  // Evaluation draws from its own seeds: it never repeats the training samples' draws.
+  const uint64_t seed = eval ? mix(static_cast<uint64_t>(c_.experiment.seed), 0xe7a1) : static_cast<uint64_t>(c_.experiment.seed);
+  const size_t workers = static_cast<size_t>(c_.rollout.workers);
+  std::vector<Request> all;
+  for (size_t w = 0; w < workers; ++w) {
+    const size_t begin = prompts.size() * w / workers, end = prompts.size() * (w + 1) / workers;
+    std::vector<rollout_client::PromptRequest> requests;
+    for (size_t i = begin; i < end; ++i) {
+      rollout_client::PromptRequest r;
+      r.id = i;
+      r.prompt = &prompts[i];
+      r.n = n;
+      r.seed = mix(seed, mix(step, i));
+      if (eval) r.temperature = eval->temperature;
+      requests.push_back(r);
+    }
+    const WorkerId worker = rollout_worker(c_, static_cast<int64_t>(w));
+    rollout_client::GenerateCommand command = rollout_client::generate_command(requests, stream, interruptible);
+    all.push_back(request(worker, "rollout_generate", std::move(command.body), {std::move(command.tokens)}));
+  }
+  return all;
+}
+
+std::vector<Sample> TrainingLoop::samples_from(const std::vector<CommandReply>& replies, size_t expected,
+                                               int64_t first_version) {
+  std::vector<Sample> samples;
+  last_prefill_ = {};
+  for (const CommandReply& reply : replies) {
+    rollout_client::ReturnedSamples returned = rollout_client::read_samples(reply);
+    for (Sample& sample : to_samples(reply, std::move(returned.samples), first_version)) samples.push_back(std::move(sample));
+    last_prefill_.computed += returned.stats.prefill_tokens;
+    last_prefill_.saved += returned.stats.prefill_tokens_saved;
+  }
+  TANDEM_CHECK(samples.size() == expected, "the rollout workers returned {} samples, expected {}", samples.size(),
+               expected);
+  // Group order: the samples of prompt i are [i * group_size, (i + 1) * group_size).
+  std::stable_sort(samples.begin(), samples.end(),
+                   [](const Sample& a, const Sample& b) { return a.prompt_slot < b.prompt_slot; });
+  return samples;
+}
+
+std::vector<Sample> TrainingLoop::read_samples(const CommandReply& reply, int64_t first_version) const {
+  return to_samples(reply, rollout_client::read_samples(reply).samples, first_version);
+}
+
+std::vector<Sample> TrainingLoop::to_samples(const CommandReply& reply, std::vector<rollout_client::ReturnedSample> returned,
+                                             int64_t first_version) const {
+  std::vector<Sample> samples;
+  for (rollout_client::ReturnedSample& s : returned) {
+    Sample sample;
+    sample.prompt_slot = static_cast<size_t>(s.request_id);
+    sample.sample_index = s.sample_index;
+    const size_t length = s.tokens.size();
+    sample.tokens = std::move(s.tokens);
+    sample.logprobs = std::move(s.logprobs);
+    sample.finish_reason = std::move(s.finish_reason);
+    sample.version = s.weight_version;
+    // Version runs (first token, version): rising versions from token 0 on.
+    const auto& runs = s.version_runs;
+    TANDEM_CHECK(length == 0 || (!runs.empty() && runs[0].first == 0),
+                 "rollout_generate reply from {}: a sample's version runs do not start at its first token",
+                 reply.reply.worker.name());
+    sample.token_versions.resize(length);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const size_t begin = runs[i].first;
+      const size_t end = i + 1 < runs.size() ? runs[i + 1].first : length;
+      const int64_t version = runs[i].second;
+      TANDEM_CHECK(begin < end && end <= length && version >= first_version && version <= weight_version_ &&
+                       (i == 0 || version > runs[i - 1].second),
+                   "{} sampled tokens [{}, {}) with weight version {}; the rollout began at version {} and the "
+                   "run is at {}: samples must be on-policy or of weights synced since",
+                   reply.reply.worker.name(), begin, end, version, first_version, weight_version_);
+      std::fill(sample.token_versions.begin() + static_cast<std::ptrdiff_t>(begin),
+                sample.token_versions.begin() + static_cast<std::ptrdiff_t>(end), version);
+    }
+    TANDEM_CHECK(length == 0 || sample.version == sample.token_versions.front(),
+                 "rollout_generate reply from {}: a sample's version is not its first token's",
+                 reply.reply.worker.name());
+    if (length == 0) sample.version = first_version;
+    samples.push_back(std::move(sample));
+  }
+  return samples;
+}
+
+// `command` (learner_values, learner_logprobs or learner_probe_logprobs) over every
+// sample: each rank reads a contiguous share; one float per response token comes back.
+std::vector<std::vector<float>> TrainingLoop::per_token_from_learners(const std::string& command,
+                                                                      const std::vector<TrainingSample>& samples) {
+  const size_t ranks = static_cast<size_t>(c_.learner.workers);
+  std::vector<Request> requests;
+  for (size_t r = 0; r < ranks; ++r) {
+    std::vector<TrainingSample> share;
+    for (size_t i = samples.size() * r / ranks; i < samples.size() * (r + 1) / ranks; ++i) {
+      TrainingSample probe;  // tokens are what matters; the codec wants every per-token field sized
+      probe.prompt = samples[i].prompt;
+      probe.response = samples[i].response;
+      probe.old_logprobs.assign(samples[i].response.size(), 0.0f);
+      probe.advantages.assign(samples[i].response.size(), 0.0f);
+      share.push_back(std::move(probe));
+    }
+    learner_client::BatchCommand batch = learner_client::batch_command({share});
+    const WorkerId worker = learner_worker(c_, static_cast<int64_t>(r));
+    requests.push_back(request(worker, command, std::move(batch.body), std::move(batch.attachments)));
+  }
+  const std::vector<CommandReply> replies = collect(std::move(requests));
+  std::vector<std::vector<float>> out;
+  for (size_t r = 0; r < ranks; ++r) {
+    TANDEM_CHECK(!replies[r].attachments.empty(), "{} reply: no frame", command);
+    const std::string& frame = replies[r].attachments[0];
+    size_t offset = 0;
+    for (size_t i = samples.size() * r / ranks; i < samples.size() * (r + 1) / ranks; ++i) {
+      const size_t n = samples[i].response.size();
+      TANDEM_CHECK((offset + n) * 4 <= frame.size(), "{} reply: frame too short", command);
+      out.emplace_back(n);
+      std::memcpy(out.back().data(), frame.data() + offset * 4, n * 4);
+      offset += n;
+    }
+  }
+  return out;
+}
+
+// The weight-sync probe: the rollout engine's log-probs of the samples it just drew must
+// be the learner's for the same tokens: both hold weight version `version`.
+// Returns the largest difference; above weight_sync.probe_tolerance is an Error.
+double TrainingLoop::probe_logprobs(const std::vector<TrainingSample>& batch, int64_t version) {
+  const size_t count = std::min<size_t>(batch.size(), 16);
+  const std::vector<TrainingSample> probes(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(count));
+  // In float32 whatever learner.precision: the probe checks the weights, not bf16 rounding.
+  const std::vector<std::vector<float>> learner = per_token_from_learners("learner_probe_logprobs", probes);
+  double worst = 0;
+  for (size_t i = 0; i < count; ++i) {
+    for (size_t t = 0; t < probes[i].old_logprobs.size(); ++t) {
+      const double d = std::abs(static_cast<double>(learner[i][t]) - probes[i].old_logprobs[t]);
+      worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+    }
+  }
+  if (!(worst <= c_.weight_sync.probe_tolerance)) {
+    throw Error(fmt::format("weight-sync probe at version {}: the rollout engine's log-probs differ from the learner's "
+                            "by up to {:.3g} (weight_sync.probe_tolerance {}): the rollout workers do not hold the "
+                            "learner's weights",
+                            version, worst, c_.weight_sync.probe_tolerance));
+  }
+  return worst;
+}
+
+void TrainingLoop::compute_advantages(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch) {
+  const int64_t count = static_cast<int64_t>(samples.size());
+  int64_t longest = 1;
+  for (const Sample& s : samples) longest = std::max<int64_t>(longest, static_cast<int64_t>(s.tokens.size()));
+  std::vector<float> rewards, mask(static_cast<size_t>(count * longest), 0.0f), values(mask.size(), 0.0f);
+  for (int64_t i = 0; i < count; ++i) {
+    rewards.push_back(static_cast<float>(samples[i].reward));
+    for (size_t t = 0; t < samples[i].tokens.size(); ++t) mask[i * longest + t] = 1;
+    if (!batch[i].old_values.empty()) {
+      for (size_t t = 0; t < samples[i].tokens.size(); ++t) values[i * longest + t] = batch[i].old_values[t];
+    }
+  }
+  AdvantageInputs in;
+  in.rewards = at::tensor(rewards, at::kFloat);
+  in.mask = at::tensor(mask, at::kFloat).view({count, longest});
+  in.values = at::tensor(values, at::kFloat).view({count, longest});
+  in.group_size = c_.algorithm.group_size;
+  AdvantageParams params = advantage_params(c_.algorithm);
+  const AdvantageResult result = find_advantage_estimator(c_.algorithm.advantage)(in, params);
+  const at::Tensor advantages = result.advantages.to(at::kFloat).contiguous();
+  const at::Tensor returns = result.returns.defined() ? result.returns.to(at::kFloat).contiguous() : at::Tensor();
+  for (int64_t i = 0; i < count; ++i) {
+    const float* a = advantages.data_ptr<float>() + i * longest;
+    batch[i].advantages.assign(a, a + samples[i].tokens.size());
+    if (returns.defined() && c_.algorithm.advantage == "gae") {
+      const float* r = returns.data_ptr<float>() + i * longest;
+      batch[i].returns.assign(r, r + samples[i].tokens.size());
+    }
+  }
+}
+
+// mini-batch m, rank r: contiguous shares (whole groups stay together when sizes divide).
+std::vector<std::vector<std::vector<TrainingSample>>> TrainingLoop::rank_shares(
+    const std::vector<TrainingSample>& batch) const {
+  const size_t minis = static_cast<size_t>(c_.learner.mini_batches), ranks = static_cast<size_t>(c_.learner.workers);
+  std::vector<std::vector<std::vector<TrainingSample>>> shares(ranks, std::vector<std::vector<TrainingSample>>(minis));
+  for (size_t m = 0; m < minis; ++m) {
+    const size_t begin = batch.size() * m / minis, end = batch.size() * (m + 1) / minis;
+    for (size_t r = 0; r < ranks; ++r) {
+      const size_t b = begin + (end - begin) * r / ranks, e = begin + (end - begin) * (r + 1) / ranks;
+      shares[r][m].assign(batch.begin() + static_cast<std::ptrdiff_t>(b), batch.begin() + static_cast<std::ptrdiff_t>(e));
+    }
+  }
+  return shares;
+}
+
+// learner_train's result as the step's metrics read it: every UpdateMetrics entry by
+// name, with the optimizer steps and tokens.
+static nlohmann::json update_json(const learner_client::TrainResult& result) {
+  nlohmann::json update = nlohmann::json::object();
+  for (const auto& [name, value] : result.metrics) update[name] = value;
+  update["optimizer_steps"] = result.optimizer_steps;
+  update["tokens"] = result.tokens;
+  return update;
+}
+
+nlohmann::json TrainingLoop::train(std::vector<TrainingSample>& batch, int64_t step) {
+  const auto shares = rank_shares(batch);
+  std::vector<Request> requests;
+  for (int64_t r = 0; r < c_.learner.workers; ++r) {
+    learner_client::BatchCommand batch = learner_client::batch_command(shares[static_cast<size_t>(r)]);
+    const WorkerId worker = learner_worker(c_, r);
+    requests.push_back(request(worker, "learner_train", std::move(batch.body), std::move(batch.attachments)));
+  }
+  if (!prefetches_after(step)) return update_json(learner_client::read_train(collect(std::move(requests)).at(0)));
+  // Asynchronous: the next step's rollout runs on the rollout workers' current weights
+  // while the learners train.
+  StepRollout next = next_prompts(step + 1);
+  const int64_t first_version = weight_version_;
+  const bool partial = c_.algorithm.async.partial_rollouts;
+  std::vector<Request> rollout = rollout_requests(next.step, next.prompts, std::nullopt, false, partial);
+  for (Request& r : requests) r.id = r.send();
+  for (Request& r : rollout) r.id = r.send();
+  const nlohmann::json update = update_json(learner_client::read_train(wait_for(std::move(requests)).at(0)));
+  // Partial rollouts: the new weights go out now, and samples still generating continue
+  // on them (a rollout that has finished just loads them, as it would after this step).
+  if (partial) sync_weights(step);
+  next.samples = samples_from(wait_for(std::move(rollout)),
+                              next.prompts.size() * static_cast<size_t>(c_.algorithm.group_size), first_version);
+  next.prefill = last_prefill_;
+  next.prefetched = true;
+  prefetched_ = std::move(next);
+  return update;
+}
+
+// The supervised warm-up (sft:): each step one batch of prompts with their gold
+// responses (the dataset's sft.response_key field, then end-of-sequence), one optimizer
+// step on the learners. Its own seeded prompt order leaves the RL order untouched.
+void TrainingLoop::warm_up() {
+  if (c_.sft.steps == 0) return;
+  TANDEM_CHECK(!model_.eos_token_ids.empty(), "sft: the model {} names no end-of-sequence token", model_dir_);
+  // Every row has sft.response_key: load_run_inputs checked it.
+  const std::string path = run_dir_ + "/sft_metrics.jsonl";
+  truncate_metrics(path, 0);
+  MetricsWriter metrics(c_.logging.jsonl ? path : "");
+  ProgressLine progress(c_.logging.console, c_.sft.steps);
+  PromptOrder order(data_.rows.size(), mix(static_cast<uint64_t>(c_.experiment.seed), 0x5f7), true);
+  const int32_t eos = static_cast<int32_t>(model_.eos_token_ids.front());
+  const size_t ranks = static_cast<size_t>(c_.learner.workers);
+  for (int64_t step = 1; step <= c_.sft.steps; ++step) {
+    const Clock::time_point start = Clock::now();
+    std::vector<TrainingSample> batch;
+    for (size_t row : order.next(static_cast<size_t>(c_.sft.batch_size))) {
+      TrainingSample s;
+      s.prompt = prompt_ids_[row];
+      s.response = tokenizer_->encode(data_.rows[row].at(c_.sft.response_key));
+      s.response.push_back(eos);
+      s.old_logprobs.assign(s.response.size(), 0.0f);
+      s.advantages.assign(s.response.size(), 0.0f);
+      batch.push_back(std::move(s));
+    }
+    std::vector<Request> requests;
+    for (size_t r = 0; r < ranks; ++r) {
+      const std::vector<TrainingSample> share(batch.begin() + static_cast<std::ptrdiff_t>(batch.size() * r / ranks),
+                                              batch.begin() + static_cast<std::ptrdiff_t>(batch.size() * (r + 1) / ranks));
+      learner_client::BatchCommand command = learner_client::sft_command(share, c_.sft.lr);
+      const WorkerId worker = learner_worker(c_, static_cast<int64_t>(r));
+      requests.push_back(request(worker, "learner_sft", std::move(command.body), std::move(command.attachments)));
+    }
+    const learner_client::SftResult result = learner_client::read_sft(collect(std::move(requests)).at(0));
+    const double loss = result.loss;
+    metrics.write({{"step", static_cast<double>(step)},
+                   {"sft/loss", loss},
+                   {"sft/grad_norm", result.grad_norm},
+                   {"sft/tokens", static_cast<double>(result.tokens)},
+                   {"time/step_s", seconds_since(start)}});
+    progress.update(step, fmt::format("warm-up loss {:.3f}", loss));
+    log::info("warm-up step {}: loss {:.4f}", step, loss);
+  }
+  progress.finish();
+}
+
+TrainingLoop::StepRollout TrainingLoop::next_prompts(int64_t step) {
+  StepRollout out;
+  out.step = step;
+  out.rows = order_->next(static_cast<size_t>(c_.data.batch_size));
+  for (size_t row : out.rows) out.prompts.push_back(prompt_ids_[row]);
+  return out;
+}
+
+TrainingLoop::StepRollout TrainingLoop::rollout_now(int64_t step) {
+  StepRollout out = next_prompts(step);
+  // Samples that finish early are scored on another thread while the rest generate.
+  out.scored_early = c_.rollout.score_while_generating;
+  std::function<void(std::vector<Sample>&&)> on_early;
+  if (out.scored_early) {
+    begin_scoring(out.rows, data_);
+    on_early = [&](std::vector<Sample>&& finished) {
+      std::vector<ScoredSample> batch;
+      for (Sample& s : finished) batch.push_back({s.prompt_slot, s.sample_index, s.tokens, decode_response(s.tokens), {}});
+      scoring_->submit(std::move(batch));
+    };
+  }
+  try {
+    out.samples = generate(step, out.prompts, std::nullopt, on_early);
+  } catch (...) {
+    if (out.scored_early) scoring_->wait_idle_for(1e9);  // nothing of this step is scored behind the recovery
+    throw;
+  }
+  out.prefill = last_prefill_;  // before evaluation generates again
+  return out;
+}
+
+void TrainingLoop::run_step(int64_t step) {
+  if (traced(step)) begin_trace();
+  const Clock::time_point step_start = Clock::now();
+  // The controller's phases, spans of category "phase" in the step's trace.
+  int64_t phase_start_us = trace::now_us();
+  auto end_phase = [&phase_start_us](const char* name) {
+    trace::record(name, "phase", phase_start_us);
+    phase_start_us = trace::now_us();
+  };
+  // Generated now, or (asynchronous) during the previous step's training on the weights
+  // the rollout workers held then.
+  StepRollout rollout = prefetched_ && prefetched_->step == step ? std::move(*prefetched_) : rollout_now(step);
+  prefetched_.reset();
+  const bool prefetched = rollout.prefetched;
+  const std::vector<size_t>& rows = rollout.rows;
+  const std::vector<std::vector<int32_t>>& prompts = rollout.prompts;
+  const PrefillCounts& prefill = rollout.prefill;
+  std::vector<Sample>& samples = rollout.samples;
+  const double rollout_s = prefetched ? 0.0 : seconds_since(step_start);
+  end_phase("rollout");
+
+  Clock::time_point t = Clock::now();
+  std::map<std::pair<size_t, int64_t>, ScoredSample> early_scores;
+  double hidden_reward_s = 0;
+  if (rollout.scored_early) {
+    early_scores = finish_scoring();
+    // Scoring time that ran under generation: what the thread spent, less what it spent
+    // after generation ended (while this thread waited for it).
+    hidden_reward_s = std::max(0.0, scoring_->busy_seconds() - seconds_since(t));
+  }
+  const int64_t fallbacks = score(samples, rows, data_, &early_scores);
+  const double reward_s = seconds_since(t);
+  end_phase("reward");
+
+  t = Clock::now();
+  std::vector<TrainingSample> batch(samples.size());
+  int64_t response_tokens = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    batch[i].prompt = prompts[samples[i].prompt_slot];
+    batch[i].response = samples[i].tokens;
+    batch[i].old_logprobs = samples[i].logprobs;
+    response_tokens += static_cast<int64_t>(samples[i].tokens.size());
+  }
+  if (c_.algorithm.advantage == "gae") {
+    std::vector<std::vector<float>> values = per_token_from_learners("learner_values", batch);
+    for (size_t i = 0; i < batch.size(); ++i) batch[i].old_values = std::move(values[i]);
+  }
+  double probe_diff = NAN;
+  // The probe compares the rollout's log-probs with the learner's on the same weights:
+  // samples of an older version have none to compare with.
+  if (!prefetched && c_.weight_sync.probe_every > 0 && (step - 1) % c_.weight_sync.probe_every == 0) {
+    probe_diff = probe_logprobs(batch, step - 1);
+  }
+  const MetricRow staleness = c_.algorithm.async.max_staleness > 0 ? correct_for_staleness(samples, batch, step)
+                                                                   : MetricRow{};
+  compute_advantages(samples, batch);
+  end_phase("advantages");
+  log::debug("step {}: training", step);
+  trained_since_sync_ = true;  // from the first train command on, the learners may be ahead of the rollout workers
+  const nlohmann::json update = train(batch, step);
+  const double train_s = seconds_since(t);
+  end_phase("train");
+
+  t = Clock::now();
+  if (trained_since_sync_) sync_weights(step);  // partial rollouts synced during train()
+  const double sync_s = seconds_since(t);
+  end_phase("sync");
+  if (c_.experiment.checkpoint_every > 0 && step % c_.experiment.checkpoint_every == 0) {
+    checkpoint(step);
+    end_phase("checkpoint");
+  }
+
+  double reward_sum = 0, reward_sq = 0;
+  for (const Sample& s : samples) {
+    reward_sum += s.reward;
+    reward_sq += s.reward * s.reward;
+  }
+  const double n = static_cast<double>(samples.size());
+  const double mean = reward_sum / n, std = std::sqrt(std::max(0.0, reward_sq / n - mean * mean));
+  const double step_s = seconds_since(step_start);
+  MetricRow row = {{"step", static_cast<double>(step)},
+                   {"weight_version", static_cast<double>(step)},
+                   {"reward/mean", mean},
+                   {"reward/std", std},
+                   {"reward/fallbacks", static_cast<double>(fallbacks)},
+                   {"response/count", n},
+                   {"data/skipped_long_prompts", static_cast<double>(skipped_long_prompts_)}};
+  const MetricRow about_samples = sample_metrics(c_, samples, batch);
+  row.insert(row.end(), about_samples.begin(), about_samples.end());
+  for (const auto& [key, value] : update.items()) {
+    if (key.rfind("actor/", 0) == 0 || key.rfind("critic/", 0) == 0 || key.rfind("async/", 0) == 0) {
+      row.emplace_back(key, value.get<double>());
+    }
+  }
+  row.insert(row.end(), {{"time/rollout_s", rollout_s},
+                         {"time/reward_s", reward_s},
+                         {"time/reward_hidden_s", hidden_reward_s},
+                         {"perf/reward_hidden_share",
+                          hidden_reward_s + reward_s > 0 ? hidden_reward_s / (hidden_reward_s + reward_s) : 0.0},
+                         {"time/train_s", train_s},
+                         {"time/sync_s", sync_s},
+                         {"time/step_s", step_s},
+                         {"rollout/prefill_tokens", static_cast<double>(prefill.computed)},
+                         {"rollout/prefill_tokens_saved", static_cast<double>(prefill.saved)},
+                         {"perf/train_tokens_per_s", static_cast<double>(response_tokens) / train_s},
+                         {"perf/worker_restarts", static_cast<double>(restarts_)}});
+  // A prefetched rollout ran during the previous step: it has no time of its own here.
+  if (rollout_s > 0) row.emplace_back("perf/rollout_tokens_per_s", static_cast<double>(response_tokens) / rollout_s);
+  row.insert(row.end(), staleness.begin(), staleness.end());
+  if (!std::isnan(probe_diff)) row.emplace_back("sync/probe_logprob_max_diff", probe_diff);
+  // As verl does, the last step is evaluated too, whatever its number.
+  const int64_t eval_every = c_.experiment.eval_every;
+  if (eval_every > 0 && !val_data_.rows.empty() && (step % eval_every == 0 || step == c_.experiment.steps)) {
+    const MetricRow val = evaluate(step);  // the policy this step trained (the rollout workers hold it now)
+    row.insert(row.end(), val.begin(), val.end());
+    end_phase("eval");
+  }
+  // Read after the evaluation: its reward calls' timeouts are this step's too.
+  row.emplace_back("reward/timeouts", static_cast<double>(new_reward_timeouts()));
+  observe_workers(step, row);
+  metrics_->write(row);
+  publish_step(step, row);
+  if (c_.logging.jsonl && c_.logging.samples_per_step > 0) {
+    const size_t count = static_cast<size_t>(c_.logging.samples_per_step);
+    for (const std::string& line : sample_log_rows(c_, step, samples, data_, rows, count)) {
+      samples_log_->write_line(line);
+    }
+  }
+  // Generation's own rate (response tokens per rollout second): a step's time also holds
+  // training, sync and evaluation, which would halve it on eval steps.
+  const std::string rollout_rate =
+      rollout_s > 0 ? fmt::format("  rollout {:.0f} tok/s", static_cast<double>(response_tokens) / rollout_s) : "";
+  progress_->update(step, fmt::format("reward {:.3f}  kl {:.4f}  len {:.1f}{}", mean, update.value("actor/kl", 0.0),
+                                      static_cast<double>(response_tokens) / n, rollout_rate));
+  log::info("step {}: reward {:.4f}, step {:.2f}s (rollout {:.2f}, train {:.2f}, sync {:.3f})", step, mean, step_s,
+            rollout_s, train_s, sync_s);
+  if (traced(step)) write_trace(step);
+}
+
+void TrainingLoop::run(bool resume) {
+  if (skipped_long_prompts_ > 0) {
+    const std::string note = fmt::format("{} of the {} rows of {} are over the prompt limit and skipped "
+                                         "(data.on_long_prompt: skip)",
+                                         skipped_long_prompts_, skipped_long_prompts_ + static_cast<int64_t>(data_.rows.size()),
+                                         data_.source);
+    log::warn("{}", note);
+  }
+  for (const std::string& stale : remove_stale_weights_shm()) log::info("removed stale weight segment {}", stale);
+  for (size_t r = 0; r < rewards_.size(); ++r) {
+    if (!c_.reward[r].python.empty()) {
+      rewards_[r]->set_log_path(fmt::format("{}/logs/reward-{}-{}.log", run_dir_, r, metric_name_part(c_.reward[r].name)));
+    }
+  }
+  shm_name_ = controller_weights_shm_name(::getpid());
+  const std::string group_dirs = run_dir_ + "/weight_sync";  // rendezvous of broadcast groups
+  std::error_code cleanup_error;  // best effort: a late rank of a dead group may still write there
+  std::filesystem::remove_all(group_dirs, cleanup_error);
+  std::filesystem::remove(stop_request_path(run_dir_), cleanup_error);  // an earlier `tandem stop`, honoured
+  try {
+    open_observers();
+    start_workers();
+    int64_t step = 0;
+    try {
+      step = restore(resume ? newest_whole_checkpoint(run_dir_) : std::nullopt);
+    } catch (const LearnerLost& lost) {  // during the warm-up or the first sync
+      step = recover_learners(lost);
+    }
+    if (resume) std::fprintf(stderr, "tandem: resuming after step %lld\n", static_cast<long long>(step));
+    if (step == 0 && !val_data_.rows.empty() && c_.experiment.eval_before_train) {
+      MetricRow row = {{"step", 0.0}, {"weight_version", 0.0}};
+      const MetricRow val = evaluate(0);
+      row.insert(row.end(), val.begin(), val.end());
+      row.emplace_back("reward/timeouts", static_cast<double>(new_reward_timeouts()));
+      metrics_->write(row);
+      publish_step(0, row);
+    }
+    // The ETA is the pace of the steps run since (re)starting.
+    progress_ = std::make_unique<ProgressLine>(c_.logging.console, c_.experiment.steps, step);
+    int64_t last_checkpoint = resume ? step : -1;
+    const Clock::time_point steps_start = Clock::now();
+    const int64_t first_step = step;
+    report_status("running", step, 0.0);
+    while (step < c_.experiment.steps) {
+      try {
+        run_step(++step);
+        if (c_.experiment.checkpoint_every > 0 && step % c_.experiment.checkpoint_every == 0) last_checkpoint = step;
+        report_status("running", step, seconds_since(steps_start) / static_cast<double>(std::max<int64_t>(1, step - first_step)));
+        const int signal = pending_stop_request();
+        if ((signal != 0 || std::filesystem::exists(stop_request_path(run_dir_))) && step < c_.experiment.steps) {
+          // Asked to stop (Slurm's SIGTERM, or `tandem stop`): the step is whole, so it is
+          // checkpointed and the run ends here; `tandem resume` (or a requeued job) continues.
+          if (last_checkpoint != step) checkpoint(step);
+          std::filesystem::remove(stop_request_path(run_dir_), cleanup_error);
+          progress_->finish();
+          throw StopRequested(signal, step);
+        }
+      } catch (const LearnerLost& lost) {
+        step = recover_learners(lost);
+        progress_ = std::make_unique<ProgressLine>(c_.logging.console, c_.experiment.steps, step);
+      }
+    }
+    progress_->finish();
+    // The last step is always checkpointed (unless checkpoints are off): a finished run can
+    // be extended from it (tandem resume RUN_DIR --set experiment.steps=N).
+    if (c_.experiment.checkpoint_every > 0 && last_checkpoint != step) checkpoint(step);
+    export_policy();
+    mark_run_finished(run_dir_, step);
+    report_status("finished", step, 0.0);
+  } catch (...) {
+    remove_weights_shm(shm_name_);
+    std::filesystem::remove_all(group_dirs, cleanup_error);
+    throw;
+  }
+  remove_weights_shm(shm_name_);
+  std::filesystem::remove_all(group_dirs, cleanup_error);
+}
+
+void TrainingLoop::report_status(const std::string& state, int64_t step, double step_seconds) {
+  RunStatus s;
+  s.state = state;
+  s.pid = ::getpid();
+  s.hostname = this_hostname();
+  s.started_unix = started_unix_;
+  s.updated_unix = unix_now();
+  s.step = step;
+  s.steps = c_.experiment.steps;
+  s.step_seconds = step_seconds;
+  for (const WorkerStatus& w : pool_.status()) {
+    const char* states[] = {"starting", "ready", "failed", "stopped"};
+    s.workers.push_back({w.id.name(), states[static_cast<int>(w.state)], w.pid, w.hostname, w.address, w.restarts,
+                         pool_.log_path(w.id)});
+  }
+  s.last_error = last_error_;
+  s.last_error_log = last_error_log_;
+  publish_workers();
+  try {
+    write_run_status(run_dir_, s);
+  } catch (const std::exception& e) {  // a report, not the run: a full disk shows at the next checkpoint
+    log::warn("cannot update {}: {}", run_status_path(run_dir_), e.what());
+  }
+}
+
+}  // namespace training
+
+std::vector<WorkerId> training_workers(const Config& c) {
+  std::vector<WorkerId> ids;
+  if (training::colocated(c)) {
+    for (int64_t s = 0; s < std::max(c.rollout.workers, c.learner.workers); ++s) {
+      ids.push_back(training::rollout_worker(c, s));
+    }
+    return ids;
+  }
+  for (int64_t r = 0; r < c.rollout.workers; ++r) ids.push_back(training::rollout_worker(c, r));
+  for (int64_t r = 0; r < c.learner.workers; ++r) ids.push_back(training::learner_worker(c, r));
+  return ids;
+}
+
+void run_training(WorkerPool& pool, const Config& config, RunInputs inputs, const std::string& run_dir, bool resume) {
+  training::TrainingLoop(pool, config, std::move(inputs), run_dir).run(resume);
+}
+
+}  // namespace tandem

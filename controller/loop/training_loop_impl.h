@@ -1,0 +1,336 @@
+// Private to controller/loop/*.cpp: the TrainingLoop class behind run_training
+// (controller/loop/training_loop.h) and the small types its two halves share:
+//   training_loop.cpp          the step: generate, score, advantages, train, metrics; the warm-up
+//   training_loop_workers.cpp  the workers: start, commands that survive restarts,
+//                              checkpoints, restore and recovery
+//   training_loop_sync.cpp     weight sync from the learners to the rollout workers
+#pragma once
+
+#include "actor/model_config.h"
+#include "actor/tokenizer.h"
+#include "controller/run/checkpoints.h"
+#include "controller/data/dataset.h"
+#include "rewards/scoring_thread.h"
+#include "controller/run/run_status.h"
+#include "controller/run/metrics_writer.h"
+#include "controller/observe/straggler_watch.h"
+#include "controller/run/progress.h"
+#include "controller/workers/rollout_client.h"
+#include "controller/run/run_inputs.h"
+#include "controller/workers/worker_pool.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "learner/train_batch.h"
+#include "rewards/registry.h"
+#include "weight_sync/transport.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tandem {
+class DashboardServer;
+class PrometheusExporter;
+class TensorBoardWriter;
+}  // namespace tandem
+
+namespace tandem::training {
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+inline bool colocated(const Config& c) { return c.placement == "colocated"; }
+
+inline WorkerId rollout_worker(const Config& c, int64_t rank) {
+  return {colocated(c) ? "colocated" : "rollout", static_cast<uint32_t>(rank)};
+}
+
+inline WorkerId learner_worker(const Config& c, int64_t rank) {
+  return {colocated(c) ? "colocated" : "learner", static_cast<uint32_t>(rank)};
+}
+
+// One sampled response with everything the step computes about it.
+struct Sample {
+  size_t prompt_slot = 0;  // index into the step's prompts
+  int64_t sample_index = 0;  // which of the prompt's samples
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  int64_t version = 0;  // the weights that drew its first token
+  // Per token: the weights that drew it. Newer than `version` from some token on when the
+  // rollout continued on weights synced part-way (algorithm.async.partial_rollouts).
+  std::vector<int64_t> token_versions;
+  std::string finish_reason;  // "stop" (end of sequence) or "length" (cut at max_new_tokens)
+  std::string text;           // the decoded response, end-of-sequence tokens left out
+  double reward = 0;          // the weighted sum over the config's rewards
+  std::vector<RewardResult> reward_results;  // [config.reward entry]: its unweighted score and parts
+};
+
+// training_loop_metrics.cpp: what a step reports about its samples.
+// reward/<name> (each reward's weighted mean), reward/<name>/<part> (each named part's
+// mean), response/length_{mean,max,min}, response/clip_ratio, prompt/length_mean,
+// critic/advantages/{mean,max,min} (over response tokens).
+MetricRow sample_metrics(const Config& c, const std::vector<Sample>& samples, const std::vector<TrainingSample>& batch);
+// The metric key of each config.reward entry: "reward/<name>", with "_<index>" added where
+// two entries share a name or a name is one of the overall keys (mean, std, fallbacks);
+// keys are unique. A "/" or control character in a name or part becomes "_" (a key has
+// at most the two levels reward/<name>/<part>).
+std::vector<std::string> reward_metric_keys(const std::vector<RewardConfig>& rewards);
+std::string metric_name_part(const std::string& name);
+// samples.jsonl rows: `count` samples (all when count >= samples.size()) spread over the
+// prompts; prompt slot i is data.rows[rows[i]] (its text, and its ground truth, the
+// `answer` field, and data_source where the row has them).
+std::vector<std::string> sample_log_rows(const Config& c, int64_t step, const std::vector<Sample>& samples,
+                                         const Dataset& data, const std::vector<size_t>& rows, size_t count);
+
+inline uint64_t mix(uint64_t a, uint64_t b) {
+  uint64_t x = a * 0x9E3779B97F4A7C15ULL ^ (b + 0x632BE59BD9B4E019ULL + (a << 6) + (a >> 2));
+  x ^= x >> 31;
+  return x * 0xBF58476D1CE4E5B9ULL;
+}
+
+// A worker that hosts a learner rank died or failed: the controller restarts the
+// learners from the last checkpoint (or stops when restarts are exhausted).
+class LearnerLost : public Error {
+ public:
+  explicit LearnerLost(const WorkerFailure& failure) : Error(failure.what()), failure_(failure) {}
+  const WorkerFailure& failure() const { return failure_; }
+
+ private:
+  WorkerFailure failure_;
+};
+
+// A command sent to a worker, and how to send it again to a restarted one.
+struct Request {
+  WorkerId worker;
+  uint64_t id = 0;
+  std::function<uint64_t()> send;
+};
+
+class TrainingLoop {
+ public:
+  // Both in training_loop_observe.cpp, where the observers' types are whole.
+  TrainingLoop(WorkerPool& pool, const Config& config, RunInputs inputs, const std::string& run_dir);
+  ~TrainingLoop();
+
+
+  void run(bool resume);
+
+ private:
+  void start_workers();
+  void init_rollout(const WorkerId& worker);
+  void init_learners(const std::vector<WorkerId>& workers);
+  // Rewrites RUN_DIR/status.json (controller/run/run_status.h).
+  void report_status(const std::string& state, int64_t step, double step_seconds);
+  int64_t local_rank_of(const std::vector<WorkerId>& workers, size_t index) const;
+  // Whether every worker registered from one host (same name and address): shm weight sync works.
+  bool workers_on_one_host() const;
+  // Sends every request and waits for the replies (by request index). A rollout worker
+  // that dies or hangs is restarted with the current weights and its requests are sent
+  // again; a worker hosting a learner rank that dies or hangs is a LearnerLost. An error
+  // a worker reports is thrown as it is.
+  // `on_progress` sees the requests' progress messages as they arrive.
+  std::vector<CommandReply> collect(std::vector<Request> requests, const WorkerPool::ProgressHandler& on_progress = {});
+  // collect() for requests sent already (their ids set).
+  std::vector<CommandReply> wait_for(std::vector<Request> requests, const WorkerPool::ProgressHandler& on_progress = {});
+  // A request that sends `command` to `worker` (again, when the worker was restarted).
+  Request request(const WorkerId& worker, const std::string& command, const std::string& body,
+                  const std::vector<std::string>& attachments = {});
+  // The same command to every learner rank (they run it together).
+  std::vector<CommandReply> call_learners(const std::string& command, const std::string& body);
+  bool hosts_learner(const WorkerId& worker) const;
+  void count_restart(const WorkerFailure& failure);
+  // Restarts a dead or hung rollout worker; `load_weights`: with the current weights
+  // (false when a sync in progress will deliver them).
+  void restart_rollout(const WorkerFailure& failure, bool load_weights = true);
+  // After a LearnerLost: restarts every learner-hosting worker and restores the newest
+  // whole checkpoint (or the start). Returns the last step done.
+  int64_t recover_learners(const LearnerLost& lost);
+  // Puts learners, data order and metrics at `checkpoint` (nullopt: the start, including
+  // the warm-up), then syncs weights. Returns the last step done.
+  int64_t restore(const std::optional<CheckpointRef>& checkpoint);
+  void warm_up();
+  void run_step(int64_t step);
+  // The rollout engines' prompt work in a generate(), summed over the workers' replies:
+  // tokens prefilled, and prompt tokens not run thanks to rollout.prefix_sharing.
+  struct PrefillCounts {
+    int64_t computed = 0;
+    int64_t saved = 0;
+  };
+  // A step's prompts and the samples generated for them.
+  struct StepRollout {
+    int64_t step = 0;
+    std::vector<size_t> rows;                   // dataset rows of the prompts
+    std::vector<std::vector<int32_t>> prompts;  // their token ids
+    std::vector<Sample> samples;
+    PrefillCounts prefill;
+    bool prefetched = false;    // generated during the previous step's training (algorithm.async)
+    bool scored_early = false;  // samples went to the scoring thread as they finished
+  };
+  // Step `step`'s rows and prompts (advancing the order); no samples yet.
+  StepRollout next_prompts(int64_t step);
+  // Generates step `step` now, streaming finished samples to the scoring thread when
+  // rollout.score_while_generating.
+  StepRollout rollout_now(int64_t step);
+  // How evaluation samples (eval: n, temperature; no top-p/top-k).
+  struct EvalSampling {
+    int64_t n = 1;
+    double temperature = 0;
+  };
+  // prompts[i]: the token ids of the step's prompt i. group_size samples each, with the
+  // rollout's sampling settings; with `eval`, its n and temperature and seeds of its own.
+  // `on_early`: the rollout workers stream finished samples, handed over here as they come
+  // (before the reply that has them all).
+  std::vector<Sample> generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts,
+                               const std::optional<EvalSampling>& eval = std::nullopt,
+                               const std::function<void(std::vector<Sample>&&)>& on_early = {});
+  // rollout_generate for every rollout worker (their shares of `prompts`); `stream`: with
+  // progress messages carrying finished samples.
+  // `interruptible`: a weight sync may land part-way (algorithm.async.partial_rollouts).
+  std::vector<Request> rollout_requests(int64_t step, const std::vector<std::vector<int32_t>>& prompts,
+                                        const std::optional<EvalSampling>& eval, bool stream,
+                                        bool interruptible = false);
+  // The samples of rollout_generate replies in group order (`expected` of them); sets
+  // last_prefill_. `first_version`: the weights the rollout workers held when asked.
+  std::vector<Sample> samples_from(const std::vector<CommandReply>& replies, size_t expected, int64_t first_version);
+  // training_loop_async.cpp: whether step + 1's rollout runs during step's training.
+  bool prefetches_after(int64_t step) const;
+  // training_loop_async.cpp: the learners' log-probs become the samples' old log-probs
+  // and min(their ratio to the rollout's, is_cap) each token's importance weight, when
+  // some sample is of older weights than the learners'. Returns the async/* metrics.
+  MetricRow correct_for_staleness(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch, int64_t step);
+  // The samples a rollout_generate reply (or progress message) carries; each token's
+  // weights must be first_version or a later one synced since (never past the current).
+  std::vector<Sample> read_samples(const CommandReply& reply, int64_t first_version) const;
+  // Checks each sample's weight versions against the rollout's first and the run's current.
+  std::vector<Sample> to_samples(const CommandReply& reply, std::vector<rollout_client::ReturnedSample> returned,
+                                 int64_t first_version) const;
+  // Scores samples of data.rows[rows[prompt_slot]]: those in `early` (scored during
+  // generation, same tokens) keep those scores, the rest are scored now. Returns how many
+  // scores were fallback scores (reward on_error: fallback).
+  int64_t score(std::vector<Sample>& samples, const std::vector<size_t>& rows, const Dataset& data,
+                std::map<std::pair<size_t, int64_t>, ScoredSample>* early = nullptr);
+  std::string decode_response(const std::vector<int32_t>& tokens) const;
+  // Reward calls killed for running past timeout_s since the last call (a per-step count).
+  int64_t new_reward_timeouts();
+  // Appends every failed sample's full error to RUN_DIR/logs/reward_errors.log (the
+  // console gets one line per reward and step); returns that path.
+  std::string record_reward_errors(const std::string& reward, const std::vector<std::string>& problems);
+  // Starts a batch on the scoring thread: its slots are data.rows[rows[slot]].
+  void begin_scoring(const std::vector<size_t>& rows, const Dataset& data);
+  // Waits for the scoring thread while keeping the control plane alive (heartbeats).
+  std::map<std::pair<size_t, int64_t>, ScoredSample> finish_scoring();
+  // training_loop_eval.cpp: every data.val prompt, eval.n responses each, scored; returns
+  // the val/* metrics and appends the samples to val_samples.jsonl.
+  MetricRow evaluate(int64_t step);
+  std::vector<std::vector<float>> per_token_from_learners(const std::string& command,
+                                                         const std::vector<TrainingSample>& samples);
+  double probe_logprobs(const std::vector<TrainingSample>& batch, int64_t version);
+  void compute_advantages(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch);
+  // One learner_train of step's batch; when prefetches_after(step), the next step's
+  // rollout runs meanwhile and lands in prefetched_.
+  nlohmann::json train(std::vector<TrainingSample>& batch, int64_t step);
+  // Every rollout worker gets the learners' weights as `version`. `rewind`: after a
+  // restore the version may go back (rollout workers may be ahead).
+  void sync_weights(int64_t version, bool rewind = false);
+  // shm, cuda_ipc: the learners publish, then the rollout workers read.
+  // `through_transport`: some rollout worker reads the mailbox (not only the colocated slot 0).
+  void sync_through_mailbox(int64_t version, bool rewind, bool through_transport);
+  // collective, nccl: the learners' publish and the loads of `receivers` (rollout ranks)
+  // run together in one group; a member that dies is restarted and the sync redone.
+  void sync_through_group(int64_t version, bool rewind, const std::vector<int64_t>& receivers, bool local);
+  // One try through group_: sends the publish and every load (their request ids into
+  // `ids`), waits for all of them.
+  void send_group_sync(int64_t version, bool rewind, bool local, std::vector<uint64_t>& ids);
+  // Waits out the commands of a failed try (they fail once the group is abandoned or its
+  // sender gone), so that the next try's commands do not queue behind them in the workers.
+  void drain_attempt(const std::vector<uint64_t>& ids, const std::vector<int64_t>& group_members);
+  // A failure during a group sync to rollout ranks `group_members`: restarts the dead
+  // rollout worker behind it (or throws LearnerLost, or the failure itself when no worker died).
+  void recover_group_member(const WorkerFailure& failure, const std::vector<int64_t>& group_members);
+  WeightSyncOptions transport_options() const;
+  bool mailbox_transport() const;
+  void load_current_weights(const WorkerId& worker);
+  void checkpoint(int64_t step);
+  void export_policy();
+  std::string config_for_workers() const;
+  std::vector<std::vector<std::vector<TrainingSample>>> rank_shares(const std::vector<TrainingSample>& batch) const;
+  std::vector<WorkerId> learner_hosts() const;
+
+  WorkerPool& pool_;
+  Config c_;
+  std::string run_dir_;
+  int64_t reward_timeouts_counted_ = 0;  // new_reward_timeouts(): the total at its last call
+  std::string model_dir_;
+  ModelConfig model_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  Dataset data_;
+  std::vector<std::vector<int32_t>> prompt_ids_;  // [row]: the row's prompt encoded
+  Dataset val_data_;                                  // data.val (no rows: no evaluation)
+  std::vector<std::vector<int32_t>> val_prompt_ids_;
+  int64_t skipped_long_prompts_ = 0;             // rows left out as too long (data.on_long_prompt: skip)
+  std::vector<std::unique_ptr<RewardScorer>> rewards_;
+  // The run's scoring thread (made at the first score): every reward runs on it.
+  std::unique_ptr<ScoringThread> scoring_;
+  std::optional<PromptOrder> order_;  // set once the workers are up
+  std::string shm_name_;  // shm, cuda_ipc: the segment the learners publish to
+  std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<MetricsWriter> samples_log_;  // samples.jsonl
+  std::unique_ptr<MetricsWriter> val_samples_log_;  // val_samples.jsonl
+  std::unique_ptr<ProgressLine> progress_;
+  int64_t weight_version_ = 0;      // what the rollout workers hold
+  bool shm_published_ = false;      // shm_name_ holds weight_version_
+  bool publishing_ = false;         // learners are writing the next version
+  bool synced_ = false;              // a sync has run since the workers started
+  bool trained_since_sync_ = false;  // the learners hold weights newer than weight_version_
+  // collective, nccl: the current broadcast group (rank i + 1 is rollout rank receivers[i]);
+  // dropped when a member restarts or a sync through it fails.
+  struct WeightGroup {
+    std::vector<int64_t> receivers;
+    WeightSyncOptions options;  // rank 0's
+    bool used = false;          // a sync went through: its rendezvous directory is spent
+  };
+  std::optional<WeightGroup> group_;
+  int64_t groups_made_ = 0;
+  int64_t restarts_ = 0;            // worker restarts so far (launcher.max_restarts)
+  double started_unix_ = unix_now();
+  std::string last_error_;          // the newest worker failure, for RUN_DIR/status.json
+  std::string last_error_log_;
+  PrefillCounts last_prefill_;  // of the latest generate()
+  // Asynchronous RL: the next step's rollout, generated during this step's training.
+  std::optional<StepRollout> prefetched_;
+
+  // training_loop_observe.cpp: what watches the run besides metrics.jsonl.
+  // Starts the Prometheus endpoint, the dashboard and the TensorBoard writer the config asks for.
+  void open_observers();
+  // Before metrics.jsonl gets the step's row: each worker's command times of the step
+  // (RUN_DIR/worker_phases.jsonl) and the stragglers among them (perf/stragglers).
+  void observe_workers(int64_t step, MetricRow& row);
+  // After it: TensorBoard and Prometheus get the row.
+  void publish_step(int64_t step, const MetricRow& row);
+  // Prometheus' worker gauges (up, restarts, heartbeats, command times).
+  void publish_workers();
+  bool traced(int64_t step) const { return c_.logging.trace_every > 0 && step % c_.logging.trace_every == 0; }
+  // A traced step: every process's spans so far are dropped; the step's start is noted.
+  void begin_trace();
+  // Collects the spans of every process, measures worker clocks, writes traces/step_<N>.json.
+  void write_trace(int64_t step);
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+  std::unique_ptr<PrometheusExporter> prometheus_;
+  std::unique_ptr<DashboardServer> dashboard_;
+  std::unique_ptr<MetricsWriter> worker_phases_log_;  // worker_phases.jsonl
+  std::unique_ptr<StragglerWatch> stragglers_;
+  WorkerCommandTimes last_command_times_;  // of the newest step
+  int64_t trace_begin_us_ = 0;
+};
+
+inline int64_t host_cores() { return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())); }
+
+}  // namespace tandem::training

@@ -1,0 +1,644 @@
+#include "controller/workers/worker_pool.h"
+
+#include "controller/run/run_status.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "core/net_address.h"
+#include "core/process.h"
+#include "core/signals.h"
+#include "core/stack_dump.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <thread>
+
+namespace tandem {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+const char* signal_word(int signal) { return signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal"; }
+
+// gdb's own limit, on top of hang_stacks_timeout_s: it reads the symbols of the worker's
+// binary and libraries first (measured 0.3-3 s here), longer on a loaded host.
+constexpr double kGdbTimeoutS = 15.0;
+
+uintmax_t file_size_or_zero(const std::string& path) {
+  std::error_code error;
+  uintmax_t size = std::filesystem::file_size(path, error);
+  return error ? 0 : size;
+}
+
+// Whether `text` was appended to the file at `path` after byte `offset`.
+bool appended_since(const std::string& path, uintmax_t offset, const std::string& text) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in || !in.seekg(static_cast<std::streamoff>(offset))) return false;
+  std::string tail((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return tail.find(text) != std::string::npos;
+}
+
+// The controller's lines in a worker's log, in the shape of the worker's own markers.
+void append_to_log(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::app) << text;
+}
+
+// Whether process `pid` (on this host) is stopped (SIGSTOP) or held by a debugger: it
+// cannot write its own stacks then, so there is no use waiting for them.
+bool process_stopped(int pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t name_end = stat.rfind(')');  // the name in parentheses may hold anything
+  if (name_end == std::string::npos || name_end + 2 >= stat.size()) return false;
+  const char state = stat[name_end + 2];
+  return state == 'T' || state == 't';
+}
+
+std::string read_whole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// gdb attached to a worker that could not write its own stacks (stopped, or wedged
+// past its dumper), its output going to a temporary file.
+struct GdbRun {
+  ChildProcess child;
+  std::string output_path;
+};
+
+GdbRun start_gdb(const std::string& gdb, int pid) {
+  char output_path[] = "/tmp/tandem-gdb-XXXXXX";
+  int fd = ::mkstemp(output_path);
+  if (fd < 0) throw Error(fmt::format("cannot make a file for gdb's output: {}", std::strerror(errno)));
+  ::close(fd);
+  SpawnOptions options;
+  options.output_path = output_path;
+  GdbRun run;
+  run.output_path = output_path;
+  run.child = ChildProcess::spawn({gdb, "-batch", "-nx", "-p", std::to_string(pid), "-ex", "thread apply all bt"}, options);
+  return run;
+}
+
+}  // namespace
+
+PoolOptions pool_options_from_config(const LauncherConfig& c, const std::string& log_dir,
+                                     const std::string& socket_dir) {
+  PoolOptions o;
+  o.bind_address = c.transport == "ipc" ? fmt::format("ipc://{}/control.sock", socket_dir) : "tcp://127.0.0.1:*";
+  o.log_dir = log_dir;
+  o.register_timeout_s = c.register_timeout_s;
+  o.heartbeat_interval_s = c.heartbeat_interval_s;
+  o.heartbeat_timeout_s = c.heartbeat_timeout_s;
+  o.command_timeout_s = c.command_timeout_s;
+  o.shutdown_grace_s = c.shutdown_grace_s;
+  o.hang_stacks_timeout_s = c.hang_stacks_timeout_s;
+  o.max_message_bytes = static_cast<size_t>(c.max_message_mb) << 20;
+  return o;
+}
+
+WorkerFailure::WorkerFailure(WorkerId worker, int pid, std::string reason, const std::string& log_path,
+                             bool command_error)
+    : Error(fmt::format("worker {} (role {}, rank {}, pid {}) {}; its log: {}", worker.name(), worker.role,
+                        worker.rank, pid, reason, log_path)),
+      worker_(std::move(worker)),
+      pid_(pid),
+      reason_(std::move(reason)),
+      log_path_(log_path),
+      command_error_(command_error) {}
+
+Interrupted::Interrupted(int signal)
+    : Error(fmt::format("interrupted by {}", signal_word(signal))), signal_(signal) {}
+
+StopRequested::StopRequested(int signal, int64_t step)
+    : Error(fmt::format("stopped after step {} on {}, with a checkpoint", step,
+                        signal == 0 ? "request (tandem stop)" : signal_word(signal))),
+      signal_(signal),
+      step_(step) {}
+
+WorkerPool::WorkerPool(PoolOptions options, std::unique_ptr<Launcher> launcher)
+    : options_(std::move(options)),
+      launcher_(std::move(launcher)),
+      context_(1),
+      authenticator_(options_.keys ? std::make_unique<CurveAuthenticator>(context_, options_.keys->worker_public_keys)
+                                   : nullptr),
+      channel_(context_, Channel::Kind::router,
+               ChannelOptions{options_.max_message_bytes,
+                              options_.keys ? std::optional<CurveKeys>(options_.keys->controller) : std::nullopt}) {
+  address_ = channel_.bind(options_.bind_address);
+  if (!options_.advertised_address.empty()) address_ = options_.advertised_address;
+}
+
+WorkerPool::~WorkerPool() {
+  try {
+    if (!shut_down_) {
+      options_.shutdown_grace_s = std::min(options_.shutdown_grace_s, 1.0);
+      shutdown("controller is exiting");
+    }
+  } catch (const std::exception& e) {
+    log::error("worker shutdown failed: {}", e.what());
+  }
+}
+
+std::string WorkerPool::log_path(const WorkerId& id) const { return fmt::format("{}/{}.log", options_.log_dir, id.name()); }
+
+LaunchRequest WorkerPool::launch_request(const WorkerId& id) const {
+  return LaunchRequest{id, address_, log_path(id), options_.heartbeat_interval_s,
+                       // Workers outlive a slow controller event loop by a wide margin.
+                       std::max(options_.heartbeat_timeout_s, 5.0 * options_.heartbeat_interval_s),
+                       options_.max_message_bytes,
+                       options_.keys ? options_.keys->worker_key_path(id.name()) : std::string()};
+}
+
+void WorkerPool::start(const std::vector<WorkerId>& ids) {
+  for (const WorkerId& id : ids) {
+    TANDEM_CHECK(!find(id), "worker {} listed twice", id.name());
+    Worker w;
+    w.status.id = id;
+    w.status.pid = launcher_->launch(launch_request(id));
+    w.last_seen = Clock::now();
+    workers_.push_back(std::move(w));
+  }
+  log::info("launched {} workers; waiting for them to register at {}", ids.size(), address_);
+  wait_registered(ids);
+}
+
+void WorkerPool::restart(const WorkerId& id) {
+  Worker* w = find(id);
+  TANDEM_CHECK(w != nullptr, "no worker {}", id.name());
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.worker == id) {
+      replies_.erase(it->first);
+      errors_.erase(it->first);
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  const int old_pid = w->status.pid;
+  const int64_t restarts = w->status.restarts + 1;
+  w->status = WorkerStatus{};
+  w->status.id = id;
+  w->status.restarts = restarts;
+  w->peer.clear();
+  w->status.pid = launcher_->launch(launch_request(id));  // ends and reaps the old process first
+  w->last_seen = Clock::now();
+  log::warn("restarted worker {} (pid {} -> {})", id.name(), old_pid, w->status.pid);
+  wait_registered({id});
+}
+
+void WorkerPool::forget(uint64_t id) {
+  pending_.erase(id);
+  replies_.erase(id);
+  errors_.erase(id);
+}
+
+void WorkerPool::wait_registered(const std::vector<WorkerId>& ids) {
+  auto started = Clock::now();
+  while (true) {
+    bool all = true;
+    for (const WorkerId& id : ids) {
+      Worker& w = *find(id);
+      if (w.status.state == WorkerState::failed || w.status.state == WorkerState::stopped) throw failure_of(w);
+      all = all && w.status.state == WorkerState::ready;
+    }
+    if (all) break;
+    if (seconds_since(started) > options_.register_timeout_s) {
+      for (const WorkerId& id : ids) {
+        Worker& w = *find(id);
+        if (w.status.state == WorkerState::starting) {
+          fail(w, fmt::format("did not register within {} s (launcher.register_timeout_s)", options_.register_timeout_s));
+          throw failure_of(w);
+        }
+      }
+    }
+    pump(50);
+  }
+  log::info("{} workers registered in {:.2f} s", ids.size(), seconds_since(started));
+}
+
+uint64_t WorkerPool::send(const WorkerId& id, const std::string& name, const std::string& body,
+                          const std::vector<std::string>& attachments) {
+  Worker* w = find(id);
+  TANDEM_CHECK(w != nullptr, "no worker {}", id.name());
+  if (w->status.state != WorkerState::ready) throw failure_of(*w);
+  uint64_t request_id = next_request_id_++;
+  std::vector<uint64_t> sizes;
+  for (const auto& a : attachments) sizes.push_back(a.size());
+  pending_[request_id] = Pending{id, name, Clock::now()};
+  if (!channel_.send(w->peer, CommandMsg{request_id, name, body, sizes}, attachments)) {
+    // Usually the process has ended: say how (reaping records "died: ..."), not just that it is gone.
+    reap_ended_workers();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    reap_ended_workers();
+    fail(*w, fmt::format("disconnected before command {} could be sent", name));  // no-op once it is failed
+  }
+  return request_id;
+}
+
+std::map<uint64_t, CommandReply> WorkerPool::wait(const std::vector<uint64_t>& request_ids,
+                                                  const ProgressHandler& on_progress) {
+  // Requests still unanswered; replies and errors that arrive are crossed off as they
+  // come, so a wait over many requests costs O(replies), not O(requests) per event.
+  std::set<uint64_t> remaining;
+  for (uint64_t id : request_ids) {
+    TANDEM_CHECK(pending_.count(id), "wait: request {} is unknown (answered already, or its worker was restarted)", id);
+    if (!replies_.count(id)) remaining.insert(id);  // replies that came during an earlier wait count
+  }
+  auto next_timeout_check = Clock::now();
+  while (true) {
+    for (uint64_t id : arrived_) remaining.erase(id);
+    arrived_.clear();
+    if (!progress_.empty()) {
+      std::vector<CommandReply> progress = std::move(progress_);
+      progress_.clear();
+      for (CommandReply& p : progress) {
+        // Progress of requests this wait is not about is dropped: nobody asked for it.
+        if (on_progress && std::count(request_ids.begin(), request_ids.end(), p.reply.request_id)) {
+          on_progress(std::move(p));
+        }
+      }
+    }
+    for (const auto& [id, message] : errors_) {
+      if (!std::count(request_ids.begin(), request_ids.end(), id)) continue;
+      const Pending& p = pending_.at(id);
+      const Worker* w = find(p.worker);
+      throw WorkerFailure(p.worker, w ? w->status.pid : 0,
+                          fmt::format("failed command \"{}\" (request {}): {}", p.name, id, message),
+                          log_path(p.worker), /*command_error=*/true);
+    }
+    if (remaining.empty()) break;
+    if (auto failure = first_failure()) throw *failure;
+    if (Clock::now() >= next_timeout_check) {
+      std::vector<Hang> hangs;  // one per worker: its oldest late request
+      for (uint64_t id : remaining) {
+        const Pending& p = pending_.at(id);
+        const bool listed = std::any_of(hangs.begin(), hangs.end(), [&](const Hang& h) { return h.id == p.worker; });
+        if (!listed && seconds_since(p.sent) > options_.command_timeout_s) {
+          hangs.push_back({p.worker, fmt::format("did not answer command \"{}\" (request {}) within {} s "
+                                                 "(launcher.command_timeout_s)",
+                                                 p.name, id, options_.command_timeout_s)});
+        }
+      }
+      if (!hangs.empty()) fail_hung(hangs);
+      next_timeout_check = Clock::now() + std::chrono::milliseconds(100);
+    }
+    pump(static_cast<int>(std::max(1.0, options_.heartbeat_interval_s * 500)));
+  }
+  std::map<uint64_t, CommandReply> out;
+  for (uint64_t id : request_ids) {
+    out[id] = std::move(replies_.at(id));
+    replies_.erase(id);
+    pending_.erase(id);
+  }
+  return out;
+}
+
+std::vector<CommandReply> WorkerPool::call_all(const std::string& name, const std::string& body) {
+  std::vector<uint64_t> ids;
+  for (const Worker& w : workers_) ids.push_back(send(w.status.id, name, body));
+  auto replies = wait(ids);
+  std::vector<CommandReply> ordered;
+  for (uint64_t id : ids) ordered.push_back(std::move(replies.at(id)));
+  return ordered;
+}
+
+void WorkerPool::poll_events(double seconds) {
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  do {
+    pump(10);
+  } while (Clock::now() < deadline);
+}
+
+void WorkerPool::shutdown(const std::string& reason) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  for (Worker& w : workers_) {
+    if (w.status.state == WorkerState::ready) channel_.send(w.peer, ShutdownMsg{reason});
+  }
+  launcher_->stop_all(options_.shutdown_grace_s);
+  for (Worker& w : workers_) {
+    if (w.status.state != WorkerState::failed) w.status.state = WorkerState::stopped;
+  }
+  log::info("all workers stopped ({})", reason);
+}
+
+std::vector<WorkerStatus> WorkerPool::status() const {
+  std::vector<WorkerStatus> out;
+  for (const Worker& w : workers_) out.push_back(w.status);
+  return out;
+}
+
+std::optional<WorkerFailure> WorkerPool::first_failure() const {
+  for (const Worker& w : workers_) {
+    if (w.status.state == WorkerState::failed) return failure_of(w);
+  }
+  return std::nullopt;
+}
+
+WorkerFailure WorkerPool::failure_of(const Worker& w) const {
+  std::string reason = w.status.state == WorkerState::failed ? w.status.failure
+                       : w.status.state == WorkerState::stopped ? "has been stopped"
+                                                                 : "is not ready";
+  return WorkerFailure(w.status.id, w.status.pid, reason, log_path(w.status.id));
+}
+
+const WorkerStatus& WorkerPool::worker_status(const WorkerId& id) const {
+  for (const Worker& w : workers_)
+    if (w.status.id == id) return w.status;
+  throw Error(fmt::format("no worker {}", id.name()));
+}
+
+WorkerPool::Worker* WorkerPool::find(const WorkerId& id) {
+  for (Worker& w : workers_)
+    if (w.status.id == id) return &w;
+  return nullptr;
+}
+
+WorkerPool::Worker* WorkerPool::find_peer(const std::string& peer) {
+  for (Worker& w : workers_)
+    if (!w.peer.empty() && w.peer == peer) return &w;
+  return nullptr;
+}
+
+void WorkerPool::fail(Worker& w, const std::string& reason) {
+  if (w.status.state == WorkerState::failed) return;
+  w.status.state = WorkerState::failed;
+  w.status.failure = reason;
+  log::error("worker {} (pid {}) {}", w.status.id.name(), w.status.pid, reason);
+  // A hung or misbehaving worker is ended now, so that it leaves nothing running.
+  launcher_->send_signal(w.status.id, SIGKILL);
+}
+
+void WorkerPool::reject(const std::string& peer, const std::string& why) {
+  ++rejected_;
+  log::warn("control channel: rejected a message from peer {}: {}", peer_label(peer), why);
+}
+
+void WorkerPool::handle(Envelope& e) {
+  Worker* sender = find_peer(e.peer);
+  if (auto* r = std::get_if<RegisterMsg>(&e.message)) {
+    Worker* w = find(r->worker);
+    if (sender) return reject(e.peer, fmt::format("{} registered twice", sender->status.id.name()));
+    if (!w) return reject(e.peer, fmt::format("registration from unexpected worker {}", r->worker.name()));
+    if (w->status.state != WorkerState::starting) {
+      return reject(e.peer, fmt::format("registration for {} which is {}", r->worker.name(),
+                                        w->status.state == WorkerState::ready ? "already registered" : "not starting"));
+    }
+    if (r->protocol_version != protocol_version()) {
+      fail(*w, fmt::format("speaks protocol version {}, the controller {}", r->protocol_version, protocol_version()));
+      return;
+    }
+    if (options_.keys && e.user_id != r->worker.name()) {
+      return reject(e.peer, fmt::format("registration for {} from a peer keyed as {}", r->worker.name(),
+                                        e.user_id.empty() ? "nobody" : e.user_id));
+    }
+    if (w->status.pid != 0 && static_cast<int>(r->pid) != w->status.pid) {
+      return reject(e.peer, fmt::format("registration for {} from pid {}, but the launcher started pid {}",
+                                        r->worker.name(), r->pid, w->status.pid));
+    }
+    w->peer = e.peer;
+    w->status.pid = static_cast<int>(r->pid);
+    w->status.state = WorkerState::ready;
+    w->status.hostname = r->hostname;
+    w->status.address = r->address.empty() ? "127.0.0.1" : r->address;
+    w->last_seen = Clock::now();
+    w->status.last_heartbeat_unix = unix_now();
+    log::info("{} registered (pid {} on {}, {})", r->worker.name(), r->pid, r->hostname, w->status.address);
+    return;
+  }
+  if (!sender) return reject(e.peer, fmt::format("{} message from an unknown sender", message_kind(e.message)));
+  sender->last_seen = Clock::now();
+  sender->status.last_heartbeat_unix = unix_now();
+  if (std::holds_alternative<HeartbeatMsg>(e.message)) return;
+  if (auto* dumped = std::get_if<StacksDumpedMsg>(&e.message)) {
+    sender->stacks_dumped = std::max(sender->stacks_dumped, dumped->dump_id);
+    log::info("{} wrote stack dump {} into its log ({})", sender->status.id.name(), dumped->dump_id, dumped->summary);
+    return;
+  }
+  if (auto* reply = std::get_if<ReplyMsg>(&e.message)) {
+    auto p = pending_.find(reply->request_id);
+    if (p == pending_.end() || !(p->second.worker == sender->status.id)) {
+      return reject(e.peer, fmt::format("reply to unknown request {} from {}", reply->request_id,
+                                        sender->status.id.name()));
+    }
+    uint64_t id = reply->request_id;
+    const double seconds = seconds_since(p->second.sent);
+    command_times_[sender->status.id.name()][p->second.name] += seconds;
+    replies_[id] = CommandReply{std::move(*reply), std::move(e.attachments), seconds};
+    arrived_.push_back(id);
+    return;
+  }
+  if (auto* progress = std::get_if<ProgressMsg>(&e.message)) {
+    auto p = pending_.find(progress->request_id);
+    if (p == pending_.end() || !(p->second.worker == sender->status.id)) return;  // a request since forgotten
+    progress_.push_back(CommandReply{
+        ReplyMsg{progress->request_id, progress->worker, std::move(progress->body), std::move(progress->attachments)},
+        std::move(e.attachments), seconds_since(p->second.sent)});
+    return;
+  }
+  if (auto* error = std::get_if<ErrorReplyMsg>(&e.message)) {
+    if (pending_.count(error->request_id) && pending_.at(error->request_id).worker == sender->status.id) {
+      errors_[error->request_id] = error->message;
+    } else {
+      fail(*sender, fmt::format("reported an error: {}", error->message));
+    }
+    return;
+  }
+  reject(e.peer, fmt::format("workers may not send {} messages", message_kind(e.message)));
+}
+
+void WorkerPool::reap_ended_workers() {
+  for (auto& [id, exit] : launcher_->reap()) {
+    Worker* w = find(id);
+    if (!w || shut_down_) continue;
+    if (w->status.state == WorkerState::failed) continue;  // already explained (hung, killed by us)
+    fail(*w, w->status.state == WorkerState::starting ? "died before registering: " + exit.describe()
+                                                      : "died: " + exit.describe());
+  }
+}
+
+void WorkerPool::receive_messages(int timeout_ms) {
+  if (auto first = channel_.receive(timeout_ms)) {
+    handle(*first);
+    while (auto next = channel_.receive(0)) handle(*next);
+  }
+  channel_.poll_handshake_failures();  // logs each refused connection as it happens
+}
+
+void WorkerPool::send_heartbeats_if_due() {
+  auto now = Clock::now();
+  if (now < next_heartbeat_) return;
+  ++heartbeat_sequence_;
+  for (Worker& w : workers_) {
+    if (w.status.state == WorkerState::ready) {
+      channel_.send(w.peer, HeartbeatMsg{WorkerId{"controller", 0}, heartbeat_sequence_});
+    }
+  }
+  next_heartbeat_ = now + std::chrono::duration_cast<Clock::duration>(
+                              std::chrono::duration<double>(options_.heartbeat_interval_s));
+}
+
+void WorkerPool::pump(int timeout_ms) {
+  if (int signal = pending_interrupt()) throw Interrupted(signal);
+  int wait_ms = std::min(timeout_ms, std::max(1, static_cast<int>(options_.heartbeat_interval_s * 1000 / 2)));
+  receive_messages(wait_ms);
+  send_heartbeats_if_due();
+  // Child exits and heartbeat ages change slowly: look every 10 ms, not every event.
+  auto now = Clock::now();
+  if (now < next_health_check_) return;
+  next_health_check_ = now + std::chrono::milliseconds(10);
+  if (health_observer_ && now >= next_observation_) {
+    next_observation_ = now + std::chrono::seconds(1);
+    health_observer_();
+  }
+  reap_ended_workers();
+  std::vector<Hang> hangs;
+  for (Worker& w : workers_) {
+    if (w.status.state != WorkerState::ready) continue;
+    double silent = seconds_since(w.last_seen);
+    if (silent > options_.heartbeat_timeout_s) {
+      hangs.push_back({w.status.id, fmt::format("is hung: no heartbeat for {:.1f} s (launcher.heartbeat_timeout_s {}){}",
+                                                silent, options_.heartbeat_timeout_s, unanswered_command(w.status.id))});
+    }
+  }
+  if (!hangs.empty()) fail_hung(hangs);
+}
+
+std::string WorkerPool::unanswered_command(const WorkerId& id) const {
+  for (const auto& [request_id, p] : pending_) {  // by id: the oldest first
+    if (!(p.worker == id) || replies_.count(request_id) || errors_.count(request_id)) continue;
+    return fmt::format(", with command \"{}\" (request {}) unanswered for {:.1f} s", p.name, request_id,
+                       seconds_since(p.sent));
+  }
+  return "";
+}
+
+void WorkerPool::fail_hung(const std::vector<Hang>& hangs) {
+  const double timeout_s = options_.hang_stacks_timeout_s;
+  if (timeout_s <= 0) {
+    for (const Hang& h : hangs) fail(*find(h.id), h.reason);
+    return;
+  }
+  // Ask every hung worker at once: by message, and by SIGUSR2 (with the same dump id)
+  // where its pid is on this host, which reaches it when its I/O thread is the stuck one.
+  struct Collection {
+    Worker* worker;
+    std::string reason;
+    uint64_t dump_id;
+    std::string log;
+    uintmax_t log_offset;
+    bool local;
+    bool stopped = false;
+    std::string stacks;  // where its stacks are, or why there are none; empty: not yet known
+    std::optional<GdbRun> gdb;
+  };
+  const auto started = Clock::now();
+  std::vector<Collection> collections;
+  for (const Hang& h : hangs) {
+    Worker* w = find(h.id);
+    if (!w || w->status.state != WorkerState::ready) continue;
+    Collection c{w, h.reason, ++stack_dump_sequence_, log_path(h.id), 0, false, false, "", std::nullopt};
+    c.log_offset = file_size_or_zero(c.log);
+    c.local = w->status.pid > 0 && w->status.hostname == this_hostname();
+    log::error("worker {} (pid {}) {}; collecting the stacks of its threads into {} (up to {} s)", h.id.name(),
+               w->status.pid, h.reason, c.log, timeout_s);
+    append_to_log(c.log, fmt::format("==== tandem controller: {} {}; asking for the stacks of its threads (dump {}) ====\n",
+                                     h.id.name(), h.reason, c.dump_id));
+    channel_.send(w->peer, DumpStacksMsg{c.dump_id, h.reason});
+    if (c.local) {
+      sigval value{};
+      value.sival_int = static_cast<int>(c.dump_id);
+      ::sigqueue(w->status.pid, stack_dump_trigger_signal(), value);
+    }
+    collections.push_back(std::move(c));
+  }
+  // Wait for the dumps' end lines in the logs (or their StacksDumped messages, for logs
+  // this host cannot read), keeping the other workers' heartbeats going.
+  const auto deadline = started + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  while (true) {
+    bool all_written = true;
+    for (Collection& c : collections) {
+      if (!c.stacks.empty()) continue;
+      if (c.worker->stacks_dumped >= c.dump_id ||
+          appended_since(c.log, c.log_offset, stack_dump_end_line_start(c.worker->status.id.name(), c.dump_id))) {
+        c.stacks = fmt::format("the stacks of its threads are in its log (written by the worker in {:.1f} s)",
+                               seconds_since(started));
+      } else if (!c.stopped) {
+        c.stopped = c.local && process_stopped(c.worker->status.pid);
+        all_written = all_written && c.stopped;
+      }
+    }
+    if (all_written || Clock::now() >= deadline || pending_interrupt()) break;
+    receive_messages(20);
+    send_heartbeats_if_due();
+  }
+  // Those that wrote nothing: gdb where it can attach (same host, installed).
+  const std::string gdb = find_on_path("gdb");
+  auto why_not_its_own = [&](const Collection& c) {
+    return c.stopped ? std::string("it is stopped (SIGSTOP, or held by a debugger)")
+                     : fmt::format("it wrote none within {} s", timeout_s);
+  };
+  for (Collection& c : collections) {
+    if (!c.stacks.empty()) continue;
+    const std::string none = "no stacks of its threads: " + why_not_its_own(c);
+    if (!c.local) {
+      c.stacks = fmt::format("{}, and gdb cannot reach its host {}", none, c.worker->status.hostname);
+    } else if (gdb.empty()) {
+      c.stacks = none + ", and gdb (the fallback) is not installed";
+    } else if (pending_interrupt()) {
+      c.stacks = none + " (interrupted)";
+    } else {
+      try {
+        c.gdb = start_gdb(gdb, c.worker->status.pid);
+        log::warn("{}: no stacks of its own ({}): running gdb on pid {}", c.worker->status.id.name(),
+                  why_not_its_own(c), c.worker->status.pid);
+      } catch (const std::exception& e) {
+        c.stacks = fmt::format("{}, and gdb could not start: {}", none, e.what());
+      }
+    }
+  }
+  const auto gdb_deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kGdbTimeoutS));
+  while (Clock::now() < gdb_deadline && !pending_interrupt()) {
+    bool running = false;
+    for (Collection& c : collections) running = running || (c.gdb && !c.gdb->child.poll());
+    if (!running) break;
+    receive_messages(20);
+    send_heartbeats_if_due();
+  }
+  for (Collection& c : collections) {
+    if (!c.gdb) continue;
+    const std::string name = c.worker->status.id.name();
+    std::optional<ExitStatus> status = c.gdb->child.poll();
+    if (!status) c.gdb->child.kill_and_reap();
+    const std::string output = read_whole(c.gdb->output_path);
+    ::unlink(c.gdb->output_path.c_str());
+    const bool has_stacks = status && output.find("\nThread ") != std::string::npos;
+    append_to_log(c.log, fmt::format("==== tandem controller: gdb stacks of {} (pid {}) begin ====\n{}"
+                                     "==== tandem controller: gdb stacks of {} end ====\n",
+                                     name, c.worker->status.pid, output, name));
+    c.stacks = has_stacks ? fmt::format("the stacks of its threads are in its log (by gdb: {})", why_not_its_own(c))
+               : status   ? fmt::format("no stacks of its threads: {}, and gdb failed ({}; its output is in the log)",
+                                        why_not_its_own(c), status->describe())
+                          : fmt::format("no stacks of its threads: {}, and gdb did not finish within {} s",
+                                        why_not_its_own(c), kGdbTimeoutS);
+  }
+  for (Collection& c : collections) {
+    append_to_log(c.log, fmt::format("==== tandem controller: {}: {}; killing it ====\n", c.worker->status.id.name(),
+                                     c.stacks));
+    fail(*c.worker, c.reason + "; " + c.stacks);
+  }
+}
+
+}  // namespace tandem

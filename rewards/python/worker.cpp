@@ -1,0 +1,333 @@
+#include "rewards/python/worker.h"
+
+#include "python/embedded_python.h"
+
+#include <nlohmann/json.hpp>
+#include <pybind11/embed.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+namespace py = pybind11;
+
+namespace tandem::python {
+
+namespace {
+
+// The protocol's own copy of stdout; fd 1 itself is pointed at stderr so print() in the
+// user's code cannot corrupt a reply.
+FILE* claim_stdout() {
+  // Close-on-exec: a process the user's code starts must not hold the pipe open.
+  const int reply_fd = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+  ::dup2(STDERR_FILENO, STDOUT_FILENO);
+  return ::fdopen(reply_fd, "w");
+}
+
+// Points stdout (the user's print()) and stderr at `path`, appending.
+void redirect_output(const std::string& path) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    std::fprintf(stderr, "reward-worker: cannot open %s: %s\n", path.c_str(), std::strerror(errno));
+    return;
+  }
+  ::dup2(fd, STDOUT_FILENO);
+  ::dup2(fd, STDERR_FILENO);
+  ::close(fd);
+}
+
+void send(FILE* out, const nlohmann::json& message) {
+  const std::string line = message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  std::fwrite(line.data(), 1, line.size(), out);
+  std::fflush(out);
+}
+
+// The JSON value as the Python object json.loads would make, built directly.
+py::object from_json(const nlohmann::json& value) {
+  switch (value.type()) {
+    case nlohmann::json::value_t::null:
+      return py::none();
+    case nlohmann::json::value_t::string:
+      return py::str(value.get_ref<const std::string&>());
+    case nlohmann::json::value_t::boolean:
+      return py::bool_(value.get<bool>());
+    case nlohmann::json::value_t::number_integer:
+      return py::int_(value.get<int64_t>());
+    case nlohmann::json::value_t::number_unsigned:
+      return py::int_(value.get<uint64_t>());
+    case nlohmann::json::value_t::number_float:
+      return py::float_(value.get<double>());
+    case nlohmann::json::value_t::array: {
+      py::list list;
+      for (const nlohmann::json& item : value) list.append(from_json(item));
+      return std::move(list);
+    }
+    case nlohmann::json::value_t::object: {
+      py::dict dict;
+      for (const auto& [key, item] : value.items()) dict[py::str(key)] = from_json(item);
+      return std::move(dict);
+    }
+    default:
+      return py::none();
+  }
+}
+
+std::string type_name(const py::handle& value) { return py::str(py::type::of(value).attr("__name__")); }
+
+// A number in Python's sense (bool, int, float, numpy scalars), not a string.
+bool is_number(const py::handle& value) {
+  return !py::isinstance<py::str>(value) && !py::isinstance<py::bytes>(value) && PyNumber_Check(value.ptr()) &&
+         py::hasattr(value, "__float__");
+}
+
+// One call's result as a protocol line.
+nlohmann::json to_result(const py::handle& value, const std::string& function) {
+  if (is_number(value)) return {{"score", value.cast<py::float_>().cast<double>()}, {"parts", nlohmann::json::object()}};
+  if (py::isinstance<py::dict>(value)) {
+    py::dict dict = py::reinterpret_borrow<py::dict>(value);
+    if (!dict.contains("score")) {
+      return {{"error", fmt::format("{} returned a dict without a \"score\" entry (keys: {})", function,
+                                    py::str(py::list(dict.attr("keys")())).cast<std::string>())}};
+    }
+    py::handle score = dict["score"];
+    if (!is_number(score)) {
+      return {{"error", fmt::format("{} returned \"score\": {} (a {}); expected a number", function,
+                                    py::repr(score).cast<std::string>(), type_name(score))}};
+    }
+    nlohmann::json parts = nlohmann::json::object();
+    for (const auto& [key, part] : dict) {
+      const std::string name = py::str(key);
+      if (name != "score" && is_number(part)) parts[name] = part.cast<py::float_>().cast<double>();
+    }
+    return {{"score", score.cast<py::float_>().cast<double>()}, {"parts", parts}};
+  }
+  return {{"error", fmt::format("{} returned {} (a {}); expected a number or a dict with \"score\"", function,
+                                py::repr(value).cast<std::string>().substr(0, 200), type_name(value))}};
+}
+
+// The names verl passes, one call or a batch of calls.
+using ArgumentNames = std::array<const char*, 4>;
+const ArgumentNames kCallNames = {"data_source", "solution_str", "ground_truth", "extra_info"};
+const ArgumentNames kBatchNames = {"data_sources", "solution_strs", "ground_truths", "extra_infos"};
+
+// The keyword arguments of one call: verl's four names, then reward_kwargs.
+py::dict call_arguments(const nlohmann::json& call, const py::dict& reward_kwargs) {
+  py::dict arguments;
+  arguments["data_source"] = py::str(call.at("data_source").get<std::string>());
+  arguments["solution_str"] = py::str(call.at("solution_str").get<std::string>());
+  arguments["ground_truth"] = from_json(call.at("ground_truth"));
+  arguments["extra_info"] = from_json(call.at("extra_info"));
+  for (const auto& [name, value] : reward_kwargs) arguments[name] = value;
+  return arguments;
+}
+
+void answer_one_by_one(FILE* out, const py::object& fn, const nlohmann::json& calls, const std::string& function,
+                       const py::dict& reward_kwargs) {
+  for (const nlohmann::json& call : calls) {
+    nlohmann::json result;
+    try {
+      py::object value = fn(**call_arguments(call, reward_kwargs));
+      result = to_result(value, function);
+    } catch (const py::error_already_set& e) {
+      result = {{"error", describe(e)}};
+    }
+    send(out, result);
+  }
+}
+
+void answer_batched(FILE* out, const py::object& fn, const nlohmann::json& calls, const std::string& function,
+                    const py::dict& reward_kwargs) {
+  py::list data_sources, solution_strs, ground_truths, extra_infos;
+  for (const nlohmann::json& call : calls) {
+    data_sources.append(call.at("data_source").get<std::string>());
+    solution_strs.append(call.at("solution_str").get<std::string>());
+    ground_truths.append(from_json(call.at("ground_truth")));
+    extra_infos.append(from_json(call.at("extra_info")));
+  }
+  std::vector<nlohmann::json> results;
+  try {
+    py::dict arguments;
+    arguments["data_sources"] = data_sources;
+    arguments["solution_strs"] = solution_strs;
+    arguments["ground_truths"] = ground_truths;
+    arguments["extra_infos"] = extra_infos;
+    for (const auto& [name, value] : reward_kwargs) arguments[name] = value;
+    py::object values = fn(**arguments);
+    if (!py::isinstance<py::sequence>(values) || py::isinstance<py::str>(values) ||
+        py::len(values) != calls.size()) {
+      const std::string what = py::isinstance<py::sequence>(values)
+                                   ? fmt::format("{} values", py::len(values))
+                                   : fmt::format("a {}", type_name(values));
+      const std::string error = fmt::format("{} (batched) returned {} for {} calls; expected a list with one score "
+                                            "per call",
+                                            function, what, calls.size());
+      results.assign(calls.size(), {{"error", error}});
+    } else {
+      for (const py::handle value : values) results.push_back(to_result(value, function));
+    }
+  } catch (const py::error_already_set& e) {
+    results.assign(calls.size(), {{"error", describe(e)}});
+  }
+  for (const nlohmann::json& result : results) send(out, result);
+}
+
+// Empty when `fn` can be called as verl calls it (or has no signature to check, as some
+// C functions); else what is wrong, naming the parameter.
+std::string check_signature(const py::object& fn, const RewardWorkerOptions& options, const py::dict& reward_kwargs) {
+  // First, whatever the function: a reward_kwargs entry would replace one of verl's arguments.
+  for (const ArgumentNames& names : {kCallNames, kBatchNames}) {
+    for (const char* name : names) {
+      if (reward_kwargs.contains(name)) return fmt::format("reward_kwargs names {}, which tandem passes itself", name);
+    }
+  }
+  py::object signature;
+  try {
+    signature = py::module_::import("inspect").attr("signature")(fn);
+  } catch (const py::error_already_set&) {
+    return "";  // a builtin without introspection: the first call will tell
+  }
+  const auto& names = options.batched ? kBatchNames : kCallNames;
+  py::dict arguments;
+  std::string call;
+  for (const char* name : names) {
+    arguments[name] = py::none();
+    call += fmt::format("{}{}=...", call.empty() ? "" : ", ", name);
+  }
+  for (const auto& [name, value] : reward_kwargs) {
+    arguments[name] = value;
+    call += fmt::format(", {}={}", py::str(name).cast<std::string>(), py::repr(value).cast<std::string>());
+  }
+  try {
+    signature.attr("bind")(**arguments);
+  } catch (const py::error_already_set& e) {
+    if (!e.matches(PyExc_TypeError)) throw;
+    return fmt::format("{}{} cannot be called as tandem (like verl) calls it, by keyword: {}({}): {}",
+                       options.function, py::str(signature).cast<std::string>(), options.function, call,
+                       py::str(e.value()).cast<std::string>());
+  }
+  return "";
+}
+
+// A ModuleNotFoundError's explanation: which Python this is, where it looks, how to add more.
+std::string explain_missing_module() {
+  py::module_ sys = py::module_::import("sys");
+  std::string path;
+  for (const py::handle entry : sys.attr("path")) path += "\n    " + entry.cast<std::string>();
+  return fmt::format(
+      "\ntandem runs rewards in its embedded Python {} (prefix {}), which imports from:{}\n"
+      "To use packages from a virtualenv or another install, add its site-packages directory to the config's "
+      "`python: {{path: [DIR]}}` (or to PYTHONPATH), or install the package with apt (python3-NAME).",
+      py::module_::import("platform").attr("python_version")().cast<std::string>(),
+      sys.attr("prefix").cast<std::string>(), path);
+}
+
+}  // namespace
+
+int run_reward_worker(const RewardWorkerOptions& options) {
+  const std::string& file = options.file;
+  const std::string& function = options.function;
+  FILE* out = claim_stdout();
+  if (!out) return 1;
+  try {
+    ensure_started();
+  } catch (const std::exception& e) {
+    send(out, {{"error", e.what()}});
+    return 1;
+  }
+  py::gil_scoped_acquire gil;
+  py::object fn;
+  py::dict reward_kwargs;
+  const nlohmann::json kwargs = nlohmann::json::parse(options.kwargs_json, nullptr, false);
+  if (!kwargs.is_object()) {
+    send(out, {{"error", fmt::format("--kwargs must be a JSON object, got {}", options.kwargs_json.substr(0, 200))}});
+    return 1;
+  }
+  try {
+    reward_kwargs = py::reinterpret_borrow<py::dict>(from_json(kwargs));
+    py::object sys_path = py::module_::import("sys").attr("path");
+    // The file's directory first (sibling modules), then python.path in its order.
+    for (auto it = options.search_path.rbegin(); it != options.search_path.rend(); ++it) {
+      sys_path.attr("insert")(0, *it);
+    }
+    sys_path.attr("insert")(0, std::filesystem::path(file).parent_path().string());
+    py::module_ util = py::module_::import("importlib.util");
+    const std::string module_name = "tandem_reward_" + std::filesystem::path(file).stem().string();
+    py::object spec = util.attr("spec_from_file_location")(module_name, file);
+    if (spec.is_none()) {
+      send(out, {{"error", fmt::format("{} cannot be imported as a Python module (expected a .py file)", file)}});
+      return 1;
+    }
+    py::object module = util.attr("module_from_spec")(spec);
+    py::module_::import("sys").attr("modules")[py::str(module_name)] = module;
+    spec.attr("loader").attr("exec_module")(module);
+    if (!py::hasattr(module, function.c_str())) {
+      std::vector<std::string> callables;
+      for (const py::handle name : py::list(module.attr("__dict__").attr("keys")())) {
+        const std::string n = py::str(name);
+        if (n.rfind("_", 0) != 0 && PyCallable_Check(module.attr(name).ptr())) callables.push_back(n);
+      }
+      send(out, {{"error", fmt::format("{} has no function {} (its functions: {})", file, function,
+                                       callables.empty() ? std::string("none") : fmt::format("{}", fmt::join(callables, ", ")))}});
+      return 1;
+    }
+    fn = module.attr(function.c_str());
+    if (!PyCallable_Check(fn.ptr())) {
+      send(out, {{"error", fmt::format("{}: {} is a {}, not a function", file, function, type_name(fn))}});
+      return 1;
+    }
+  } catch (const py::error_already_set& e) {
+    const std::string more = e.matches(PyExc_ModuleNotFoundError) ? explain_missing_module() : std::string();
+    send(out, {{"error", fmt::format("importing {} failed:\n{}{}", file, describe(e), more)}});
+    return 1;
+  }
+  try {
+    if (const std::string problem = check_signature(fn, options, reward_kwargs); !problem.empty()) {
+      send(out, {{"error", fmt::format("{}: {}", file, problem)}});
+      return 1;
+    }
+  } catch (const py::error_already_set& e) {
+    send(out, {{"error", fmt::format("{}: checking {}'s signature failed:\n{}", file, function, describe(e))}});
+    return 1;
+  }
+  send(out, {{"ready", true}});
+
+  std::string line;
+  while (true) {
+    bool more = false;
+    {
+      // The user's Python threads may run while this one waits for a request.
+      py::gil_scoped_release idle;
+      more = static_cast<bool>(std::getline(std::cin, line));
+    }
+    if (!more) break;
+    nlohmann::json request;
+    try {
+      request = nlohmann::json::parse(line);
+      if (request.contains("log")) {
+        redirect_output(request["log"].get<std::string>());
+        continue;
+      }
+      const nlohmann::json& calls = request.at("calls");
+      if (options.batched) {
+        answer_batched(out, fn, calls, function, reward_kwargs);
+      } else {
+        answer_one_by_one(out, fn, calls, function, reward_kwargs);
+      }
+    } catch (const nlohmann::json::exception& e) {
+      std::fprintf(stderr, "reward-worker: bad request line: %s\n", e.what());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace tandem::python
