@@ -5,7 +5,9 @@
 #include "controller/workers/worker_pool.h"
 
 #include "core/log.h"
+#include "core/net_address.h"
 #include "core/process.h"
+#include "core/signals.h"
 #include "core/stack_dump.h"
 
 #include <signal.h>
