@@ -1,9 +1,11 @@
 // Private to controller/loop/*.cpp: the TrainingLoop class behind run_training
-// (controller/loop/training_loop.h) and the small types its two halves share:
-//   training_loop.cpp          the step: generate, score, advantages, train, metrics; the warm-up
-//   training_loop_workers.cpp  the workers: start, commands that survive restarts,
-//                              checkpoints, restore and recovery
-//   training_loop_sync.cpp     weight sync from the learners to the rollout workers
+// (controller/loop/training_loop.h) and the small types its files share:
+//   training_loop.cpp  the step: advantages, train, metrics; run and status
+//   rollout.cpp        rollout_generate out, samples back (checked, in group order)
+//   warm_up.cpp        the supervised warm-up (sft:)
+//   workers.cpp        the workers: start, commands that survive restarts,
+//                      checkpoints, restore and recovery
+//   sync_weights.cpp   weight sync from the learners to the rollout workers
 #pragma once
 
 #include "actor/model_config.h"
@@ -73,7 +75,7 @@ struct Sample {
   std::vector<RewardResult> reward_results;  // [config.reward entry]: its unweighted score and parts
 };
 
-// training_loop_metrics.cpp: what a step reports about its samples.
+// step_metrics.cpp: what a step reports about its samples.
 // reward/<name> (each reward's weighted mean), reward/<name>/<part> (each named part's
 // mean), response/length_{mean,max,min}, response/clip_ratio, prompt/length_mean,
 // critic/advantages/{mean,max,min} (over response tokens).
@@ -116,7 +118,7 @@ struct Request {
 
 class TrainingLoop {
  public:
-  // Both in training_loop_observe.cpp, where the observers' types are whole.
+  // Both in observers.cpp, where the observers' types are whole.
   TrainingLoop(WorkerPool& pool, const Config& config, RunInputs inputs, const std::string& run_dir);
   ~TrainingLoop();
 
@@ -200,9 +202,9 @@ class TrainingLoop {
   // The samples of rollout_generate replies in group order (`expected` of them); sets
   // last_prefill_. `first_version`: the weights the rollout workers held when asked.
   std::vector<Sample> samples_from(const std::vector<CommandReply>& replies, size_t expected, int64_t first_version);
-  // training_loop_async.cpp: whether step + 1's rollout runs during step's training.
+  // async_rl.cpp: whether step + 1's rollout runs during step's training.
   bool prefetches_after(int64_t step) const;
-  // training_loop_async.cpp: the learners' log-probs become the samples' old log-probs
+  // async_rl.cpp: the learners' log-probs become the samples' old log-probs
   // and min(their ratio to the rollout's, is_cap) each token's importance weight, when
   // some sample is of older weights than the learners'. Returns the async/* metrics.
   MetricRow correct_for_staleness(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch, int64_t step);
@@ -227,7 +229,7 @@ class TrainingLoop {
   void begin_scoring(const std::vector<size_t>& rows, const Dataset& data);
   // Waits for the scoring thread while keeping the control plane alive (heartbeats).
   std::map<std::pair<size_t, int64_t>, ScoredSample> finish_scoring();
-  // training_loop_eval.cpp: every data.val prompt, eval.n responses each, scored; returns
+  // evaluation.cpp: every data.val prompt, eval.n responses each, scored; returns
   // the val/* metrics and appends the samples to val_samples.jsonl.
   MetricRow evaluate(int64_t step);
   std::vector<std::vector<float>> per_token_from_learners(const std::string& command,
@@ -307,7 +309,7 @@ class TrainingLoop {
   // Asynchronous RL: the next step's rollout, generated during this step's training.
   std::optional<StepRollout> prefetched_;
 
-  // training_loop_observe.cpp: what watches the run besides metrics.jsonl.
+  // observers.cpp: what watches the run besides metrics.jsonl.
   // Starts the Prometheus endpoint, the dashboard and the TensorBoard writer the config asks for.
   void open_observers();
   // Before metrics.jsonl gets the step's row: each worker's command times of the step
