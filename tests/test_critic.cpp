@@ -57,7 +57,7 @@ int64_t longest_sample(const std::vector<TrainingSample>& samples) {
 
 // How far two float32 forwards of the checkpoint in `dir` may give values apart: a value is
 // v·h + b, h the final RMS norm's output, so forward_tolerance.h's model of a logit holds
-// with the value head's row v for the output head's.
+// with the value head's row v for the output head's (derived, so Intel and AMD alike).
 double value_agreement(const ModelConfig& config, const std::string& dir, int64_t max_tokens) {
   const ModelWeights weights = load_model_weights(dir, config);
   std::vector<float> head = checkpoint_value_head(dir);

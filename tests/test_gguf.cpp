@@ -95,7 +95,7 @@ TEST_CASE("GGUF tensors: F32 exact, F16 and BF16 rounded to nearest, Q8_0 within
     for (size_t j = 0; j < 32; ++j) {
       const size_t i = 32 * b + j;
       // A multiple of the stored scale: the float32 product q·d rounds once (u·|q|,
-      // u = 2^-24), the float64 division back adds nothing at this size.
+      // u = 2^-24), the float64 division back adds nothing at this size: any CPU.
       const double q = q8[i] / d;
       CHECK(std::abs(q - std::round(q)) <= 2 * 0x1p-24 * std::abs(q));
       CHECK(std::abs(std::round(q)) <= 127);

@@ -93,7 +93,7 @@ constexpr double kUnitRoundoff = 0x1p-24;  // float32
 //    V-term sum (V·u), the exps and the log (a few u), the subtraction (u·(|z_t| + |lse|),
 //    both under S_i + log V);
 //  - each p_v then moves by at most p_v·δlp, so the entropy -Σ p log p moves by at most
-//    δlp·(1 + H) plus its own V-term sum's V·u·H;
+//    δlp·(1 + H) plus its own V-term sum's V·u·H (from the arithmetic: Intel and AMD alike);
 //  - with bf16 compute (learner.precision bf16) the logits are also rounded to bf16: each
 //    by `logit_roundoff` (2^-8, one ulp) of its own size, at most of max_v |z_v|.
 struct RowBound {

@@ -242,7 +242,7 @@ TEST_CASE("ppo_clip and gspo: loss, ratio, clip flags and gradients match the re
             continue;
           }
           // Dual clip: a negative advantage costs at most dual_c * |A|, up to the float32
-          // rounding of the product (u) and of dual_c itself (u): 2·u relative (u = 2^-24).
+          // rounding of the product (u) and of dual_c itself (u): 2·u relative (u = 2^-24), any CPU.
           if (params.dual_c > 0 && x.advantages[b][t] < 0)
             CHECK(loss[b][t] <= params.dual_c * -x.advantages[b][t] * (1 + 2 * 0x1p-24));
           if (want.near_bound[b][t]) continue;  // float32 and float64 may decide differently

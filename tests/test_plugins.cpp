@@ -95,7 +95,7 @@ TEST_CASE("vanilla_pg through the actor objective: loss and gradient against flo
   scale.tokens = tokens;
   ObjectiveResult result = actor_objective(in, params, scale);
   // A float32 sum of B·T products that may cancel, then a division: within
-  // (B·T + 2)·u·Σ|terms| / tokens of the float64 mean (u = 2^-24).
+  // (B·T + 2)·u·Σ|terms| / tokens of the float64 mean (u = 2^-24), on any CPU.
   double abs_sum = 0;
   for (int64_t k = 0; k < B * T; ++k) abs_sum += std::abs(mask[k] * adv[k] * lp[k]);
   CHECK(std::abs(result.metrics.pg_loss - loss_sum / tokens) <= (B * T + 2) * 0x1p-24 * abs_sum / tokens);

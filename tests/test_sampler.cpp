@@ -92,7 +92,8 @@ TEST_CASE("log-probs: full temperature-scaled and truncated, against float64") {
     std::vector<double> truncated = expected_distribution(logits, p);
     REQUIRE(truncated[t.token] > 0);
     // float32 l/T rounds each logit by u·|l|/T; the log-sum-exp adds its 64-term sum
-    // (64·u), the exps and the log (a few u): within (64 + 4 + 2·max|l|/T)·u (u = 2^-24).
+    // (64·u), the exps and the log (a few u): within (64 + 4 + 2·max|l|/T)·u (u = 2^-24),
+    // from the arithmetic, so on Intel and AMD alike.
     double largest = 0;
     for (float l : logits) largest = std::max(largest, std::abs(static_cast<double>(l)) / p.temperature);
     const double bound = (64 + 4 + 2 * largest) * 0x1p-24;
