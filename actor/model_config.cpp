@@ -131,7 +131,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     }
   }
   c.tie_word_embeddings = r.flag_or("tie_word_embeddings", false);
-  c.torch_dtype = r.string_or("torch_dtype", "float32");
+  // transformers 5 writes "dtype" where earlier versions wrote "torch_dtype".
+  c.torch_dtype = root.contains("torch_dtype") ? r.string_or("torch_dtype", "float32") : r.string_or("dtype", "float32");
   c.qk_norm = c.model_type == "qwen3";
   c.attention_bias = c.model_type == "qwen2" ? true : r.flag_or("attention_bias", false);
 

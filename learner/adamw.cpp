@@ -3,6 +3,7 @@
 #include "core/error.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <cmath>
 
@@ -20,7 +21,7 @@ void AdamW::step(at::Tensor& params, const at::Tensor& grads, double lr) {
   TANDEM_CHECK(params.device() == exp_avg_.device() && grads.device() == exp_avg_.device(),
                "AdamW's moments are on {}; got parameters on {} and gradients on {}", exp_avg_.device().str(),
                params.device().str(), grads.device().str());
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   ++steps_;
   const double correction1 = 1.0 - std::pow(options_.beta1, static_cast<double>(steps_));
   const double correction2 = 1.0 - std::pow(options_.beta2, static_cast<double>(steps_));

@@ -4,6 +4,7 @@
 #include "learner/collectives.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <c10/util/accumulate.h>
 
 namespace tandem {
@@ -47,7 +48,7 @@ FsdpParameters::FsdpParameters(const std::vector<std::pair<std::string, at::Tens
   local_values_ = at::zeros({local}, f32_);
   local_grads_ = at::zeros({local}, f32_);
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (const Unit& u : units_) {
       at::Tensor full = at::zeros({u.shard_numel * world}, f32_);
       for (size_t i = u.first; i < u.first + u.count; ++i) {

@@ -6,6 +6,7 @@
 #include "learner/trainer_impl.h"
 #include "core/trace.h"
 
+#include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 
 #include <cmath>
@@ -277,7 +278,7 @@ double Trainer::Impl::synchronise_and_step(AdamW& optimizer, double learning_rat
   if (opt.grad_clip > 0 && norm > opt.grad_clip) grads.mul_(opt.grad_clip / (norm + 1e-6));
   at::Tensor params = local_values();
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     if (opt.name == "adamw") {
       optimizer.step(params, grads, learning_rate);
     } else {  // sgd
@@ -452,7 +453,7 @@ std::vector<std::vector<float>> Trainer::Impl::per_response_token(
   std::vector<std::vector<float>> out;
   const size_t micro = static_cast<size_t>(options.learner.micro_batch_size);
   const int64_t count = static_cast<int64_t>((probes.size() + micro - 1) / micro);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (int64_t i = 0; i < micro_batches_to_run(count); ++i) {
     const size_t begin = static_cast<size_t>(i) * micro;
     const MicroBatch batch = begin < probes.size()

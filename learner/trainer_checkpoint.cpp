@@ -7,6 +7,7 @@
 #include "core/safetensors.h"
 #include "learner/trainer_impl.h"
 
+#include <c10/core/GradMode.h>
 #include <nlohmann/json.hpp>
 
 #include <cstring>
@@ -196,7 +197,7 @@ void Trainer::load_checkpoint(const std::string& dir) {
   }
   const std::vector<OwnedRange> mine = m.owned_ranges();
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     if (m.strategy == Strategy::fsdp) {
       fill_through_host(m.local_values(), [&](float* values) {
         copy_overlaps(global.data(), {{0, 0, static_cast<int64_t>(global.size())}}, values, mine);

@@ -9,11 +9,13 @@
 // plus one layer. The cost: each layer's forward runs twice (activation recomputation).
 #include "learner/trainer_impl.h"
 
+#include <c10/core/GradMode.h>
+
 namespace tandem {
 
 at::Tensor Trainer::Impl::fsdp_trunk(const TokenLayout& layout, const PolicyModel::LayerContext& context,
                                      std::vector<at::Tensor>* inputs) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   at::Tensor hidden = model.embed(layout);
   for (int64_t l = 0; l < model.config().num_hidden_layers; ++l) {
     const size_t unit = static_cast<size_t>(l) + 1;

@@ -60,6 +60,9 @@
 #
 # Other options: --prefix DIR, --build-dir DIR (build-gpu), --budget SECONDS (570),
 # --gpu-arch ARCH (sm_90), --cuda enabled|auto|disabled (enabled), --jobs N (all cores),
+# --targets A,B (ninja targets to build, e.g. controller/tandem,bench/rollout_gpu; default
+# all), --suites A,B (meson test suites to run, e.g. gpu; default all: on a short lease the
+# CPU suites, which CI runs anyway, can wait),
 # --unpack-only PREFIX (only the deps stage into PREFIX, then print
 # how to use it: for testing the unpacking on any Debian/Ubuntu machine, no GPU needed).
 set -uo pipefail
@@ -73,6 +76,8 @@ BUDGET=570
 GPU_ARCH=sm_90
 CUDA_OPT=enabled
 JOBS=''
+TARGETS=''
+SUITES=''
 UNPACK_ONLY=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -84,6 +89,8 @@ while [ $# -gt 0 ]; do
     --gpu-arch) GPU_ARCH=${2:?}; shift 2 ;;
     --cuda) CUDA_OPT=${2:?}; shift 2 ;;
     --jobs) JOBS=${2:?}; shift 2 ;;
+    --targets) TARGETS=${2:?}; shift 2 ;;
+    --suites) SUITES=${2:?}; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "device_build: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -206,12 +213,18 @@ export PATH=$P/usr/bin:\$PATH
 if [ "\$1" = compile ]; then shift; exec $P/usr/bin/capnp compile -I$P/usr/include "\$@"; fi
 exec $P/usr/bin/capnp "\$@"
 EOF
+  # protoc: the carried one, matching the carried libprotobuf headers its output includes.
+  cat >"$P/bin/protoc" <<EOF
+#!/bin/sh
+export LD_LIBRARY_PATH=$libpath\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
+exec $P/usr/bin/protoc "\$@"
+EOF
   cat >"$P/bin/pkg-config-carried" <<EOF
 #!/bin/sh
 export LD_LIBRARY_PATH=$libpath\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
 exec $P/usr/bin/pkgconf "\$@"
 EOF
-  chmod +x "$P/bin/capnp" "$P/bin/pkg-config-carried"
+  chmod +x "$P/bin/capnp" "$P/bin/protoc" "$P/bin/pkg-config-carried"
   write_env_sh "$P"
   echo "$stamp" >"$P/.tandem-deps-stamp"
   echo "deps: unpacked ${#debs[@]} packages into $P ($(du -sm "$P" | cut -f1) MiB)"
@@ -520,7 +533,9 @@ stage_build() {
   local rc
   {
     echo "=== build $(date -u +%FT%TZ)"
-    timeout "$(limit 120)" "${NINJA:-ninja}" -C "$BUILD_DIR" -k 0 -j "$NPROC"
+    local targets=()
+    [ -n "$TARGETS" ] && IFS=, read -r -a targets <<<"$TARGETS"
+    timeout "$(limit 120)" "${NINJA:-ninja}" -C "$BUILD_DIR" -k 0 -j "$NPROC" "${targets[@]}"
   } >>"$LOG_BUILD" 2>&1
   rc=$?
   local errors
@@ -543,10 +558,14 @@ stage_build() {
 
 stage_test() {
   [ -f "$BUILD_DIR/build.ninja" ] || { STAGE_NOTE="not configured"; return 1; }
-  local rc
+  local rc suites=() s x
+  if [ -n "$SUITES" ]; then
+    IFS=, read -r -a s <<<"$SUITES"
+    for x in "${s[@]}"; do suites+=(--suite "$x"); done
+  fi
   # Leave some of the budget for compare and bench.
   timeout --kill-after=10 "$(limit 90)" "${MESON[@]}" test -C "$BUILD_DIR" --no-rebuild --print-errorlogs \
-    --num-processes "$NPROC" >>"$LOG_TEST" 2>&1
+    --num-processes "$NPROC" "${suites[@]}" >>"$LOG_TEST" 2>&1
   rc=$?
   cp "$BUILD_DIR/meson-logs/testlog.json" "$OUT/testlog.json" 2>/dev/null
   if [ -f "$OUT/testlog.json" ]; then

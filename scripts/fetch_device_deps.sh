@@ -9,7 +9,7 @@
 #
 # What is fetched: every library scripts/install_deps.sh installs that the build links or
 # includes (ZeroMQ + cppzmq, Cap'n Proto + its compiler, yaml-cpp, Eigen, doctest,
-# nlohmann-json, fmt, CLI11, Gloo, PCRE2, ICU), the runtime libraries these need that a
+# nlohmann-json, fmt, CLI11, Gloo, PCRE2, ICU, prometheus-cpp, cpp-httplib, protobuf + protoc), the runtime libraries these need that a
 # bare machine may lack (libsodium, OpenPGM, NORM, libbsd, Kerberos' GSSAPI, hiredis,
 # ibverbs, OpenSSL, zlib), and pkgconf in case the machine has no pkg-config.
 # Not fetched: compilers, libc, libstdc++ (the machine's own, newer), libtorch, CUDA, NCCL.
@@ -33,6 +33,12 @@ packages=(
   libicu-dev libicu72
   # Boost.Context: tools/cudasim's fibers (the cudasim suite runs on the GPU machine too)
   libboost-context-dev libboost-context1.74-dev libboost-context1.74.0 libboost1.74-dev
+  # Observability: /metrics (prometheus-cpp), the dashboard and /metrics server
+  # (cpp-httplib, whose header includes OpenSSL, zlib and Brotli headers), TensorBoard event
+  # files (protobuf + protoc, carried as a matching pair even where the machine has its own)
+  prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0
+  libcpp-httplib-dev libcpp-httplib0.11 libssl-dev zlib1g-dev libbrotli-dev libbrotli1
+  protobuf-compiler libprotoc32 libprotobuf32 libprotobuf-lite32 libprotobuf-dev
   # pkg-config (pkgconf), used only where the machine has none
   pkgconf-bin libpkgconf3
 )

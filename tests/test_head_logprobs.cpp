@@ -7,6 +7,7 @@
 #include "core/error.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -254,7 +255,7 @@ TEST_CASE("head_logprobs without autograd gives the same values, and bad shapes 
   HeadLogProbs with_graph = head_logprobs(hidden, weight, targets, 1.0, HeadTiles{3, 5});
   HeadLogProbs without;
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     without = head_logprobs(hidden, weight, targets, 1.0, HeadTiles{3, 5});
   }
   CHECK(with_graph.logprobs.requires_grad());

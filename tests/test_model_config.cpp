@@ -134,6 +134,15 @@ TEST_CASE("RoPE frequencies match a float64 reference, with and without llama3 s
   }
 }
 
+TEST_CASE("transformers 5's dtype is read where torch_dtype is absent") {
+  nlohmann::json config = nlohmann::json::parse(qwen3_json);
+  config.erase("torch_dtype");
+  config["dtype"] = "bfloat16";
+  CHECK(parse_model_config(config.dump(), "config.json").torch_dtype == "bfloat16");
+  config["torch_dtype"] = "float32";  // the older key wins where both are written
+  CHECK(parse_model_config(config.dump(), "config.json").torch_dtype == "float32");
+}
+
 TEST_CASE("transformers 5's rope_parameters give rope_theta; scaling given only there is refused") {
   nlohmann::json config = nlohmann::json::parse(qwen3_json);
   config.erase("rope_theta");

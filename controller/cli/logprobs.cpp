@@ -8,6 +8,7 @@
 #include "core/error.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -32,7 +33,7 @@ int cli_logprobs(const LogprobsArgs& args) {
   const TokenLayout layout = padded_layout({ids});
   at::Tensor logits;
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     logits = policy.forward(layout);  // [1, L, vocab]
   }
   const at::Tensor log_p = at::log_softmax(logits[0], -1);  // [L, vocab]: row t predicts token t + 1
