@@ -1,6 +1,6 @@
 // Tokenizers embedded in GGUF files (llama.cpp's `tokenizer.ggml.*` metadata), read as
 // tandem tokenizers that encode as Hugging Face does with the model's own tokenizer.json
-// (and so as llama.cpp does; tests/test_tokenizer_vectors.cpp holds both to llama.cpp's
+// (and so as llama.cpp does; tests/actor/test_tokenizer_vectors.cpp holds both to llama.cpp's
 // tokenizer test vectors).
 //
 // `tokenizer.ggml.model`:
@@ -41,7 +41,7 @@ std::unique_ptr<Tokenizer> tokenizer_from_gguf(const GgufFile& file);
 // score, then the pieces' ids); where two different pairs that make the same piece compete,
 // HF takes that order and llama.cpp the leftmost, so the two may differ there (on the
 // Llama vocabulary of llama.cpp's ggml-vocab-llama-spm.gguf they agree on every text
-// tests/test_tokenizer_vectors.cpp tries).
+// tests/actor/test_tokenizer_vectors.cpp tries).
 std::string tokenizer_json_from_gguf(const GgufFile& file);
 
 }  // namespace tandem

@@ -1,7 +1,9 @@
 // YAML -> Config: reads every declared knob, collects every problem, then checks the
 // cross-field rules. Unknown and duplicate keys are errors; nothing is silently ignored.
+// The --set overrides are applied first, by config_overrides.cpp.
 #include "core/config.h"
 #include "core/config_error.h"
+#include "core/config_load_context.h"
 #include "core/config_paths.h"
 #include "core/config_rules.h"
 #include "core/config_schema.h"
@@ -13,41 +15,15 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <set>
 
 namespace tandem {
-namespace {
 
-// Shared by all readers of one load: where things came from, and what went wrong.
-struct LoadContext {
-  std::string source;
-  std::map<std::string, std::string> override_origins;  // key path -> "--set k=v"
-  std::map<std::string, std::string> origins;           // key path -> where it was set
-  std::vector<std::string> problems;
-
-  // Lists copied from the defaults so that an override can index into them: their
-  // marks point into the defaults' text, so they and their contents are the override's.
-  std::map<std::string, std::string> cloned_defaults;  // key path -> "--set k=v"
-  // The key paths a --set replaced whole (`reward=[...]`): everything under one is the --set's.
-  std::map<std::string, std::string> set_values;  // key path -> "--set k=v"
-
-  std::string where(const std::string& path, const YAML::Mark& mark) const {
-    auto it = override_origins.find(path);
-    if (it != override_origins.end()) return it->second;
-    for (const auto* under : {&cloned_defaults, &set_values}) {
-      for (const auto& [prefix, origin] : *under) {
-        if (path == prefix || path.rfind(prefix + ".", 0) == 0) return origin;
-      }
-    }
-    if (mark.is_null()) return source;
-    return fmt::format("{}:{}:{}", source, mark.line + 1, mark.column + 1);
-  }
-  void problem(const std::string& where, const std::string& path, const std::string& what) {
-    problems.push_back(fmt::format("{}: {}: {}", where, path, what));
-  }
-};
+namespace config_load {
 
 std::string join_path(const std::string& prefix, const std::string& key) {
   return prefix.empty() ? key : prefix + "." + key;
@@ -71,14 +47,6 @@ std::string describe_found(const YAML::Node& node) {
   }
 }
 
-bool parse_double(const std::string& s, double& out) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  errno = 0;
-  out = std::strtod(s.c_str(), &end);
-  return end == s.c_str() + s.size() && errno == 0 && std::isfinite(out);
-}
-
 bool parse_int(const std::string& s, int64_t& out) {
   if (s.empty()) return false;
   char* end = nullptr;
@@ -87,6 +55,20 @@ bool parse_int(const std::string& s, int64_t& out) {
   if (end != s.c_str() + s.size() || errno != 0) return false;
   out = v;
   return true;
+}
+
+}  // namespace config_load
+
+namespace {
+
+using namespace config_load;
+
+bool parse_double(const std::string& s, double& out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  out = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size() && errno == 0 && std::isfinite(out);
 }
 
 bool parse_bool(const std::string& s, bool& out) {
@@ -342,97 +324,6 @@ class Reader {
   LoadContext& context_;
   std::vector<std::string> known_;
 };
-
-// The default config's value at a key path (undefined when there is none).
-YAML::Node default_node(const std::string& key_path) {
-  static const YAML::Node defaults = YAML::Load(config_to_yaml(Config{}));
-  YAML::Node current = defaults;
-  for (const std::string& part : split(key_path, '.')) {
-    if (!current.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
-    const YAML::Node& read_only = current;  // const lookups never insert into the defaults
-    YAML::Node next = read_only[part];
-    if (!next.IsDefined()) return YAML::Node(YAML::NodeType::Undefined);
-    current.reset(next);
-  }
-  return current;
-}
-
-// Applies one `key.path=value` override to the document, recording its origin.
-void apply_override(YAML::Node& root, const std::string& text, LoadContext& context) {
-  std::string origin = "--set " + text;
-  size_t eq = text.find('=');
-  if (eq == std::string::npos || eq == 0) {
-    context.problems.push_back(fmt::format("{}: expected key.path=value", origin));
-    return;
-  }
-  // `reward[0].weight` is accepted as `reward.0.weight`, the spelling messages use.
-  std::string key_path;
-  for (char ch : text.substr(0, eq)) {
-    if (ch == '[') {
-      key_path += '.';
-    } else if (ch != ']') {
-      key_path += ch;
-    }
-  }
-  YAML::Node value;
-  try {
-    value = YAML::Load(text.substr(eq + 1));
-  } catch (const YAML::Exception& e) {
-    context.problems.push_back(fmt::format("{}: {}: value is not valid YAML: {}", origin, key_path, e.msg));
-    return;
-  }
-  std::vector<std::string> parts = split(key_path, '.');
-  YAML::Node current;
-  current.reset(root);
-  std::string path;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const std::string& part = parts[i];
-    if (part.empty()) {
-      context.problems.push_back(fmt::format("{}: {}: empty key in the path", origin, key_path));
-      return;
-    }
-    path = join_path(path, part);
-    context.override_origins[path] = origin;
-    bool last = i + 1 == parts.size();
-    if (last) context.set_values[path] = origin;
-    if (current.IsSequence()) {
-      int64_t index = -1;
-      if (!parse_int(part, index) || index < 0 || static_cast<size_t>(index) >= current.size()) {
-        context.problems.push_back(fmt::format("{}: {}: expected a list index below {}, got {}", origin, path,
-                                               current.size(), quoted(part)));
-        return;
-      }
-      if (last) {
-        current[static_cast<size_t>(index)] = value;
-        return;
-      }
-      YAML::Node next = current[static_cast<size_t>(index)];
-      current.reset(next);
-      continue;
-    }
-    if (!current.IsDefined() || current.IsNull()) current = YAML::Node(YAML::NodeType::Map);
-    if (!current.IsMap()) {
-      context.problems.push_back(
-          fmt::format("{}: {}: cannot set a key inside {}", origin, path, describe_found(current)));
-      return;
-    }
-    if (last) {
-      current[part] = value;
-      return;
-    }
-    if (!current[part].IsDefined()) {
-      // A list the file leaves out (reward) starts from its default so that
-      // `--set reward.0.weight=2` has an element 0 to change.
-      YAML::Node default_value = default_node(path);
-      if (default_value.IsSequence()) {
-        current[part] = YAML::Clone(default_value);
-        context.cloned_defaults[path] = origin;
-      }
-    }
-    YAML::Node next = current[part];  // creates a null entry when missing; filled next round
-    current.reset(next);
-  }
-}
 
 LoadedConfig load_from_document(YAML::Node root, const std::string& source,
                                 const std::vector<std::string>& overrides) {

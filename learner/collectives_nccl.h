@@ -1,5 +1,5 @@
 // Private to learner/: the NCCL collectives (learner.device: cuda) and the pieces of them
-// that need no GPU, kept apart so that CPU tests run them (tests/test_collectives_nccl.cpp).
+// that need no GPU, kept apart so that CPU tests run them (tests/learner/test_collectives_nccl.cpp).
 //
 // The communicator: rank 0 makes an ncclUniqueId and sets it in the group's rendezvous
 // store (rendezvous_store.h, the same tcp:// / file:// / memory:// addresses as Gloo) under

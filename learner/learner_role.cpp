@@ -241,4 +241,10 @@ CommandHandler learner_command_handler(std::function<void(const Config&)> prepar
   };
 }
 
+std::vector<std::string> learner_command_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : learner_commands()) names.push_back(entry.first);
+  return names;
+}
+
 }  // namespace tandem

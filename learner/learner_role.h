@@ -11,11 +11,17 @@
 #include "core/worker_runtime.h"
 
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace tandem {
 
 // `prepare` runs on learner_init with the run's config before the trainer is built: the
 // worker loads the config's plugins there (their objectives run in this process).
 CommandHandler learner_command_handler(std::function<void(const Config&)> prepare = {});
+
+// The names of the commands learner_command_handler serves (its table's keys): a colocated
+// worker routes by them.
+std::vector<std::string> learner_command_names();
 
 }  // namespace tandem

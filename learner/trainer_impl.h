@@ -1,4 +1,5 @@
-// Private to learner/: the state behind Trainer, shared by trainer.cpp (training),
+// Private to learner/: the state behind Trainer, shared by trainer.cpp (state, objective,
+// optimizer step), trainer_passes.cpp (train, supervised step, values, log-probs),
 // trainer_fsdp.cpp (the layer-by-layer micro-batch) and trainer_checkpoint.cpp.
 #pragma once
 

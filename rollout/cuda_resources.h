@@ -1,4 +1,4 @@
-// RAII for the CUDA backend's handles (private to rollout/cuda_backend.cpp): device memory,
+// RAII for the CUDA backend's handles (private to rollout/cuda_backend.cpp and cuda_backend_setup.cpp): device memory,
 // a stream, a cuBLAS handle; and the checks that turn CUDA and cuBLAS statuses into
 // tandem::Error "rollout cuda backend: <where>: <call>: <status>".
 #pragma once

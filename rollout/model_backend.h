@@ -8,7 +8,7 @@
 // Both fill the KV blocks the scheduler hands out (rollout/kv_cache.h's plan) and return
 // fp32 logits on the host, so sampling, and with it tokens and log-probs, follows one
 // code path (rollout/sampler.h) whatever the backend. Each backend passes the same
-// conformance suite (tests/test_rollout_backends.cpp).
+// conformance suite (tests/rollout/test_rollout_backends.cpp).
 #pragma once
 
 #include "actor/model_config.h"

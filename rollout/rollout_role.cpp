@@ -217,4 +217,10 @@ CommandHandler rollout_command_handler() {
   };
 }
 
+std::vector<std::string> rollout_command_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : rollout_commands()) names.push_back(entry.first);
+  return names;
+}
+
 }  // namespace tandem

@@ -6,8 +6,15 @@
 
 #include "core/worker_runtime.h"
 
+#include <string>
+#include <vector>
+
 namespace tandem {
 
 CommandHandler rollout_command_handler();
+
+// The names of the commands rollout_command_handler serves (its table's keys): a colocated
+// worker routes by them.
+std::vector<std::string> rollout_command_names();
 
 }  // namespace tandem

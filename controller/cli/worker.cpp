@@ -70,12 +70,18 @@ int cli_worker(const WorkerArgs& args) {
     handler = learner_command_handler(
         [](const Config& config) { load_config_plugins(config, "learner_init config"); });
   } else if (args.role == "colocated") {
-    // One process, both roles (placement: colocated): commands go by their prefix.
-    CommandHandler rollout = rollout_command_handler();
-    CommandHandler learner = learner_command_handler(
+    // One process, both roles (placement: colocated): each command goes to the role whose
+    // table serves it.
+    const CommandHandler rollout = rollout_command_handler();
+    const CommandHandler learner = learner_command_handler(
         [](const Config& config) { load_config_plugins(config, "learner_init config"); });
-    handler = [rollout, learner](const CommandMsg& command, const std::vector<std::string>& attachments) {
-      return command.name.rfind("rollout_", 0) == 0 ? rollout(command, attachments) : learner(command, attachments);
+    std::map<std::string, CommandHandler> routes;
+    for (const std::string& name : rollout_command_names()) routes.emplace(name, rollout);
+    for (const std::string& name : learner_command_names()) routes.emplace(name, learner);
+    handler = [routes](const CommandMsg& command, const std::vector<std::string>& attachments) {
+      const auto found = routes.find(command.name);
+      if (found == routes.end()) throw unknown_command("colocated", command.name, routes);
+      return found->second(command, attachments);
     };
   } else {
     throw UsageError(fmt::format("--role: unknown role \"{}\" (allowed: rollout, learner, colocated)", args.role));

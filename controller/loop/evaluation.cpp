@@ -25,7 +25,7 @@ MetricRow TrainingLoop::evaluate(int64_t step) {
   std::vector<size_t> rows(val_data_.rows.size());
   std::iota(rows.begin(), rows.end(), size_t{0});
   std::vector<Sample> samples = generate(step, val_prompt_ids_, EvalSampling{c_.eval.n, c_.eval.temperature});
-  score(samples, rows, val_data_);
+  scoring_.score(samples, rows, val_data_);
 
   const double n = static_cast<double>(samples.size());
   const std::vector<std::string> keys = reward_metric_keys(c_.reward);

@@ -90,6 +90,23 @@ double TrainingLoop::probe_logprobs(const std::vector<TrainingSample>& batch, in
   return worst;
 }
 
+TrainingLoop::TrainingLoop(WorkerPool& pool, const Config& config, RunInputs inputs, const std::string& run_dir)
+    : pool_(pool),
+      c_(config),
+      run_dir_(run_dir),
+      model_dir_(std::move(inputs.model_dir)),
+      model_(std::move(inputs.model)),
+      tokenizer_(std::move(inputs.tokenizer)),
+      data_(std::move(inputs.data)),
+      prompt_ids_(std::move(inputs.prompt_ids)),
+      val_data_(std::move(inputs.val_data)),
+      val_prompt_ids_(std::move(inputs.val_prompt_ids)),
+      skipped_long_prompts_(inputs.skipped_long_prompts),
+      scoring_(std::move(inputs.rewards), config, run_dir, tokenizer_, model_.eos_token_ids,
+               [this] { pool_.poll_events(0.05); }) {}
+
+TrainingLoop::~TrainingLoop() = default;
+
 void TrainingLoop::compute_advantages(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch) {
   const int64_t count = static_cast<int64_t>(samples.size());
   int64_t longest = 1;
@@ -189,17 +206,13 @@ TrainingLoop::StepRollout TrainingLoop::rollout_now(int64_t step) {
   out.scored_early = c_.rollout.score_while_generating;
   std::function<void(std::vector<Sample>&&)> on_early;
   if (out.scored_early) {
-    begin_scoring(out.rows, data_);
-    on_early = [&](std::vector<Sample>&& finished) {
-      std::vector<ScoredSample> batch;
-      for (Sample& s : finished) batch.push_back({s.prompt_slot, s.sample_index, s.tokens, decode_response(s.tokens), {}});
-      scoring_->submit(std::move(batch));
-    };
+    scoring_.begin_early(out.rows, data_);
+    on_early = [&](std::vector<Sample>&& finished) { scoring_.score_early(finished); };
   }
   try {
     out.samples = generate(step, out.prompts, std::nullopt, on_early);
   } catch (...) {
-    if (out.scored_early) scoring_->wait_idle_for(1e9);  // nothing of this step is scored behind the recovery
+    if (out.scored_early) scoring_.drain_early();  // nothing of this step is scored behind the recovery
     throw;
   }
   out.prefill = last_prefill_;  // before evaluation generates again
@@ -228,15 +241,15 @@ void TrainingLoop::run_step(int64_t step) {
   end_phase("rollout");
 
   Clock::time_point t = Clock::now();
-  std::map<std::pair<size_t, int64_t>, ScoredSample> early_scores;
+  EarlyScores early_scores;
   double hidden_reward_s = 0;
   if (rollout.scored_early) {
-    early_scores = finish_scoring();
+    early_scores = scoring_.finish_early();
     // Scoring time that ran under generation: what the thread spent, less what it spent
     // after generation ended (while this thread waited for it).
-    hidden_reward_s = std::max(0.0, scoring_->busy_seconds() - seconds_since(t));
+    hidden_reward_s = std::max(0.0, scoring_.busy_seconds() - seconds_since(t));
   }
-  const int64_t fallbacks = score(samples, rows, data_, &early_scores);
+  const int64_t fallbacks = scoring_.score(samples, rows, data_, &early_scores);
   const double reward_s = seconds_since(t);
   end_phase("reward");
 
@@ -324,10 +337,10 @@ void TrainingLoop::run_step(int64_t step) {
     end_phase("eval");
   }
   // Read after the evaluation: its reward calls' timeouts are this step's too.
-  row.emplace_back("reward/timeouts", static_cast<double>(new_reward_timeouts()));
-  observe_workers(step, row);
+  row.emplace_back("reward/timeouts", static_cast<double>(scoring_.new_timeouts()));
+  observers_->observe_workers(step, row);
   metrics_->write(row);
-  publish_step(step, row);
+  observers_->publish_step(step, c_.experiment.steps, row);
   if (c_.logging.jsonl && c_.logging.samples_per_step > 0) {
     const size_t count = static_cast<size_t>(c_.logging.samples_per_step);
     for (const std::string& line : sample_log_rows(c_, step, samples, data_, rows, count)) {
@@ -354,18 +367,14 @@ void TrainingLoop::run(bool resume) {
     log::warn("{}", note);
   }
   for (const std::string& stale : remove_stale_weights_shm()) log::info("removed stale weight segment {}", stale);
-  for (size_t r = 0; r < rewards_.size(); ++r) {
-    if (!c_.reward[r].python.empty()) {
-      rewards_[r]->set_log_path(fmt::format("{}/logs/reward-{}-{}.log", run_dir_, r, metric_name_part(c_.reward[r].name)));
-    }
-  }
+  scoring_.open_reward_logs();
   shm_name_ = controller_weights_shm_name(::getpid());
   const std::string group_dirs = run_dir_ + "/weight_sync";  // rendezvous of broadcast groups
   std::error_code cleanup_error;  // best effort: a late rank of a dead group may still write there
   std::filesystem::remove_all(group_dirs, cleanup_error);
   std::filesystem::remove(stop_request_path(run_dir_), cleanup_error);  // an earlier `tandem stop`, honoured
   try {
-    open_observers();
+    observers_ = std::make_unique<RunObservers>(pool_, c_, run_dir_);
     start_workers();
     int64_t step = 0;
     try {
@@ -378,9 +387,9 @@ void TrainingLoop::run(bool resume) {
       MetricRow row = {{"step", 0.0}, {"weight_version", 0.0}};
       const MetricRow val = evaluate(0);
       row.insert(row.end(), val.begin(), val.end());
-      row.emplace_back("reward/timeouts", static_cast<double>(new_reward_timeouts()));
+      row.emplace_back("reward/timeouts", static_cast<double>(scoring_.new_timeouts()));
       metrics_->write(row);
-      publish_step(0, row);
+      observers_->publish_step(0, c_.experiment.steps, row);
     }
     // The ETA is the pace of the steps run since (re)starting.
     progress_ = std::make_unique<ProgressLine>(c_.logging.console, c_.experiment.steps, step);
@@ -440,7 +449,7 @@ void TrainingLoop::report_status(const std::string& state, int64_t step, double 
   }
   s.last_error = last_error_;
   s.last_error_log = last_error_log_;
-  publish_workers();
+  if (observers_) observers_->publish_workers();
   try {
     write_run_status(run_dir_, s);
   } catch (const std::exception& e) {  // a report, not the run: a full disk shows at the next checkpoint

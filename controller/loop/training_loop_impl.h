@@ -6,16 +6,21 @@
 //   workers.cpp        the workers: start, commands that survive restarts,
 //                      checkpoints, restore and recovery
 //   sync_weights.cpp   weight sync from the learners to the rollout workers
+//   tracing.cpp        the Chrome traces of logging.trace_every
+// Two parts are objects of their own, each owned by the loop: StepScoring
+// (step_scoring.h: the rewards and the scoring thread) and RunObservers
+// (controller/observe/run_observers.h).
 #pragma once
 
 #include "actor/model_config.h"
 #include "actor/tokenizer.h"
 #include "controller/run/checkpoints.h"
 #include "controller/data/dataset.h"
-#include "rewards/scoring_thread.h"
+#include "controller/loop/sample.h"
+#include "controller/loop/step_scoring.h"
 #include "controller/run/run_status.h"
 #include "controller/run/metrics_writer.h"
-#include "controller/observe/straggler_watch.h"
+#include "controller/observe/run_observers.h"
 #include "controller/run/progress.h"
 #include "controller/workers/rollout_client.h"
 #include "controller/run/run_inputs.h"
@@ -37,12 +42,6 @@
 #include <thread>
 #include <vector>
 
-namespace tandem {
-class DashboardServer;
-class PrometheusExporter;
-class TensorBoardWriter;
-}  // namespace tandem
-
 namespace tandem::training {
 
 using Clock = std::chrono::steady_clock;
@@ -58,22 +57,6 @@ inline WorkerId rollout_worker(const Config& c, int64_t rank) {
 inline WorkerId learner_worker(const Config& c, int64_t rank) {
   return {colocated(c) ? "colocated" : "learner", static_cast<uint32_t>(rank)};
 }
-
-// One sampled response with everything the step computes about it.
-struct Sample {
-  size_t prompt_slot = 0;  // index into the step's prompts
-  int64_t sample_index = 0;  // which of the prompt's samples
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  int64_t version = 0;  // the weights that drew its first token
-  // Per token: the weights that drew it. Newer than `version` from some token on when the
-  // rollout continued on weights synced part-way (algorithm.async.partial_rollouts).
-  std::vector<int64_t> token_versions;
-  std::string finish_reason;  // "stop" (end of sequence) or "length" (cut at max_new_tokens)
-  std::string text;           // the decoded response, end-of-sequence tokens left out
-  double reward = 0;          // the weighted sum over the config's rewards
-  std::vector<RewardResult> reward_results;  // [config.reward entry]: its unweighted score and parts
-};
 
 // step_metrics.cpp: what a step reports about its samples.
 // reward/<name> (each reward's weighted mean), reward/<name>/<part> (each named part's
@@ -118,10 +101,8 @@ struct Request {
 
 class TrainingLoop {
  public:
-  // Both in observers.cpp, where the observers' types are whole.
   TrainingLoop(WorkerPool& pool, const Config& config, RunInputs inputs, const std::string& run_dir);
   ~TrainingLoop();
-
 
   void run(bool resume);
 
@@ -214,21 +195,6 @@ class TrainingLoop {
   // Checks each sample's weight versions against the rollout's first and the run's current.
   std::vector<Sample> to_samples(const CommandReply& reply, std::vector<rollout_client::ReturnedSample> returned,
                                  int64_t first_version) const;
-  // Scores samples of data.rows[rows[prompt_slot]]: those in `early` (scored during
-  // generation, same tokens) keep those scores, the rest are scored now. Returns how many
-  // scores were fallback scores (reward on_error: fallback).
-  int64_t score(std::vector<Sample>& samples, const std::vector<size_t>& rows, const Dataset& data,
-                std::map<std::pair<size_t, int64_t>, ScoredSample>* early = nullptr);
-  std::string decode_response(const std::vector<int32_t>& tokens) const;
-  // Reward calls killed for running past timeout_s since the last call (a per-step count).
-  int64_t new_reward_timeouts();
-  // Appends every failed sample's full error to RUN_DIR/logs/reward_errors.log (the
-  // console gets one line per reward and step); returns that path.
-  std::string record_reward_errors(const std::string& reward, const std::vector<std::string>& problems);
-  // Starts a batch on the scoring thread: its slots are data.rows[rows[slot]].
-  void begin_scoring(const std::vector<size_t>& rows, const Dataset& data);
-  // Waits for the scoring thread while keeping the control plane alive (heartbeats).
-  std::map<std::pair<size_t, int64_t>, ScoredSample> finish_scoring();
   // evaluation.cpp: every data.val prompt, eval.n responses each, scored; returns
   // the val/* metrics and appends the samples to val_samples.jsonl.
   MetricRow evaluate(int64_t step);
@@ -269,7 +235,6 @@ class TrainingLoop {
   WorkerPool& pool_;
   Config c_;
   std::string run_dir_;
-  int64_t reward_timeouts_counted_ = 0;  // new_reward_timeouts(): the total at its last call
   std::string model_dir_;
   ModelConfig model_;
   std::shared_ptr<const Tokenizer> tokenizer_;
@@ -278,9 +243,8 @@ class TrainingLoop {
   Dataset val_data_;                                  // data.val (no rows: no evaluation)
   std::vector<std::vector<int32_t>> val_prompt_ids_;
   int64_t skipped_long_prompts_ = 0;             // rows left out as too long (data.on_long_prompt: skip)
-  std::vector<std::unique_ptr<RewardScorer>> rewards_;
-  // The run's scoring thread (made at the first score): every reward runs on it.
-  std::unique_ptr<ScoringThread> scoring_;
+  // The run's rewards and scoring thread: every sample is scored there.
+  StepScoring scoring_;
   std::optional<PromptOrder> order_;  // set once the workers are up
   std::string shm_name_;  // shm, cuda_ipc: the segment the learners publish to
   std::unique_ptr<MetricsWriter> metrics_;
@@ -309,27 +273,15 @@ class TrainingLoop {
   // Asynchronous RL: the next step's rollout, generated during this step's training.
   std::optional<StepRollout> prefetched_;
 
-  // observers.cpp: what watches the run besides metrics.jsonl.
-  // Starts the Prometheus endpoint, the dashboard and the TensorBoard writer the config asks for.
-  void open_observers();
-  // Before metrics.jsonl gets the step's row: each worker's command times of the step
-  // (RUN_DIR/worker_phases.jsonl) and the stragglers among them (perf/stragglers).
-  void observe_workers(int64_t step, MetricRow& row);
-  // After it: TensorBoard and Prometheus get the row.
-  void publish_step(int64_t step, const MetricRow& row);
-  // Prometheus' worker gauges (up, restarts, heartbeats, command times).
-  void publish_workers();
+  // What watches the run besides metrics.jsonl (TensorBoard, Prometheus, the dashboard,
+  // worker_phases.jsonl and stragglers): made when the run starts.
+  std::unique_ptr<RunObservers> observers_;
+  // tracing.cpp: the Chrome traces of logging.trace_every.
   bool traced(int64_t step) const { return c_.logging.trace_every > 0 && step % c_.logging.trace_every == 0; }
   // A traced step: every process's spans so far are dropped; the step's start is noted.
   void begin_trace();
   // Collects the spans of every process, measures worker clocks, writes traces/step_<N>.json.
   void write_trace(int64_t step);
-  std::unique_ptr<TensorBoardWriter> tensorboard_;
-  std::unique_ptr<PrometheusExporter> prometheus_;
-  std::unique_ptr<DashboardServer> dashboard_;
-  std::unique_ptr<MetricsWriter> worker_phases_log_;  // worker_phases.jsonl
-  std::unique_ptr<StragglerWatch> stragglers_;
-  WorkerCommandTimes last_command_times_;  // of the newest step
   int64_t trace_begin_us_ = 0;
 };
 

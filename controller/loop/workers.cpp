@@ -235,10 +235,7 @@ int64_t TrainingLoop::restore(const std::optional<CheckpointRef>& checkpoint) {
   val_samples_log_.reset();
   truncate_metrics(val_samples_path, step);
   val_samples_log_ = std::make_unique<MetricsWriter>(c_.logging.jsonl && !val_data_.rows.empty() ? val_samples_path : "");
-  const std::string worker_phases_path = run_dir_ + "/worker_phases.jsonl";
-  worker_phases_log_.reset();
-  truncate_metrics(worker_phases_path, step);
-  worker_phases_log_ = std::make_unique<MetricsWriter>(c_.logging.jsonl ? worker_phases_path : "");
+  observers_->restart_at(step);
   sync_weights(step, /*rewind=*/true);
   return step;
 }

@@ -1,4 +1,4 @@
-# Fails when imported: tests/test_python_rewards.cpp expects the traceback.
+# Fails when imported: tests/rewards/test_python_rewards.cpp expects the traceback.
 import this_module_does_not_exist_anywhere  # noqa: F401
 
 

@@ -1,4 +1,4 @@
-"""A reward server on loopback for tests/test_http_reward.cpp (standard library only).
+"""A reward server on loopback for tests/rewards/test_http_reward.cpp (standard library only).
 
 Prints "PORT <n>" once listening on 127.0.0.1. Paths:
   POST /score        each sample's score is len(solution_str); parts: has_truth, slow

@@ -1,4 +1,4 @@
-# Reward functions for tests/test_python_rewards.cpp: one behaviour each.
+# Reward functions for tests/rewards/test_python_rewards.cpp: one behaviour each.
 import math
 import os
 import time

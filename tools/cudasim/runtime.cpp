@@ -11,35 +11,32 @@
 // is `busy` and other threads that need it wait on `progress` (or, polling, answer "not
 // ready"). Each simulated device has its own legacy default stream, and the current device
 // is per host thread, as in CUDA, so ranks on different devices never order each other.
+//
+// This file: the runtime's state and stream scheduling, launches, streams, events, devices
+// and errors. Allocations, copies and memsets are in runtime_memory.cpp; what both use is
+// in runtime_internal.h.
 #include "runtime.h"
+#include "runtime_internal.h"
 
 #include "device.h"
-#include "options.h"
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <new>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace cudasim::runtime {
-namespace {
 
 constexpr size_t kMaxStaticShared = 48 * 1024;     // without cudaFuncSetAttribute's opt-in
 constexpr size_t kMaxOptinShared = 227 * 1024;     // sm_90
-size_t device_memory_bytes() {
-  const char* mb = std::getenv("CUDASIM_DEVICE_MEMORY_MB");
-  return (mb ? std::strtoull(mb, nullptr, 10) : 4096) << 20;
-}
 // CUDASIM_DEVICE_COUNT: simulated devices of this process (default 1, at most 64), read
 // once. Their memory is all host heap; each has its own legacy stream and memory budget.
 constexpr int kMaxDevices = 64;
@@ -56,64 +53,6 @@ int read_device_count() {
 }
 thread_local int current_device = 0;  // cudaSetDevice is per host thread
 
-struct Stream;
-
-// "Run `stream` up to its operation number `sequence`" before this one.
-struct Dependency {
-  Stream* stream;
-  uint64_t sequence;
-};
-
-struct Operation {
-  std::string what;
-  std::vector<Dependency> after;
-  std::function<void()> work;     // run under the lock; or, when empty,
-  std::function<bool()> advance;  // polled without the lock until it returns true
-};
-
-struct Stream {
-  int device = 0;
-  bool blocking = true;  // synchronises with its device's legacy default stream
-  std::deque<Operation> queue;
-  uint64_t submitted = 0, executed = 0;
-  bool busy = false;  // a host thread is running the front operation (the queue keeps it)
-};
-
-struct Event {
-  Stream* stream = nullptr;  // nullptr: never recorded (complete)
-  uint64_t sequence = 0;
-};
-
-enum class Memory { device, pinned };
-struct Allocation {
-  size_t bytes;
-  Memory kind;
-  int device;
-};
-
-using Lock = std::unique_lock<std::recursive_mutex>;
-
-struct Runtime {
-  Runtime() : device_count(read_device_count()), device_bytes_in_use(static_cast<size_t>(device_count)) {
-    for (int d = 0; d < device_count; ++d) {
-      legacy.push_back(std::make_unique<Stream>());
-      legacy.back()->device = d;
-    }
-  }
-  std::recursive_mutex mutex;
-  std::condition_variable_any progress;  // a stream stopped being busy, or ran an operation
-  const int device_count;
-  std::vector<std::unique_ptr<Stream>> legacy;   // per device
-  std::vector<std::unique_ptr<Stream>> streams;  // created ones (the legacy streams are not here)
-  std::map<uintptr_t, Allocation> allocations;
-  std::vector<size_t> device_bytes_in_use;       // per device
-  std::map<const void*, size_t> max_dynamic_shared;  // cudaFuncSetAttribute opt-ins
-  cudaError_t last_error = cudaSuccess;
-  cudaError_t sticky_error = cudaSuccess;
-  std::string fault;
-  FILE* digest = nullptr;
-  uint64_t digest_sequence = 0;
-};
 Runtime& rt() {
   static Runtime* r = new Runtime;  // never destroyed: streams may be torn down after main
   return *r;
@@ -125,7 +64,7 @@ cudaError_t fail(cudaError_t e, const std::string& why) {
   return e;
 }
 
-Stream* legacy_stream(int device = current_device) { return rt().legacy[static_cast<size_t>(device)].get(); }
+Stream* legacy_stream(int device) { return rt().legacy[static_cast<size_t>(device)].get(); }
 
 Stream* stream_of(cudaStream_t s) {
   // 0, cudaStreamLegacy and cudaStreamPerThread are all the current device's one default
@@ -134,11 +73,7 @@ Stream* stream_of(cudaStream_t s) {
   return reinterpret_cast<Stream*>(s);
 }
 
-// How a host call waits: a synchronisation blocks until the work is done; a query makes
-// what progress it can and reports whether everything asked for ran.
-enum class Wait { until_done, poll };
-
-bool run_to(Lock& lock, Stream* stream, uint64_t sequence, Wait wait);
+namespace {
 
 // Runs polled work without the lock; with Wait::until_done until it finishes.
 bool advance_unlocked(Lock& lock, const std::function<bool()>& advance, Wait wait) {
@@ -183,8 +118,8 @@ bool run_next(Lock& lock, Stream* stream, Wait wait) {
   return done;
 }
 
-// Runs `stream`'s operations up to number `sequence`, and first what they wait for.
-// Another host thread running this stream is waited for (or, polling, is "not ready").
+}  // namespace
+
 bool run_to(Lock& lock, Stream* stream, uint64_t sequence, Wait wait) {
   while (stream->executed < sequence && !stream->queue.empty()) {
     if (stream->busy) {
@@ -197,7 +132,6 @@ bool run_to(Lock& lock, Stream* stream, uint64_t sequence, Wait wait) {
   return true;
 }
 
-// Everything queued on `device`'s streams (what a device-wide synchronisation waits for).
 void run_device(Lock& lock, int device) {
   Runtime& r = rt();
   Stream* legacy = legacy_stream(device);
@@ -209,84 +143,7 @@ void run_device(Lock& lock, int device) {
   }
 }
 
-uint64_t fnv1a(const void* data, size_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
-
-void record_digest(const void* data, size_t bytes) {
-  Runtime& r = rt();
-  if (options().digest_path.empty()) return;
-  if (!r.digest) {
-    r.digest = std::fopen(options().digest_path.c_str(), "w");
-    if (!r.digest) {
-      std::fprintf(stderr, "cudasim: cannot write CUDASIM_DIGEST=%s\n", options().digest_path.c_str());
-      std::exit(2);
-    }
-  }
-  std::fprintf(r.digest, "%llu %zu %016llx\n", static_cast<unsigned long long>(r.digest_sequence++), bytes,
-               static_cast<unsigned long long>(fnv1a(data, bytes)));
-  std::fflush(r.digest);
-}
-
-const Allocation* find_allocation(const void* address, size_t bytes, uintptr_t* base = nullptr) {
-  Runtime& r = rt();
-  const auto a = reinterpret_cast<uintptr_t>(address);
-  auto it = r.allocations.upper_bound(a);
-  if (it == r.allocations.begin()) return nullptr;
-  --it;
-  if (a + bytes > it->first + it->second.bytes) return nullptr;
-  if (base) *base = it->first;
-  return &it->second;
-}
-
-bool is_device(const void* p, size_t n) {
-  const Allocation* a = find_allocation(p, n);
-  return a && a->kind == Memory::device;
-}
-bool is_pinned(const void* p, size_t n) {
-  const Allocation* a = find_allocation(p, n);
-  return a && a->kind == Memory::pinned;
-}
-
-std::string describe(const void* p, size_t n) {
-  char b[96];
-  std::snprintf(b, sizeof b, "[%p, +%zu bytes)", p, n);
-  return b;
-}
-
-// The checks of a copy's direction: a host pointer where device memory is due (or the
-// reverse) would silently work on a CPU.
-cudaError_t check_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* call) {
-  if (n == 0) return cudaSuccess;
-  const bool dst_device = is_device(dst, n), src_device = is_device(src, n);
-  const char* problem = nullptr;
-  switch (kind) {
-    case cudaMemcpyHostToDevice:
-      if (!dst_device) problem = "the destination is not inside one device allocation";
-      else if (src_device) problem = "the source is device memory, not host memory";
-      break;
-    case cudaMemcpyDeviceToHost:
-      if (!src_device) problem = "the source is not inside one device allocation";
-      else if (dst_device) problem = "the destination is device memory, not host memory";
-      break;
-    case cudaMemcpyDeviceToDevice:
-      if (!dst_device || !src_device) problem = "source and destination must each lie inside one device allocation";
-      break;
-    case cudaMemcpyHostToHost:
-    case cudaMemcpyDefault:
-      break;
-    default:
-      problem = "an unknown cudaMemcpyKind";
-  }
-  if (problem) {
-    return fail(cudaErrorInvalidValue, std::string(call) + " of " + std::to_string(n) + " bytes from " +
-                                           describe(src, n) + " to " + describe(dst, n) + ": " + problem);
-  }
-  return cudaSuccess;
-}
+namespace {
 
 // Dependencies of new work on `s`: the legacy stream and blocking streams wait for each other.
 // (Per device: each device has its own legacy stream.)
@@ -304,34 +161,15 @@ std::vector<Dependency> implicit_dependencies(Stream* s) {
   return after;
 }
 
-void push(Stream* s, std::string what, std::function<void()> work, std::vector<Dependency> extra = {},
-          std::function<bool()> advance = {}) {
+}  // namespace
+
+void push(Stream* s, std::string what, std::function<void()> work, std::vector<Dependency> extra,
+          std::function<bool()> advance) {
   std::vector<Dependency> after = implicit_dependencies(s);
   after.insert(after.end(), extra.begin(), extra.end());
   s->queue.push_back(Operation{std::move(what), std::move(after), std::move(work), std::move(advance)});
   ++s->submitted;
 }
-
-cudaError_t enqueue_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, Stream* s, const char* call) {
-  if (const cudaError_t e = check_copy(dst, src, n, kind, call)) return e;
-  if (n == 0) return cudaSuccess;
-  const bool to_host = kind == cudaMemcpyDeviceToHost || (kind == cudaMemcpyDefault && !is_device(dst, n));
-  if (!is_device(src, n) && !is_pinned(src, n)) {
-    // Pageable host memory is staged before the call returns, as CUDA does: the caller
-    // may reuse it right away.
-    auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
-                                                                static_cast<const unsigned char*>(src) + n);
-    push(s, call, [dst, staged, n] { std::memcpy(dst, staged->data(), n); });
-  } else {
-    push(s, call, [dst, src, n, to_host] {
-      std::memmove(dst, src, n);
-      if (to_host) record_digest(dst, n);
-    });
-  }
-  return cudaSuccess;
-}
-
-}  // namespace
 
 void enqueue(cudaStream_t stream, std::string what, std::function<void()> work) {
   std::lock_guard<std::recursive_mutex> lock(rt().mutex);
@@ -341,17 +179,6 @@ void enqueue(cudaStream_t stream, std::string what, std::function<void()> work) 
 void enqueue_polled(cudaStream_t stream, std::string what, std::function<bool()> advance) {
   std::lock_guard<std::recursive_mutex> lock(rt().mutex);
   push(stream_of(stream), std::move(what), {}, {}, std::move(advance));
-}
-
-bool is_device_range(const void* address, size_t bytes) {
-  std::lock_guard<std::recursive_mutex> lock(rt().mutex);
-  return is_device(address, bytes);
-}
-
-int device_of_range(const void* address, size_t bytes) {
-  std::lock_guard<std::recursive_mutex> lock(rt().mutex);
-  const Allocation* a = find_allocation(address, bytes);
-  return a && a->kind == Memory::device ? a->device : -1;
 }
 
 std::string take_fault() {
@@ -420,12 +247,6 @@ void submit(Launch launch) {
 }  // namespace cudasim
 
 using namespace cudasim::runtime;
-
-// Every API call: the lock, and the sticky error of an earlier kernel fault.
-#define CUDASIM_API_BEGIN \
-  Runtime& r = rt();      \
-  Lock lock(r.mutex);     \
-  if (r.sticky_error != cudaSuccess) return r.sticky_error
 
 extern "C" {
 
@@ -505,12 +326,6 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   p->maxThreadsPerMultiProcessor = 2048;
   return cudaSuccess;
 }
-cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
-  CUDASIM_API_BEGIN;
-  *total_bytes = device_memory_bytes();
-  *free_bytes = *total_bytes - std::min(*total_bytes, r.device_bytes_in_use[static_cast<size_t>(current_device)]);
-  return cudaSuccess;
-}
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
   CUDASIM_API_BEGIN;
   if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
@@ -521,111 +336,6 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
     r.max_dynamic_shared[func] = static_cast<size_t>(value);
   }
   return cudaSuccess;
-}
-
-cudaError_t cudaMalloc(void** p, size_t bytes) {
-  CUDASIM_API_BEGIN;
-  size_t& in_use = r.device_bytes_in_use[static_cast<size_t>(current_device)];
-  if (in_use + bytes > device_memory_bytes()) {
-    *p = nullptr;
-    return fail(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(bytes) + " bytes: the simulated device has " +
-                                               std::to_string(device_memory_bytes() - in_use) +
-                                               " free (CUDASIM_DEVICE_MEMORY_MB)");
-  }
-  // Exact size and 256-byte alignment like cudaMalloc's: ASan sees a byte past the end.
-  // Poisoned, so that a read of memory nothing wrote is visible.
-  *p = ::operator new(bytes ? bytes : 1, std::align_val_t(256), std::nothrow);
-  if (!*p) return fail(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(bytes) + " bytes");
-  std::memset(*p, cudasim::options().poison, bytes);
-  r.allocations[reinterpret_cast<uintptr_t>(*p)] = Allocation{bytes, Memory::device, current_device};
-  in_use += bytes;
-  return cudaSuccess;
-}
-cudaError_t cudaFree(void* p) {
-  CUDASIM_API_BEGIN;
-  if (!p) return cudaSuccess;
-  auto it = r.allocations.find(reinterpret_cast<uintptr_t>(p));
-  if (it == r.allocations.end() || it->second.kind != Memory::device) {
-    return fail(cudaErrorInvalidValue, "cudaFree of " + describe(p, 0) + ", which cudaMalloc did not return");
-  }
-  run_device(lock, it->second.device);  // cudaFree synchronises the allocation's device
-  it = r.allocations.find(reinterpret_cast<uintptr_t>(p));  // the lock was let go meanwhile
-  if (it == r.allocations.end()) return fail(cudaErrorInvalidValue, "cudaFree of " + describe(p, 0) + " twice at once");
-  r.device_bytes_in_use[static_cast<size_t>(it->second.device)] -= it->second.bytes;
-  r.allocations.erase(it);
-  ::operator delete(p, std::align_val_t(256));
-  return cudaSuccess;
-}
-cudaError_t cudaMallocHost(void** p, size_t bytes) {
-  CUDASIM_API_BEGIN;
-  *p = ::operator new(bytes ? bytes : 1, std::align_val_t(256), std::nothrow);
-  if (!*p) return fail(cudaErrorMemoryAllocation, "cudaMallocHost of " + std::to_string(bytes) + " bytes");
-  r.allocations[reinterpret_cast<uintptr_t>(*p)] = Allocation{bytes, Memory::pinned, -1};
-  return cudaSuccess;
-}
-cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) { return cudaMallocHost(p, bytes); }
-cudaError_t cudaFreeHost(void* p) {
-  CUDASIM_API_BEGIN;
-  run_device(lock, current_device);
-  const auto it = r.allocations.find(reinterpret_cast<uintptr_t>(p));
-  if (it == r.allocations.end() || it->second.kind != Memory::pinned) {
-    return fail(cudaErrorInvalidValue, "cudaFreeHost of " + describe(p, 0) + ", which cudaMallocHost did not return");
-  }
-  r.allocations.erase(it);
-  ::operator delete(p, std::align_val_t(256));
-  return cudaSuccess;
-}
-
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t stream) {
-  CUDASIM_API_BEGIN;
-  return enqueue_copy(dst, src, n, kind, stream_of(stream), "cudaMemcpyAsync");
-}
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
-  CUDASIM_API_BEGIN;
-  Stream* legacy = legacy_stream();
-  if (const cudaError_t e = enqueue_copy(dst, src, n, kind, legacy, "cudaMemcpy")) return e;
-  run_to(lock, legacy, legacy->submitted, Wait::until_done);  // the host waits for the copy (and what precedes it)
-  return r.sticky_error;
-}
-cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
-                              cudaMemcpyKind kind, cudaStream_t stream) {
-  CUDASIM_API_BEGIN;
-  if (width > dpitch || width > spitch) {
-    return fail(cudaErrorInvalidValue, "cudaMemcpy2DAsync: width " + std::to_string(width) + " is over a pitch (" +
-                                           std::to_string(dpitch) + ", " + std::to_string(spitch) + ")");
-  }
-  if (width == 0 || height == 0) return cudaSuccess;
-  // The whole ranges are checked (and staged, when pageable) like one copy each.
-  const size_t dst_span = dpitch * (height - 1) + width, src_span = spitch * (height - 1) + width;
-  if (const cudaError_t e = check_copy(dst, src, std::min(dst_span, src_span), kind, "cudaMemcpy2DAsync")) return e;
-  if ((kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice) && !is_device(dst, dst_span)) {
-    return fail(cudaErrorInvalidValue, "cudaMemcpy2DAsync: destination " + describe(dst, dst_span) +
-                                           " is not inside one device allocation");
-  }
-  if ((kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice) && !is_device(src, src_span)) {
-    return fail(cudaErrorInvalidValue, "cudaMemcpy2DAsync: source " + describe(src, src_span) +
-                                           " is not inside one device allocation");
-  }
-  const bool to_host = kind == cudaMemcpyDeviceToHost;
-  push(stream_of(stream), "cudaMemcpy2DAsync", [=] {
-    for (size_t row = 0; row < height; ++row) {
-      std::memmove(static_cast<char*>(dst) + row * dpitch, static_cast<const char*>(src) + row * spitch, width);
-      if (to_host) record_digest(static_cast<char*>(dst) + row * dpitch, width);
-    }
-  });
-  return cudaSuccess;
-}
-cudaError_t cudaMemsetAsync(void* dst, int value, size_t n, cudaStream_t stream) {
-  CUDASIM_API_BEGIN;
-  if (n > 0 && !is_device(dst, n)) {
-    return fail(cudaErrorInvalidValue, "cudaMemsetAsync of " + describe(dst, n) + ": not inside one device allocation");
-  }
-  push(stream_of(stream), "cudaMemsetAsync", [dst, value, n] { std::memset(dst, value, n); });
-  return cudaSuccess;
-}
-cudaError_t cudaMemset(void* dst, int value, size_t n) {
-  // Asynchronous to the host for device memory, as CUDA's is: ordered on the legacy stream.
-  return cudaMemsetAsync(dst, value, n, nullptr);
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {

@@ -1,0 +1,232 @@
+// `tandem run` end to end on real worker processes: both placements, the metrics and
+// files a run leaves, plugin rewards and critics, and a failing reward.
+#include "actor/model_config.h"
+#include "actor/model_weights.h"
+#include "actor/presets.h"
+#include "actor/tokenizer.h"
+#include "tests/support/forward_tolerance.h"
+#include "tests/support/run_tandem.h"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+using namespace tandem;
+using namespace tandem::testing;
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kShortRun = R"(experiment: {name: t, seed: 3, steps: 4, checkpoint_every: 2, keep_checkpoints: 1}
+model: {path: "builtin:tiny"}
+data: {train: "builtin:addition1", batch_size: 4}
+algorithm: {advantage: grpo, group_size: 4, kl: {coef: 0.01}}
+rollout: {workers: 2, max_new_tokens: 3, kv_cache_mb: 8}
+learner: {workers: 1, micro_batch_size: 8, optimizer: {lr: 1.0e-3}}
+logging: {console: plain}
+)";
+
+std::vector<nlohmann::json> metric_lines(const std::string& run_dir) {
+  return read_json_lines(run_dir + "/metrics.jsonl");
+}
+
+// What float32 allows the weight-sync probe (the rollout engine's log-probs against the
+// learner's, both float32 forwards) on the run's last checkpoint: forward_tolerance.h's
+// bound for two forwards, sequences up to `max_tokens`. Earlier probes saw weights a few
+// lr-sized steps away, whose norms (all the bound reads) differ by far under 10%: the
+// factor 1.1 covers them.
+double probe_bound(const std::string& run, int64_t max_tokens, double temperature) {
+  std::string last;
+  for (const auto& entry : fs::directory_iterator(run + "/checkpoints")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step_", 0) == 0 && (last.empty() || std::stoi(name.substr(5)) > std::stoi(last.substr(5)))) last = name;
+  }
+  REQUIRE_MESSAGE(!last.empty(), "no checkpoint in " << run);
+  const std::string dir = run + "/checkpoints/" + last;
+  const ModelConfig config = read_model_config(dir + "/config.json");
+  return 1.1 * logprob_agreement(config, load_model_weights(dir, config), max_tokens, temperature);
+}
+
+std::string run_config(const TempDir& dir, const std::string& yaml, const std::vector<std::string>& sets,
+                       int expected_exit) {
+  write_file_atomic(dir.path() + "/run.yaml", yaml);
+  std::vector<std::string> args = {"run", dir.path() + "/run.yaml", "--run-dir", dir.path() + "/run"};
+  for (const std::string& s : sets) {
+    args.push_back("--set");
+    args.push_back(s);
+  }
+  const ExitStatus status = run_tandem(args, dir.path() + "/out.txt", 180);
+  INFO(read_text(dir.path() + "/out.txt"));
+  REQUIRE(status.exit_code == expected_exit);
+  return dir.path() + "/run";
+}
+
+}  // namespace
+
+std::set<std::string> weight_segments() {
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator("/dev/shm")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("tandem-", 0) == 0) names.insert(name);
+  }
+  return names;
+}
+
+TEST_CASE("a run trains over real workers in both placements and leaves metrics, checkpoints and the policy") {
+  // A segment left by a controller killed with SIGKILL: a process that has ended.
+  ChildProcess ended = ChildProcess::spawn({"/bin/true"});
+  REQUIRE(ended.wait_for(10).has_value());
+  const std::string stale = "/dev/shm/tandem-" + std::to_string(ended.pid()) + "-weights";
+  write_file_atomic(stale, "left behind");
+  const std::set<std::string> segments_before = weight_segments();  // e.g. of killed runs
+  for (const char* placement : {"colocated", "disaggregated"}) {
+    INFO(std::string(placement));
+    TempDir dir;
+    const std::string run = run_config(dir, kShortRun, {std::string("placement=") + placement}, 0);
+    const auto lines = metric_lines(run);
+    REQUIRE(lines.size() == 4);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      for (const char* key : {"step", "weight_version", "reward/mean", "reward/std", "response/length_mean",
+                              "actor/pg_loss", "actor/kl", "actor/entropy", "actor/clipfrac", "actor/grad_norm",
+                              "actor/lr", "time/rollout_s", "time/reward_s", "time/train_s", "time/sync_s",
+                              "time/step_s", "perf/rollout_tokens_per_s", "perf/train_tokens_per_s"}) {
+        INFO(key);
+        REQUIRE(lines[i].contains(key));
+        CHECK(lines[i][key].is_number());
+      }
+      CHECK(lines[i]["step"].get<int>() == static_cast<int>(i) + 1);
+      CHECK(lines[i]["weight_version"].get<int>() == static_cast<int>(i) + 1);
+      CHECK(lines[i]["response/length_mean"].get<double>() > 0);
+      // rollout.prefix_sharing (on): each prompt is prefilled once for its group of 4 (a
+      // cache of 8 MB preempts nothing here); more is saved if a batch repeats a prompt.
+      const double computed = lines[i].at("rollout/prefill_tokens"), saved = lines[i].at("rollout/prefill_tokens_saved");
+      CHECK(computed > 0);
+      CHECK(saved >= 3 * computed);
+    }
+    // keep_checkpoints 1: only the newest, whole.
+    CHECK_FALSE(fs::exists(run + "/checkpoints/step_2"));
+    CHECK(fs::exists(run + "/checkpoints/step_4/trainer_state.json"));
+    CHECK(nlohmann::json::parse(read_text(run + "/checkpoints/step_4/controller_state.json"))["step"] == 4);
+    const ModelConfig config = read_model_config(run + "/policy/config.json");
+    CHECK(load_model_weights(run + "/policy", config).parameter_count() == parameter_count(config));
+    CHECK(fs::exists(run + "/policy/tokenizer.json"));
+  }
+  // The runs removed their weight segments and the stale one; nothing else was touched.
+  CHECK_FALSE(fs::exists(stale));
+  for (const std::string& name : weight_segments()) CHECK(segments_before.count(name) == 1);
+}
+
+TEST_CASE("a padded vocabulary (config.json vocab_size above the tokenizer's) trains: padded ids are never sampled") {
+  // As Qwen's checkpoints: 151936 embedding rows for 151669 tokenizer ids. Here 259 ids and
+  // 320 rows; with random weights about a fifth of every draw over all rows is padding.
+  TempDir dir;
+  const std::string model_dir = dir.path() + "/padded";
+  fs::create_directories(model_dir);
+  ModelConfig config = model_preset_config("tiny");
+  const int64_t tokenizer_ids = config.vocab_size;
+  config.vocab_size = 320;
+  write_file_atomic(model_dir + "/config.json", model_config_to_json(config));
+  save_model_weights(model_dir, random_model_weights(config, 7, 0.5), DType::f32);
+  write_byte_level_tokenizer(model_dir, model_preset_special_tokens());
+  REQUIRE(load_tokenizer(model_dir)->vocab_size() == tokenizer_ids);
+  const std::string run = run_config(dir, kShortRun,
+                                     {"model.path=" + model_dir, "weight_sync.probe_every=1", "rollout.temperature=1.5",
+                                      "rollout.max_new_tokens=8", "sft.steps=0"},
+                                     0);
+  const auto lines = metric_lines(run);
+  REQUIRE(lines.size() == 4);
+  // The learner normalises over the same ids as the rollout engine: the probe agrees.
+  const double bound = probe_bound(run, 64, 1.5);  // addition prompts and 8 new tokens: under 64
+  for (const auto& line : lines) CHECK(line.at("sync/probe_logprob_max_diff").get<double>() <= bound);
+  for (const nlohmann::json& s : read_json_lines(run + "/samples.jsonl")) CHECK(s.at("response").is_string());
+}
+
+TEST_CASE("a plugin reward and a critic (gae) run; a reward that throws stops the run naming it and the sample") {
+  TempDir dir;
+  const std::string plugin = EXAMPLE_PLUGIN;
+  const std::string run = run_config(
+      dir, kShortRun,
+      {"algorithm.advantage=gae", "reward=[{plugin: " + plugin + ", name: exact_answer}]", "experiment.steps=2"}, 0);
+  const auto lines = metric_lines(run);
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[1].contains("critic/value_loss"));
+
+  TempDir broken;
+  write_file_atomic(broken.path() + "/data.jsonl", "{\"prompt\": \"1+1=\"}\n{\"prompt\": \"2+2=\"}\n");
+  run_config(broken, kShortRun,
+             {"reward=[{plugin: " + plugin + ", name: exact_answer}]", "data.train=" + broken.path() + "/data.jsonl",
+              "data.batch_size=2"},
+             1);
+  const std::string out = read_text(broken.path() + "/out.txt");
+  const std::string failure = "reward exact_answer (plugin " + plugin + ") failed on sample 0 (prompt";
+  CHECK(out.find(failure) != std::string::npos);
+  CHECK(out.find(failure, out.find(failure) + 1) == std::string::npos);  // said once
+  CHECK(out.find("no \"answer\" field") != std::string::npos);
+}
+
+TEST_CASE("the quickstart learns: after its warm-up the reward rises over 40 steps (fixed seed)") {
+  TempDir dir;
+  const std::string quickstart = read_text(TANDEM_SOURCE_DIR "/configs/quickstart.yaml");
+  const std::string run = run_config(dir, quickstart,
+                                     {"experiment.steps=40", "experiment.checkpoint_every=0", "logging.console=quiet"}, 0);
+  const auto rows = metric_lines(run);
+  REQUIRE(rows.size() == 40);
+  double first = 0, last = 0;
+  for (size_t i = 0; i < 10; ++i) {
+    first += rows[i].at("reward/mean").get<double>() / 10;
+    last += rows[30 + i].at("reward/mean").get<double>() / 10;
+  }
+  INFO("mean reward of steps 1-10: ", first, ", of steps 31-40: ", last);
+  CHECK(first > 0.05);  // the warm-up left something to reinforce
+  CHECK(last >= first + 0.1);
+  // The warm-up's own curve: its loss fell.
+  std::vector<double> losses;
+  for (const auto& row : read_json_lines(run + "/sft_metrics.jsonl")) losses.push_back(row.at("sft/loss"));
+  REQUIRE(losses.size() == 50);
+  CHECK(losses.back() < 0.5 * losses.front());
+}
+
+TEST_CASE("fallback scores are counted, rewards combine with weights, and the weight-sync probe checks log-probs") {
+  const std::string plugin = EXAMPLE_PLUGIN;
+  TempDir dir;
+  write_file_atomic(dir.path() + "/data.jsonl", "{\"prompt\": \"1+1=\"}\n{\"prompt\": \"2+2=\"}\n");
+  // exact_answer throws on rows without an answer: each of the 2 x 4 samples falls back to 0.5.
+  const std::vector<std::string> sets = {
+      "reward=[{plugin: " + plugin + ", name: exact_answer, on_error: fallback, fallback_score: 0.5}, "
+          "{name: length_penalty, max_length: 2, weight: 0.5}]",
+      "data.train=" + dir.path() + "/data.jsonl", "data.batch_size=2", "weight_sync.probe_every=1"};
+  const std::string run = run_config(dir, kShortRun, sets, 0);
+  const auto rows = metric_lines(run);
+  const double bound = probe_bound(run, 64, 1.0);  // addition prompts and 3 new tokens: under 64
+  for (const auto& row : rows) {
+    CHECK(row.at("reward/fallbacks").get<double>() == 8);
+    // 0.5 + 0.5 x length_penalty, which is 0 (length <= 2) or -0.5 (length 3)
+    CHECK(row.at("reward/mean").get<double>() <= 0.5);
+    CHECK(row.at("reward/mean").get<double>() >= 0.25);
+    REQUIRE(row.contains("sync/probe_logprob_max_diff"));
+    CHECK(row.at("sync/probe_logprob_max_diff").get<double>() <= bound);
+  }
+  // One console line per step, not one per failed sample; every error in reward_errors.log.
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  const std::string log = read_text(run + "/logs/controller-0.log");
+  CHECK(count(log, "8 of 8 samples failed and scored 0.5 (on_error: fallback); first: sample 0: ") == rows.size());
+  CHECK(count(log, "failed on sample") == 0);
+  CHECK(count(read_text(run + "/logs/reward_errors.log"), "failed on sample") == 8 * rows.size());
+
+  // A tolerance no float32 pair of engines meets: the probe stops the run and says why.
+  TempDir strict;
+  write_file_atomic(strict.path() + "/data.jsonl", read_text(dir.path() + "/data.jsonl"));
+  std::vector<std::string> strict_sets = sets;
+  strict_sets[1] = "data.train=" + strict.path() + "/data.jsonl";
+  strict_sets.push_back("weight_sync.probe_tolerance=1e-12");
+  run_config(strict, kShortRun, strict_sets, 1);
+  CHECK(read_text(strict.path() + "/out.txt").find("weight-sync probe at version 0") != std::string::npos);
+}

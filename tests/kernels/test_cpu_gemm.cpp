@@ -1,0 +1,125 @@
+// The CPU backend's matrix product (rollout/cpu_gemm.h): against a float64 reference on
+// odd shapes (rows not a multiple of the tile, in not a multiple of the vector width, out
+// not a multiple of the panel), and its batch invariance: every row's outputs from a
+// many-row call are bit-identical to those of the row alone, to those of any sub-batch
+// holding it, and to those of the same call on another number of threads.
+#include "rollout/cpu_gemm.h"
+#include "rollout/thread_pool.h"
+#include "tests/support/kernel_checks.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace tandem;
+using namespace tandem::testing;
+
+namespace {
+
+// Normal draws, never all zeros.
+std::vector<float> random_floats(std::mt19937_64& rng, size_t n) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> out(n);
+  for (float& v : out) v = normal(rng);
+  return out;
+}
+
+struct Shape {
+  int64_t rows, in, out;
+};
+
+std::vector<float> gemm(ThreadPool& pool, const std::vector<float>& x, int64_t row_begin, int64_t row_end, int64_t in,
+                        const std::vector<float>& w, const float* bias, int64_t out) {
+  std::vector<float> y((row_end - row_begin) * out, NAN);
+  cpu::gemm_nt(pool, x.data() + row_begin * in, row_end - row_begin, in, w.data(), bias, out, y.data());
+  return y;
+}
+
+bool same_bits(const float* a, const float* b, int64_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+}  // namespace
+
+TEST_CASE("gemm_nt agrees with a float64 reference on odd shapes") {
+  MESSAGE("gemm_nt: " << std::string(cpu::gemm_nt_isa()) << ", " << cpu::gemm_nt_lanes() << " lanes");
+  auto rng = kernel_test_rng(41);
+  std::uniform_int_distribution<int64_t> pick_rows(1, 37);
+  ThreadPool pool(2);
+  for (int64_t in : {1, 3, 15, 17, 33, 100, 257, 1031}) {
+    for (int64_t out : {1, 5, 7, 13, 67, 203}) {
+      const int64_t rows = pick_rows(rng);
+      const std::vector<float> x = random_floats(rng, rows * in);
+      const std::vector<float> w = random_floats(rng, out * in);
+      const std::vector<float> bias = random_floats(rng, out);
+      for (const bool with_bias : {false, true}) {
+        const std::vector<float> y = gemm(pool, x, 0, rows, in, w, with_bias ? bias.data() : nullptr, out);
+        int64_t bad = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t o = 0; o < out; ++o) {
+            double want = with_bias ? bias[o] : 0.0, magnitude = with_bias ? std::abs(bias[o]) : 0.0;
+            for (int64_t k = 0; k < in; ++k) {
+              const double term = static_cast<double>(x[r * in + k]) * w[o * in + k];
+              want += term;
+              magnitude += std::abs(term);
+            }
+            // Higham's worst-case bound for a float sum of in + 1 terms, gamma_n * sum |term|
+            // with n = in + 8: no order of the additions can exceed it. Not atol + rtol * |want|:
+            // a dot product's error scales with its terms, not its (possibly cancelled) result.
+            const double limit = static_cast<double>(in + 8) * std::ldexp(1.0, -24) * magnitude;
+            const double got = y[r * out + o];
+            if (!(std::isfinite(got) && std::abs(got - want) <= limit)) {
+              if (bad++ == 0) {
+                FAIL_CHECK("rows " << rows << " in " << in << " out " << out << " bias " << with_bias << ": y[" << r
+                                   << ", " << o << "] = " << got << ", want " << want << " within " << limit);
+              }
+            }
+          }
+        }
+        CHECK_MESSAGE(bad == 0, bad << " bad outputs for rows " << rows << " in " << in << " out " << out);
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm_nt is batch-invariant: a row's outputs never depend on the other rows or the threads") {
+  auto rng = kernel_test_rng(42);
+  // Small ones run on one thread; the large ones split over the pool (at least 2^19
+  // multiply-adds), so a row alone (inline) and in a batch (split) take both paths.
+  const std::vector<Shape> shapes = {
+      {1, 1, 1},     {2, 5, 3},      {3, 16, 6},     {4, 17, 7},      {5, 31, 12},     {7, 33, 13},
+      {8, 64, 24},   {13, 100, 67},  {16, 255, 25},  {32, 129, 130},  {33, 257, 61},   {37, 515, 300},
+      {9, 1000, 1100}, {32, 777, 131}, {37, 96, 2000}, {24, 2049, 37},
+  };
+  std::uniform_int_distribution<int> coin(0, 1);
+  for (const Shape& s : shapes) {
+    const std::vector<float> x = random_floats(rng, s.rows * s.in);
+    const std::vector<float> w = random_floats(rng, s.out * s.in);
+    const std::vector<float> bias_values = random_floats(rng, s.out);
+    const float* bias = coin(rng) ? bias_values.data() : nullptr;
+    ThreadPool solo(1);
+    const std::vector<float> reference = gemm(solo, x, 0, s.rows, s.in, w, bias, s.out);
+    for (float v : reference) REQUIRE_MESSAGE(std::isfinite(v), "non-finite output for rows " << s.rows);
+    for (int threads : {1, 2, 3}) {
+      CAPTURE(s.rows);
+      CAPTURE(s.in);
+      CAPTURE(s.out);
+      CAPTURE(threads);
+      ThreadPool pool(threads);
+      const std::vector<float> all = gemm(pool, x, 0, s.rows, s.in, w, bias, s.out);
+      CHECK(same_bits(all.data(), reference.data(), s.rows * s.out));
+      int64_t mismatched_rows = 0;
+      for (int64_t r = 0; r < s.rows; ++r) {
+        const std::vector<float> alone = gemm(pool, x, r, r + 1, s.in, w, bias, s.out);
+        if (!same_bits(alone.data(), &reference[r * s.out], s.out)) ++mismatched_rows;
+      }
+      CHECK_MESSAGE(mismatched_rows == 0, mismatched_rows << " rows differ alone and in the batch");
+      // A sub-batch starting mid-tile: each row lands at another place in the tiles.
+      const int64_t begin = s.rows / 3, end = std::max(begin + 1, s.rows - 1);
+      const std::vector<float> middle = gemm(pool, x, begin, end, s.in, w, bias, s.out);
+      CHECK(same_bits(middle.data(), &reference[begin * s.out], (end - begin) * s.out));
+    }
+  }
+}
