@@ -39,6 +39,8 @@ packages=(
   prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0
   libcpp-httplib-dev libcpp-httplib0.11 libssl-dev zlib1g-dev libbrotli-dev libbrotli1
   protobuf-compiler libprotoc32 libprotobuf32 libprotobuf-lite32 libprotobuf-dev
+  # The sandbox for the model's code (agent/): libseccomp (bwrap is needed only to run it)
+  libseccomp-dev libseccomp2 bubblewrap
   # pkg-config (pkgconf), used only where the machine has none
   pkgconf-bin libpkgconf3
 )

@@ -10,6 +10,7 @@ packages=(
   libopenblas0-openmp libicu-dev libgloo-dev
   python3-dev pybind11-dev python3-jinja2 python3-numpy libcurl4-openssl-dev
   libboost-context-dev
+  bubblewrap libseccomp-dev  # the sandbox for the model's code (agent/sandbox.h)
   slurm-wlm munge iproute2 nftables
   gdb libgcc-12-dev  # hang diagnosis: gdb's stacks of a stopped worker; libbacktrace for file:line
   # Observability: TensorBoard event files (protobuf), /metrics (prometheus-cpp text format,
