@@ -1,8 +1,10 @@
-// The sandbox for the model's code (agent/sandbox.h): it runs Python, and every escape
+// The sandbox for the model's code (agent/sandbox.h) and the `builtin: python` tool on it
+// (agent/python_sandbox_tool.h): it runs Python, and every escape
 // attempt the issue lists fails: a socket to anything, writing outside its tmpfs, reading
 // the host's files or processes, a fork bomb, allocating past the limit, outliving the
 // deadline, leaving a process behind. Exits 77 (skip) where no sandbox can be made here
 // (bubblewrap missing, user namespaces off), saying why.
+#include "agent/python_sandbox_tool.h"
 #include "agent/sandbox.h"
 
 #include <doctest/doctest.h>
@@ -273,4 +275,42 @@ TEST_CASE("no bwrap on PATH is a SandboxUnavailable naming the package") {
                        "sandbox: bubblewrap (bwrap) is not installed; on Debian: apt-get install bubblewrap",
                        SandboxUnavailable);
   setenv("PATH", path.c_str(), 1);
+}
+
+TEST_CASE("the builtin python tool: output, the model's errors, timeouts") {
+  skip_without_sandbox();
+  PythonToolOptions options;
+  options.limits.wall_s = 2;
+  options.max_observation_bytes = 100;
+  std::unique_ptr<Tool> tool = make_python_sandbox_tool(options);
+  CHECK(tool->name() == "python");
+  const nlohmann::json schema = tool->schema();
+  CHECK(schema["function"]["name"] == "python");
+  CHECK(schema["function"]["parameters"]["required"] == nlohmann::json::array({"code"}));
+
+  ToolResult r = tool->call({{"code", "print(2 ** 10)"}});
+  CHECK_FALSE(r.error);
+  CHECK(r.stop.empty());
+  CHECK(r.observation == "1024\n");
+
+  r = tool->call({{"code", "x = 1"}});
+  CHECK(r.observation == "(no output)");
+
+  r = tool->call({{"source", "print(1)"}});
+  CHECK(r.error);
+  CHECK(r.observation == "error: the python tool takes {\"code\": \"<a Python program>\"}");
+
+  r = tool->call({{"code", "print('before')\n1 / 0\n"}});
+  CHECK(r.error);
+  CHECK(r.observation.rfind("before\nexit status 1\n", 0) == 0);
+  CHECK(r.observation.find("ZeroDivisionError: division by zero") != std::string::npos);
+
+  r = tool->call({{"code", "print('y' * 500)"}});
+  CHECK_FALSE(r.error);
+  CHECK(r.observation == std::string(100, 'y') + "\n[output cut]");
+
+  r = tool->call({{"code", "import time\ntime.sleep(30)"}});
+  CHECK(r.error);
+  CHECK(r.stop == "tool_timeout");
+  CHECK(r.observation == "timed out after 2 s");
 }
