@@ -25,6 +25,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <optional>
 #include <sstream>
 
 namespace tandem {
@@ -43,7 +45,8 @@ std::string find_bwrap() {
   std::stringstream dirs(path && *path ? path : "/usr/bin:/bin");
   std::string dir;
   while (std::getline(dirs, dir, ':')) {
-    const std::string candidate = (dir.empty() ? "." : dir) + "/bwrap";
+    if (dir.empty()) continue;  // not the working directory
+    const std::string candidate = dir + "/bwrap";
     if (::access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   return "";
@@ -117,6 +120,7 @@ struct ChildPlan {
   std::vector<char*> argv;  // null-terminated
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;
   int keep_fds[2] = {-1, -1};  // the seccomp program and bwrap's status pipe
+  int max_fd = 1024;           // fds below this are closed on exec where close_range cannot
   bool drop_to_sandbox_user = false;
   rlimit cpu{}, address_space{}, file_size{}, processes{}, open_files{}, core{};
 };
@@ -131,9 +135,17 @@ struct ChildPlan {
 
 [[noreturn]] void run_child(const ChildPlan& plan) {
   if (::dup2(plan.stdin_fd, 0) < 0 || ::dup2(plan.stdout_fd, 1) < 0 || ::dup2(plan.stderr_fd, 2) < 0) fail("dup2");
+  // Nothing the controller has open (metrics and log files, sockets) may reach the
+  // sandbox: every fd above stderr closes on exec, then the two bwrap needs are kept.
+  if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+    for (int fd = 3; fd < plan.max_fd; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
   for (int fd : plan.keep_fds) {
     if (::fcntl(fd, F_SETFD, 0) != 0) fail("fcntl");
   }
+  sigset_t none;
+  ::sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the controller's blocked signals are not the sandbox's
   ::setsid();  // its own process group: the deadline kills the group
   if (::setrlimit(RLIMIT_CORE, &plan.core) != 0 || ::setrlimit(RLIMIT_CPU, &plan.cpu) != 0 ||
       ::setrlimit(RLIMIT_AS, &plan.address_space) != 0 || ::setrlimit(RLIMIT_FSIZE, &plan.file_size) != 0 ||
@@ -165,6 +177,33 @@ bool drain(int fd, std::string& out, size_t cap, bool& truncated) {
   return true;
 }
 
+// The value of `key` in bwrap's --json-status-fd lines, if one has it.
+std::optional<int64_t> status_value(const std::string& status_text, const char* key) {
+  std::istringstream lines(status_text);
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains(key) && j[key].is_number_integer()) return j[key].get<int64_t>();
+  }
+  return std::nullopt;
+}
+
+// Waits, at most `seconds`, until process `pid` has ended (gone or a zombie). A PID
+// namespace's first process becomes a zombie only after every other process in the
+// namespace has ended. Only waits: a reused pid costs time, not a wrong kill.
+void wait_until_gone(pid_t pid, double seconds) {
+  const Clock::time_point until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                     std::chrono::duration<double>(seconds));
+  const std::string stat_path = "/proc/" + std::to_string(pid) + "/stat";
+  while (Clock::now() < until) {
+    std::ifstream in(stat_path);
+    std::string stat;
+    if (!std::getline(in, stat)) return;
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] == 'Z') return;
+    ::usleep(2000);
+  }
+}
+
 }  // namespace
 
 SandboxResult run_sandboxed(const std::vector<std::string>& command, const std::string& stdin_data,
@@ -193,11 +232,17 @@ SandboxResult run_sandboxed(const std::vector<std::string>& command, const std::
                                    "--hostname", "sandbox"};
   add_system_view(args);
   args.insert(args.end(), {"--proc", "/proc", "--dev", "/dev",
+                           // /dev/shm (POSIX shared memory, semaphores) small; the rest of /dev read-only.
+                           "--size", std::to_string(1 << 20), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
                            "--size", std::to_string(limits.tmpfs_mb << 20), "--tmpfs", "/tmp",
-                           // The root bwrap builds is itself a tmpfs: read-only, so /tmp is the one place to write.
+                           // The root bwrap builds is itself a tmpfs: read-only, so that /tmp (and the 1 MiB
+                           // /dev/shm) are the only places to write.
                            "--remount-ro", "/", "--chdir", "/tmp",
                            "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
                            "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+                           // One thread per numerical library: a pool sized to the host would hit the process limit.
+                           "--setenv", "OMP_NUM_THREADS", "1", "--setenv", "OPENBLAS_NUM_THREADS", "1",
+                           "--setenv", "MKL_NUM_THREADS", "1",
                            "--seccomp", std::to_string(seccomp.fd),
                            "--json-status-fd", std::to_string(status_write.fd), "--"});
   args.insert(args.end(), command.begin(), command.end());
@@ -221,6 +266,21 @@ SandboxResult run_sandboxed(const std::vector<std::string>& command, const std::
   plan.file_size = limit_of(static_cast<uint64_t>(limits.max_file_mb) << 20);
   plan.open_files = limit_of(256);
   plan.core = limit_of(0);
+  if (!plan.drop_to_sandbox_user) {  // an ordinary user cannot raise a hard limit: stay within the current ones
+    const std::pair<int, rlimit*> all[] = {{RLIMIT_CPU, &plan.cpu}, {RLIMIT_AS, &plan.address_space},
+                                           {RLIMIT_FSIZE, &plan.file_size}, {RLIMIT_NPROC, &plan.processes},
+                                           {RLIMIT_NOFILE, &plan.open_files}};
+    for (const auto& [resource, limit] : all) {
+      rlimit current{};
+      if (::getrlimit(resource, &current) != 0) continue;
+      limit->rlim_max = std::min(limit->rlim_max, current.rlim_max);
+      limit->rlim_cur = std::min(limit->rlim_cur, limit->rlim_max);
+    }
+  }
+  rlimit open_now{};
+  if (::getrlimit(RLIMIT_NOFILE, &open_now) == 0 && open_now.rlim_cur != RLIM_INFINITY) {
+    plan.max_fd = static_cast<int>(std::min<rlim_t>(open_now.rlim_cur, 1 << 20));
+  }
 
   const pid_t pid = ::fork();
   if (pid < 0) throw SandboxUnavailable(fmt::format("sandbox: fork: {}", std::strerror(errno)));
@@ -231,6 +291,19 @@ SandboxResult run_sandboxed(const std::vector<std::string>& command, const std::
   status_write.reset();
   seccomp.reset();
 
+  // Until it is reaped, a failure on this side (poll, an allocation) still kills and reaps it.
+  struct Reaper {
+    pid_t pid;
+    bool done = false;
+    ~Reaper() {
+      if (done) return;
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+      int ignored = 0;
+      ::waitpid(pid, &ignored, 0);
+    }
+  } reaper{pid};
+
   SandboxResult result;
   std::string status_text;
   bool status_truncated = false;
@@ -240,29 +313,18 @@ SandboxResult run_sandboxed(const std::vector<std::string>& command, const std::
   if (stdin_data.empty()) in_parent.reset();
   const Clock::time_point deadline = start + std::chrono::duration_cast<Clock::duration>(
                                                  std::chrono::duration<double>(limits.wall_s));
-  bool timed_out = false;
-  int wait_status = 0;
-  bool reaped = false;
-  while (!reaped) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) {
-      timed_out = true;
-      ::kill(-pid, SIGKILL);  // bwrap's group; its namespace dies with it (--die-with-parent, PID 1 gone)
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &wait_status, 0);
-      reaped = true;
-      break;
-    }
+  // One round: feeds stdin, reads what is ready, waiting at most `wait_ms`.
+  auto pump = [&](int wait_ms) {
     std::vector<pollfd> fds;
     if (in_parent.fd >= 0) fds.push_back({in_parent.fd, POLLOUT, 0});
     if (out_open) fds.push_back({out_read.fd, POLLIN, 0});
     if (err_open) fds.push_back({err_read.fd, POLLIN, 0});
     if (status_open) fds.push_back({status_read.fd, POLLIN, 0});
-    // With every stream closed, poll the child's exit a few times a millisecond.
-    const int wait_ms = fds.empty() ? 2 : static_cast<int>(std::min<int64_t>(left, 50));
     if (fds.empty()) {
       ::usleep(static_cast<useconds_t>(wait_ms) * 1000);
-    } else if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) {
+      return;
+    }
+    if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) {
       throw SandboxUnavailable(fmt::format("sandbox: poll: {}", std::strerror(errno)));
     }
     for (const pollfd& p : fds) {
@@ -279,44 +341,55 @@ SandboxResult run_sandboxed(const std::vector<std::string>& command, const std::
         status_open = drain(status_read.fd, status_text, 4096, status_truncated);
       }
     }
-    if (!out_open && !err_open && !status_open) {
-      const pid_t r = ::waitpid(pid, &wait_status, WNOHANG);
-      if (r == pid) reaped = true;
+  };
+  bool timed_out = false;
+  int wait_status = 0;
+  while (!reaper.done) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      timed_out = true;
+      // bwrap and its group; the sandbox's first process gets SIGKILL as bwrap dies
+      // (--die-with-parent), and its PID namespace, every process in it, ends with it.
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &wait_status, 0);
+      reaper.done = true;
+      if (const auto child = status_value(status_text, "child-pid")) wait_until_gone(static_cast<pid_t>(*child), 2.0);
+      // What the sandbox wrote before it died, up to the end of each stream.
+      for (int round = 0; round < 10 && (out_open || err_open); ++round) pump(50);
+      break;
     }
+    // With every stream closed, the child's exit is polled every 2 ms.
+    const bool streams_open = in_parent.fd >= 0 || out_open || err_open || status_open;
+    pump(streams_open ? static_cast<int>(std::min<int64_t>(left, 50)) : 2);
+    if (!out_open && !err_open && !status_open && ::waitpid(pid, &wait_status, WNOHANG) == pid) reaper.done = true;
   }
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-
-  // bwrap writes {"child-pid": N} once the command started, then {"exit-code": N}.
-  bool started = false;
-  std::istringstream lines(status_text);
-  for (std::string line; std::getline(lines, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.contains("child-pid")) started = true;
-  }
   if (timed_out) {
     result.end = SandboxEnd::timed_out;
     return result;
   }
-  if (!started) {
-    std::string why = result.stderr_text.substr(0, result.stderr_text.find('\n'));
-    throw SandboxUnavailable(fmt::format("sandbox: bwrap could not start the command ({}{})",
-                                         why.empty() ? "no message" : why,
-                                         WIFEXITED(wait_status) ? fmt::format(", exit {}", WEXITSTATUS(wait_status))
-                                                                : std::string()));
+
+  // bwrap writes {"child-pid": N} when it has forked, before its mounts and the exec, and
+  // {"exit-code": N} once the command ran and ended: without the latter, the sandbox
+  // itself failed (a mount, a missing command), not the code.
+  const std::optional<int64_t> exit_code = status_value(status_text, "exit-code");
+  if (!exit_code) {
+    const std::string why = result.stderr_text.substr(0, result.stderr_text.find('\n'));
+    std::string how;
+    if (WIFEXITED(wait_status)) how = fmt::format(", exit {}", WEXITSTATUS(wait_status));
+    if (WIFSIGNALED(wait_status)) how = fmt::format(", bwrap killed by signal {}", WTERMSIG(wait_status));
+    throw SandboxUnavailable(
+        fmt::format("sandbox: bwrap could not run the command ({}{})", why.empty() ? "no message" : why, how));
   }
-  if (WIFSIGNALED(wait_status)) {  // bwrap itself killed (RLIMIT_CPU would not reach it)
-    result.end = SandboxEnd::signaled;
-    result.signal = WTERMSIG(wait_status);
-    return result;
-  }
-  // bwrap exits with the command's status, or 128 + the signal that killed it.
-  const int code = WEXITSTATUS(wait_status);
+  // The command's status, or 128 + the signal that killed it.
+  const int64_t code = *exit_code;
   if (code > 128 && code < 128 + 65) {
     result.end = SandboxEnd::signaled;
-    result.signal = code - 128;
+    result.signal = static_cast<int>(code - 128);
   } else {
     result.end = SandboxEnd::exited;
-    result.exit_code = code;
+    result.exit_code = static_cast<int>(code);
   }
   return result;
 }

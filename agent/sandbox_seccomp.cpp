@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 
+#include <sched.h>
 #include <seccomp.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -31,6 +32,10 @@ const char* const kDenied[] = {
     "open_by_handle_at", "name_to_handle_at", "fanotify_init",
     "clock_settime", "clock_adjtime", "settimeofday", "adjtimex",
     "ioperm", "iopl", "vhangup",
+    "fsconfig", "quotactl_fd", "pidfd_getfd", "process_madvise", "kcmp", "uselib", "lookup_dcookie",
+    "mbind", "set_mempolicy", "migrate_pages", "move_pages",
+    // Memory outside the address-space limit: anonymous files and System V segments.
+    "memfd_create", "shmget",
 };
 
 struct ContextDeleter {
@@ -53,6 +58,12 @@ int make_sandbox_seccomp_fd() {
     if (nr == __NR_SCMP_ERROR) continue;  // not a system call of this architecture (or this libseccomp)
     check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), nr, 0), name);
   }
+  // New user namespaces (bwrap's --disable-userns stops them too). clone3 passes its flags
+  // in memory a filter cannot read: ENOSYS makes glibc fall back to clone, whose flags it can.
+  check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+                         SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER)),
+        "clone CLONE_NEWUSER");
+  check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0), "clone3");
   check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1,
                          SCMP_A0(SCMP_CMP_NE, static_cast<scmp_datum_t>(AF_UNIX))),
         "socket");

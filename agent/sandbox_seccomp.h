@@ -8,8 +8,13 @@
 // - ptrace, process_vm_readv/writev, mount and the new mount API, umount2, pivot_root,
 //   chroot, unshare, setns, keyctl, add_key, request_key, bpf, perf_event_open,
 //   userfaultfd, io_uring_*, kexec_*, *_module, reboot, swapon/off, syslog, acct,
-//   quotactl, open_by_handle_at, name_to_handle_at, fanotify_init, clock and time
-//   setting, ioperm, iopl, vhangup, and ioctl(TIOCSTI): EPERM;
+//   quotactl(_fd), open_by_handle_at, name_to_handle_at, fanotify_init, clock and time
+//   setting, ioperm, iopl, vhangup, fsconfig, pidfd_getfd, process_madvise, kcmp, uselib,
+//   lookup_dcookie, NUMA memory policy calls, and ioctl(TIOCSTI): EPERM;
+// - memfd_create and shmget: EPERM (memory there escapes the address-space limit; POSIX
+//   shared memory stays, in a 1 MiB /dev/shm);
+// - clone with CLONE_NEWUSER: EPERM; clone3: ENOSYS (its flags are out of a filter's
+//   reach; glibc then uses clone);
 // - system calls of another architecture's ABI (x32, i386): the process is killed.
 #pragma once
 
