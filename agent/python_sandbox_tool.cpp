@@ -11,10 +11,20 @@ namespace {
 // what went wrong).
 std::string tail_of(const std::string& text, size_t bytes) {
   if (text.size() <= bytes) return text;
-  std::string tail = text.substr(text.size() - bytes);
+  size_t from = text.size() - bytes;
+  while (from < text.size() && (static_cast<unsigned char>(text[from]) & 0xC0) == 0x80) ++from;
+  std::string tail = text.substr(from);
   const size_t line = tail.find('\n');
   if (line != std::string::npos && line + 1 < tail.size()) tail = tail.substr(line + 1);
   return "...\n" + tail;
+}
+
+// The first `bytes` of `text`, not cutting a UTF-8 character in two.
+std::string head_of(const std::string& text, size_t bytes) {
+  if (text.size() <= bytes) return text;
+  size_t end = bytes;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;  // a continuation byte
+  return text.substr(0, end);
 }
 
 // `out` followed by `line` on a line of its own.
@@ -60,7 +70,7 @@ class PythonSandboxTool : public Tool {
     result.seconds = run.seconds;
     const size_t budget = options_.max_observation_bytes;
     std::string out = run.stdout_text;
-    if (run.stdout_truncated || out.size() > budget) out = out.substr(0, budget) + "\n[output cut]";
+    if (run.stdout_truncated || out.size() > budget) out = head_of(out, budget) + "\n[output cut]";
     switch (run.end) {
       case SandboxEnd::exited:
         if (run.exit_code == 0) {

@@ -364,6 +364,10 @@ TEST_CASE("the builtin python tool: output, the model's errors, timeouts") {
   CHECK_FALSE(r.error);
   CHECK(r.observation == std::string(100, 'y') + "\n[output cut]");
 
+  r = tool->call({{"code", "print('\\u00e9' * 80)"}});  // 160 bytes of two-byte characters, cut at 100
+  CHECK(r.observation.size() == 100 + std::string("\n[output cut]").size());
+  CHECK_NOTHROW(nlohmann::json(r.observation).dump());  // dump() throws on invalid UTF-8
+
   r = tool->call({{"code", "import time\ntime.sleep(30)"}});
   CHECK(r.error);
   CHECK(r.stop == "tool_timeout");
