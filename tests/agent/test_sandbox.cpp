@@ -1,9 +1,9 @@
 // The sandbox for the model's code (agent/sandbox.h) and the `builtin: python` tool on it
-// (agent/python_sandbox_tool.h): it runs Python, and every escape
-// attempt the issue lists fails: a socket to anything, writing outside its tmpfs, reading
-// the host's files or processes, a fork bomb, allocating past the limit, outliving the
-// deadline, leaving a process behind. Exits 77 (skip) where no sandbox can be made here
-// (bubblewrap missing, user namespaces off), saying why.
+// (agent/python_sandbox_tool.h). It runs Python, and every escape the issue lists fails:
+// a socket to anything, writing outside its tmpfs, reading the host's files, processes or
+// open descriptors, a fork bomb, allocating past the limit, outliving the deadline,
+// leaving a process behind. Exits 77 (skip) where no sandbox can be made here (bubblewrap
+// missing, user namespaces off), saying why.
 #include "agent/python_sandbox_tool.h"
 #include "agent/sandbox.h"
 
