@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -236,7 +237,14 @@ TEST_CASE("sharded model directories load through the index; problems are named"
   TempDir dir;
   std::vector<TensorToWrite> tensors;
   for (int i = 0; i < 12; ++i) tensors.push_back(random_tensor(fmt::format("model.layers.{}.w", i), DType::f32));
-  write_safetensors_sharded(dir.path(), tensors, 200);
+  // Shards of a third of the total (or the largest tensor, which never splits): random
+  // shapes can be small, and a fixed size could then fit everything into one file.
+  size_t total = 0, largest = 0;
+  for (const auto& t : tensors) {
+    total += t.bytes.size();
+    largest = std::max(largest, t.bytes.size());
+  }
+  write_safetensors_sharded(dir.path(), tensors, std::max(largest, total / 3));
   CHECK(fs::exists(dir.path() + "/model.safetensors.index.json"));
   CHECK_FALSE(fs::exists(dir.path() + "/model.safetensors"));
   SafetensorsModel model = SafetensorsModel::open_directory(dir.path());
