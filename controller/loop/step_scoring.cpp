@@ -32,7 +32,7 @@ void StepScoring::open_reward_logs() {
   }
 }
 
-void StepScoring::begin(const std::vector<size_t>& rows, const Dataset& data) {
+void StepScoring::begin_early(const std::vector<size_t>& rows, const Dataset& data) {
   if (!thread_) thread_ = std::make_unique<ScoringThread>(rewards_);
   std::vector<const std::string*> slot_prompts;
   std::vector<const DataRow*> slot_rows;
@@ -43,21 +43,17 @@ void StepScoring::begin(const std::vector<size_t>& rows, const Dataset& data) {
   thread_->begin(std::move(slot_prompts), std::move(slot_rows));
 }
 
-EarlyScores StepScoring::finish() {
+EarlyScores StepScoring::finish_early() {
   // Failures seen meanwhile are recorded by the pool and reported by the next command.
   while (!thread_->wait_idle_for(0.02)) keep_alive_();
   return thread_->finish();
 }
-
-void StepScoring::begin_early(const std::vector<size_t>& rows, const Dataset& data) { begin(rows, data); }
 
 void StepScoring::score_early(const std::vector<Sample>& finished) {
   std::vector<ScoredSample> batch;
   for (const Sample& s : finished) batch.push_back({s.prompt_slot, s.sample_index, s.tokens, decode_response(s.tokens), {}});
   thread_->submit(std::move(batch));
 }
-
-EarlyScores StepScoring::finish_early() { return finish(); }
 
 void StepScoring::drain_early() {
   if (thread_) thread_->wait_idle_for(1e9);
@@ -130,11 +126,11 @@ int64_t StepScoring::score(std::vector<Sample>& samples, const std::vector<size_
   }
   if (!now.empty()) {
     // On the scoring thread, while this one keeps the workers' heartbeats going.
-    begin(rows, data);
+    begin_early(rows, data);
     std::vector<ScoredSample> batch;
     for (size_t i : now) batch.push_back({samples[i].prompt_slot, samples[i].sample_index, samples[i].tokens, samples[i].text, {}});
     thread_->submit(std::move(batch));
-    EarlyScores scored = finish();
+    EarlyScores scored = finish_early();
     for (size_t i : now) outcomes[i] = std::move(scored.at({samples[i].prompt_slot, samples[i].sample_index}).outcomes);
   }
 

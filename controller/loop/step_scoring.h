@@ -62,8 +62,6 @@ class StepScoring {
 
  private:
   std::string decode_response(const std::vector<int32_t>& tokens) const;
-  void begin(const std::vector<size_t>& rows, const Dataset& data);
-  EarlyScores finish();
   // Appends every failed sample's full error to RUN_DIR/logs/reward_errors.log; returns that path.
   std::string record_errors(const std::string& reward, const std::vector<std::string>& problems);
 
