@@ -49,6 +49,8 @@ struct SampleState : Sequence {
   GeneratedSample result;
   uint64_t seed = 0;
   bool started = false;
+  int64_t max_new_tokens = 0;  // this turn's
+  uint64_t session = 0;        // keep_session: its id
 };
 
 // From this many logits on, a step's rows are sampled over a thread pool (a hand-off costs
@@ -69,7 +71,7 @@ struct RolloutEngine::Impl {
         model(make_model_backend(config, std::move(weights), options)),
         blocks(model->kv_blocks()),
         scheduler(blocks, SchedulerOptions{options.block_size, options.max_batch_tokens, options.max_running,
-                                           options.prefix_sharing}),
+                                           options.prefix_sharing, options.max_pinned_blocks}),
         detokenize(std::move(detokenize)) {}
 
   static const EngineOptions& checked(const EngineOptions& o) {
@@ -89,6 +91,10 @@ struct RolloutEngine::Impl {
   std::vector<Sampler> samplers;  // one per pool chunk
   std::vector<SampledToken> drawn;  // per logit row
   std::list<SampleState> samples;  // stable addresses: the scheduler holds pointers
+  // Sessions between turns, moved here by splice (addresses stay), by id.
+  std::list<SampleState> waiting_sessions;
+  std::map<uint64_t, SampleState*> session_index;
+  uint64_t next_session = 1;
   int64_t next_arrival = 0;
   int64_t next_order = 0;
   ForwardBatch batch;
@@ -170,6 +176,8 @@ void RolloutEngine::add_request(const GenerationRequest& r) {
     s.seed = sample_seed(r.seed, i);
     s.result.request_id = r.id;
     s.result.sample_index = i;
+    s.max_new_tokens = r.max_new_tokens;
+    if (r.keep_session) s.session = impl_->next_session++;
     impl_->scheduler.add(&s);
   }
 }
@@ -253,7 +261,7 @@ std::vector<GeneratedSample> RolloutEngine::step() {
     SampleState* s = sampling[r];
     const GenerationRequest& request = s->request->request;
     const SampledToken t = m.drawn[r];
-    if (!s->started) s->result.weight_version = weight_version_;
+    if (s->result.tokens.empty()) s->result.weight_version = weight_version_;
     s->started = true;
     s->result.token_versions.push_back(weight_version_);
     s->tokens.push_back(t.token);
@@ -284,18 +292,31 @@ std::vector<GeneratedSample> RolloutEngine::step() {
         }
       }
     }
-    if (!done && (static_cast<int64_t>(s->result.tokens.size()) >= request.max_new_tokens ||
+    if (!done && (static_cast<int64_t>(s->result.tokens.size()) >= s->max_new_tokens ||
                   static_cast<int64_t>(s->tokens.size()) >= c.max_position_embeddings)) {
       s->result.finish_reason = FinishReason::finish_reason_length;
       done = true;
     }
-    if (done) {
+    if (done && s->session != 0) {  // the turn ended; the session waits with its blocks
+      s->result.session = s->session;
+      finished.push_back(s->result);
+      s->result.tokens.clear();
+      s->result.logprobs.clear();
+      s->result.sampling_logprobs.clear();
+      s->result.token_versions.clear();
+      s->result.stop.clear();
+      ++s->result.turn;
+      m.scheduler.park(s);
+      m.session_index[s->session] = s;
+      m.waiting_sessions.splice(m.waiting_sessions.end(), m.samples, s->self);
+    } else if (done) {
       m.scheduler.finish(s);
       finished.push_back(std::move(s->result));
       m.samples.erase(s->self);
     }
   }
   stats_.kv_blocks_used = m.blocks.total() - m.blocks.free_count();
+  note_session_stats();
   stats_.sample_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - sample_start).count();
   return finished;
 }
@@ -331,8 +352,70 @@ void RolloutEngine::update_weights(const ModelWeights& weights, int64_t version,
   impl_->model->update_weights(weights);
   // Samples in flight continue on the new weights (a partial rollout): the cache holds the
   // old weights' keys and values, so each is recomputed from its prompt and tokens so far.
-  if (has_unfinished()) impl_->scheduler.recompute_all();
+  impl_->scheduler.recompute_all();
   weight_version_ = version;
+  note_session_stats();
+}
+
+void RolloutEngine::note_session_stats() {
+  stats_.kv_blocks_used = impl_->blocks.total() - impl_->blocks.free_count();
+  stats_.sessions_evicted = impl_->scheduler.evictions();
+  stats_.kv_blocks_pinned = impl_->scheduler.pinned_blocks();
+  stats_.kv_blocks_pinned_peak = std::max(stats_.kv_blocks_pinned_peak, stats_.kv_blocks_pinned);
+}
+
+int64_t RolloutEngine::waiting_sessions() const { return static_cast<int64_t>(impl_->session_index.size()); }
+
+static SampleState* find_session(std::map<uint64_t, SampleState*>& index, uint64_t session) {
+  auto it = index.find(session);
+  if (it == index.end()) {
+    throw Error(fmt::format("session {} is not waiting for a turn (unknown, closed, or still generating)", session));
+  }
+  return it->second;
+}
+
+void RolloutEngine::continue_session(uint64_t session, const std::vector<int32_t>& tokens, int64_t max_new_tokens) {
+  Impl& m = *impl_;
+  SampleState* s = find_session(m.session_index, session);
+  const ModelConfig& c = config();
+  const std::string where = fmt::format("session {} (request {}, sample {})", session, s->result.request_id,
+                                        s->result.sample_index);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
+      throw Error(fmt::format("{}: token {} of the next turn is {}, outside the vocabulary (0..{})", where, i,
+                              tokens[i], c.vocab_size - 1));
+    }
+  }
+  if (max_new_tokens < 1) throw Error(fmt::format("{}: max_new_tokens must be >= 1, got {}", where, max_new_tokens));
+  const int64_t prefix = static_cast<int64_t>(s->tokens.size() + tokens.size());
+  if (prefix >= c.max_position_embeddings) {
+    throw Error(fmt::format("{}: the conversation would have {} tokens; the model's max_position_embeddings is {}",
+                            where, prefix, c.max_position_embeddings));
+  }
+  const int64_t longest = std::min(prefix + max_new_tokens, c.max_position_embeddings);
+  if (m.scheduler.blocks_needed(longest) > m.model->kv_blocks()) {
+    throw Error(fmt::format("{}: {} tokens of conversation + {} new need {} KV blocks; the cache has {}", where, prefix,
+                            max_new_tokens, m.scheduler.blocks_needed(longest), m.model->kv_blocks()));
+  }
+  m.session_index.erase(session);
+  s->tokens.insert(s->tokens.end(), tokens.begin(), tokens.end());
+  // The new message is this turn's prompt (no other sample shares it: only a sequence
+  // with nothing cached can be a prefix-sharing sharer or leader's match).
+  s->prompt_length = static_cast<int64_t>(s->tokens.size());
+  s->max_new_tokens = max_new_tokens;
+  stats_.session_tokens_reused += s->cached;
+  m.samples.splice(m.samples.end(), m.waiting_sessions, s->self);
+  m.scheduler.resume(s);
+  note_session_stats();
+}
+
+void RolloutEngine::close_session(uint64_t session) {
+  Impl& m = *impl_;
+  SampleState* s = find_session(m.session_index, session);
+  m.session_index.erase(session);
+  m.scheduler.close(s);
+  m.waiting_sessions.erase(s->self);
+  note_session_stats();
 }
 
 }  // namespace tandem

@@ -42,6 +42,11 @@ struct EngineOptions {
   // share its KV blocks, copy-on-write (rollout.prefix_sharing; rollout/scheduler.h).
   // Results are bit-identical either way; off only to measure what it saves.
   bool prefix_sharing = true;
+  // Multi-turn sessions waiting for a tool or environment keep their KV blocks up to this
+  // many in all, the longest-waiting evicted first (and recomputed when resumed); any
+  // step short of blocks evicts them before preempting a running sample. -1: no cap but
+  // the cache; 0: nothing is kept (each turn re-prefills its whole prefix).
+  int64_t max_pinned_blocks = -1;
 };
 
 // The engine options a rollout config asks for (rollout.kv_cache_mb, rollout.device, ...).
@@ -58,6 +63,11 @@ struct EngineStats {
   int64_t kv_blocks_used = 0;  // blocks in use after the latest step (0 once all samples are done)
   double forward_seconds = 0;  // wall time in the backend's forward, logits on the host included
   double sample_seconds = 0;   // wall time sampling and checking stops on the host
+  // Sessions (multi-turn)
+  int64_t session_tokens_reused = 0;  // a continued turn's prefix found in its kept blocks, not prefilled again
+  int64_t sessions_evicted = 0;       // waiting sessions whose blocks were taken back (recomputed later)
+  int64_t kv_blocks_pinned = 0;       // held by waiting sessions after the latest step or call
+  int64_t kv_blocks_pinned_peak = 0;
 };
 
 // Text of a completion, for stop strings.
@@ -90,7 +100,20 @@ class RolloutEngine {
   // tokens drawn so far and their log-probs stay, and GeneratedSample::token_versions
   // says which weights drew each token.
   // `rewind`: the run went back to a checkpoint, so `version` may be at or below the current one.
+  // Waiting sessions' kept blocks are dropped too (their next turn recomputes).
   void update_weights(const ModelWeights& weights, int64_t version, bool rewind = false);
+
+  // The next turn of a session that ended one (GeneratedSample::session): `tokens` (the
+  // tool's or environment's message, rendered) are appended after the turn's last token
+  // and the sample goes on drawing, at most `max_new_tokens` this turn, with its
+  // request's sampling, stops and seed stream (a counter per position: the tokens equal
+  // those of a fresh request for the whole prefix). Throws Error (and changes nothing)
+  // for an unknown session, ids outside the vocabulary, or a prefix past
+  // max_position_embeddings or the cache.
+  void continue_session(uint64_t session, const std::vector<int32_t>& tokens, int64_t max_new_tokens);
+  // The trajectory is over: its blocks are freed. An unknown id is an Error.
+  void close_session(uint64_t session);
+  int64_t waiting_sessions() const;  // ended a turn, neither continued nor closed
   int64_t weight_version() const { return weight_version_; }
 
   const ModelConfig& config() const;
@@ -100,6 +123,7 @@ class RolloutEngine {
 
  private:
   void check_request(const GenerationRequest& request) const;
+  void note_session_stats();
   struct Impl;
   std::unique_ptr<Impl> impl_;
   EngineStats stats_;

@@ -19,6 +19,10 @@ struct GenerationRequest {
   std::vector<std::string> stop_strings;  // matched in the decoded completion; needs a detokenizer
   bool ignore_eos = false;
   uint64_t seed = 0;  // sample i draws from (seed, i): reproducible whatever else runs
+  // Multi-turn: each sample is a session. When a turn ends (a stop token, or its length)
+  // the sample keeps its KV blocks and waits; RolloutEngine::continue_session appends the
+  // next message's tokens and prefills only those, close_session lets it go.
+  bool keep_session = false;
 };
 
 enum class FinishReason {
@@ -39,6 +43,10 @@ struct GeneratedSample {
   // Per token: the weight version that produced it. Rises part-way through a sample only
   // when the weights changed while it generated (a partial rollout, engine.h).
   std::vector<int64_t> token_versions;
+  // keep_session: the session's id, for continue_session and close_session; tokens,
+  // log-probs and versions above are this turn's, `turn` counts from 0.
+  uint64_t session = 0;
+  int64_t turn = 0;
 };
 
 }  // namespace tandem

@@ -108,9 +108,69 @@ void Scheduler::preempt(Sequence* sequence) {
 }
 
 void Scheduler::recompute_all() {
-  const int64_t preemptions = preemptions_;
+  const int64_t preemptions = preemptions_, evictions = evictions_;
   while (!running_.empty()) preempt(running_.back());
+  while (!parked_.empty()) evict_oldest();
   preemptions_ = preemptions;
+  evictions_ = evictions;
+}
+
+void Scheduler::park(Sequence* sequence) {
+  TANDEM_CHECK(sharers_.count(sequence) == 0, "a session parked before its prompt's sharers started");
+  auto it = std::find(running_.begin(), running_.end(), sequence);
+  TANDEM_CHECK(it != running_.end(), "parking a sequence that is not running");
+  running_.erase(it);
+  parked_.push_back(sequence);
+  pinned_blocks_ += static_cast<int64_t>(sequence->block_table.size());
+  while (options_.max_pinned_blocks >= 0 && pinned_blocks_ > options_.max_pinned_blocks) evict_oldest();
+}
+
+void Scheduler::resume(Sequence* sequence) {
+  // It stays among the parked until admitted: waiting in the queue, its blocks are still
+  // the first to go when others need them. (Evicted already, it holds none and is
+  // recomputed when admitted.)
+  add(sequence);
+}
+
+void Scheduler::unpark(Sequence* sequence) {
+  if (auto it = std::find(parked_.begin(), parked_.end(), sequence); it != parked_.end()) {
+    pinned_blocks_ -= static_cast<int64_t>(sequence->block_table.size());
+    parked_.erase(it);
+  }
+}
+
+void Scheduler::close(Sequence* sequence) {
+  unpark(sequence);
+  release_blocks(sequence);
+  sequence->cached = 0;
+}
+
+void Scheduler::evict_oldest(const Sequence* keep) {
+  auto it = parked_.begin();
+  if (*it == keep) ++it;
+  Sequence* s = *it;
+  parked_.erase(it);
+  pinned_blocks_ -= static_cast<int64_t>(s->block_table.size());
+  release_blocks(s);
+  s->cached = 0;
+  ++evictions_;
+}
+
+int64_t Scheduler::blocks_to_grow(const Sequence* sequence, int64_t tokens) const {
+  const std::vector<int32_t>& table = sequence->block_table;
+  int64_t copies = 0;
+  for (size_t i = static_cast<size_t>(sequence->cached / options_.block_size); i < table.size(); ++i) {
+    copies += blocks_.references(table[i]) > 1 ? 1 : 0;
+  }
+  return copies + std::max<int64_t>(0, blocks_needed(tokens) - static_cast<int64_t>(table.size()));
+}
+
+bool Scheduler::free_by_evicting(int64_t blocks, const Sequence* keep) {
+  // A block shared with a parked session frees only when its last holder lets go, so
+  // this evicts until the count is reached or nothing else is parked.
+  auto others = [&] { return parked_.size() > (std::find(parked_.begin(), parked_.end(), keep) != parked_.end() ? 1u : 0u); };
+  while (blocks_.free_count() < blocks && others()) evict_oldest(keep);
+  return blocks_.free_count() >= blocks;
 }
 
 void Scheduler::finish(Sequence* sequence) {
@@ -134,6 +194,8 @@ ScheduledStep Scheduler::plan() {
     Sequence* s = running_[i];
     const int64_t end = std::min<int64_t>(static_cast<int64_t>(s->tokens.size()), s->cached + budget);
     bool fits = grow(s, end);
+    // Out of blocks: pinned sessions give theirs up before running sequences are preempted.
+    if (!fits) fits = free_by_evicting(blocks_to_grow(s, end)) && grow(s, end);
     while (!fits && running_.back() != s) {
       preempt(running_.back());
       fits = grow(s, end);
@@ -156,7 +218,9 @@ ScheduledStep Scheduler::plan() {
   while (preemptions_ == preemptions_before && !waiting_.empty() && budget > 0 && holding() < options_.max_running) {
     Sequence* s = waiting_.front();
     const int64_t end = std::min<int64_t>(static_cast<int64_t>(s->tokens.size()), s->cached + budget);
-    if (blocks_.free_count() < blocks_needed(end)) break;
+    // A resumed session still holds its blocks: only the new ones count.
+    if (!free_by_evicting(blocks_to_grow(s, end), s)) break;
+    unpark(s);
     TANDEM_CHECK(grow(s, end), "block accounting is inconsistent");
     waiting_.pop_front();
     running_.push_back(s);

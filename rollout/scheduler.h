@@ -19,6 +19,13 @@
 // and a sample's draws depend only on its seed and position. A preempted sample releases
 // its references and is recomputed alone (unless it had drawn no token yet: then it is new
 // again and may share again).
+//
+// Sessions (multi-turn rollouts, engine.h): a sequence whose turn ended is parked: it
+// leaves the running set but keeps its KV blocks (pinned), so that its next turn, resumed
+// with the tool's or environment's tokens appended, prefills only those. Pinned blocks
+// are the first thing given up: when a step needs blocks, or the pins pass their cap, the
+// longest-parked session is evicted (its blocks freed; resumed, it is recomputed like a
+// preempted sequence, with the same tokens). Parked sequences do not count as running.
 #pragma once
 
 #include "rollout/kv_cache.h"
@@ -60,6 +67,7 @@ struct SchedulerOptions {
   int64_t max_batch_tokens = 2048;  // tokens per step, prefill chunks and decodes together
   int64_t max_running = 256;        // sequences holding KV blocks at once (sharers waiting on a prefill included)
   bool prefix_sharing = true;       // samples with the same prompt prefill it once
+  int64_t max_pinned_blocks = -1;   // parked sessions hold at most this many blocks; -1: no cap but the cache
 };
 
 class Scheduler {
@@ -72,13 +80,25 @@ class Scheduler {
   // The sequence is done: its blocks are freed and it leaves the running set.
   void finish(Sequence* sequence);
 
+  // A session's turn ended: it leaves the running set and keeps its blocks (evicted
+  // oldest-first when the pin cap is passed).
+  void park(Sequence* sequence);
+  // Its next turn: tokens were appended; it waits (by its old arrival) with the blocks it
+  // still has, which stay evictable until it is admitted.
+  void resume(Sequence* sequence);
+  // A parked session is closed: its blocks are freed.
+  void close(Sequence* sequence);
+
   // Every running sequence gives up its KV blocks and waits to be recomputed (prompt and
-  // tokens so far): the cache holds keys and values of weights just replaced. Not counted
-  // as preemptions.
+  // tokens so far), and every parked one gives up its pins: the cache holds keys and values
+  // of weights just replaced. Not counted as preemptions or evictions.
   void recompute_all();
 
   bool idle() const { return waiting_.empty() && running_.empty(); }
   int64_t preemptions() const { return preemptions_; }
+  int64_t evictions() const { return evictions_; }  // parked sessions whose blocks were taken back
+  int64_t pinned_blocks() const { return pinned_blocks_; }  // held by parked sessions (a shared block once per holder)
+  int64_t parked() const { return static_cast<int64_t>(parked_.size()); }
   int64_t blocks_needed(int64_t tokens) const { return (tokens + options_.block_size - 1) / options_.block_size; }
 
  private:
@@ -86,6 +106,13 @@ class Scheduler {
   // false if out of blocks.
   bool grow(Sequence* sequence, int64_t tokens);
   void preempt(Sequence* sequence);
+  // Blocks grow() would take from the free list to hold `tokens` positions.
+  int64_t blocks_to_grow(const Sequence* sequence, int64_t tokens) const;
+  // Evicts parked sessions, longest-parked first, until `blocks` are free; false if even
+  // all of them are not enough.
+  bool free_by_evicting(int64_t blocks, const Sequence* keep = nullptr);
+  void evict_oldest(const Sequence* keep = nullptr);  // any parked session but `keep`
+  void unpark(Sequence* sequence);  // admitted or closed: its blocks are its own again
   void release_blocks(Sequence* sequence);
   // Waiting new sequences with the new `leader`'s prompt become its sharers, while the
   // running cap allows.
@@ -103,6 +130,10 @@ class Scheduler {
   int64_t sharers_waiting_ = 0;     // all of sharers_' lists
   std::vector<KvBlockCopy> copies_;  // of the plan being made
   int64_t preemptions_ = 0;
+  // By time parked, until admitted again or closed; evicted ones leave it (block_table empty).
+  std::deque<Sequence*> parked_;
+  int64_t pinned_blocks_ = 0;
+  int64_t evictions_ = 0;
 };
 
 }  // namespace tandem
