@@ -34,7 +34,7 @@ struct TorchInfo {
 
 # One sample's place in the frames: prompt then response tokens in the token frame;
 # old log-probs, advantages, then (when present) reference log-probs, old values and
-# returns, importance weights in the value frame, each response-length long.
+# returns, importance weights, loss mask in the value frame, each response-length long.
 struct SampleLayout {
   promptLength @0 :UInt32;
   responseLength @1 :UInt32;
@@ -42,6 +42,7 @@ struct SampleLayout {
   hasValues @3 :Bool;            # old values and returns (advantage: gae)
   hasIsWeights @4 :Bool;
   stale @5 :Bool;
+  hasLossMask @6 :Bool;          # multi-turn: 1 on the policy's tokens, 0 on observations and template tokens
 }
 
 struct MiniBatch {

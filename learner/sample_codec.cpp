@@ -43,6 +43,7 @@ BatchFrames write_training_batch(wire::TrainingBatch::Builder out,
       layout.setHasValues(!s.returns.empty());
       layout.setHasIsWeights(!s.is_weights.empty());
       layout.setStale(s.stale);
+      layout.setHasLossMask(!s.loss_mask.empty());
       append(frames.tokens, s.prompt);
       append(frames.tokens, s.response);
       append(frames.values, s.old_logprobs);
@@ -53,6 +54,7 @@ BatchFrames write_training_batch(wire::TrainingBatch::Builder out,
         append(frames.values, s.returns);
       }
       if (!s.is_weights.empty()) append(frames.values, s.is_weights);
+      if (!s.loss_mask.empty()) append(frames.values, s.loss_mask);
     }
   }
   return frames;
@@ -87,6 +89,7 @@ std::vector<std::vector<TrainingSample>> read_training_batch(wire::TrainingBatch
       if (h.getHasIsWeights()) {
         s.is_weights = take<float>(attachments[1], value_offset, response, where + " importance weights");
       }
+      if (h.getHasLossMask()) s.loss_mask = take<float>(attachments[1], value_offset, response, where + " loss mask");
       s.stale = h.getStale();
       samples.push_back(std::move(s));
     }

@@ -28,6 +28,8 @@ MicroBatch make_micro_batch(const std::vector<TrainingSample>& samples, size_t b
                  "training sample {}: {} response tokens but {} importance weights", i, n, s.is_weights.size());
     TANDEM_CHECK(!(s.stale && !s.is_weights.empty()),
                  "training sample {}: stale samples get their importance weights in the learner, not sent ones", i);
+    TANDEM_CHECK(s.loss_mask.empty() || s.loss_mask.size() == n,
+                 "training sample {}: {} response tokens but a loss mask of {}", i, n, s.loss_mask.size());
     any_is_weights = any_is_weights || !s.is_weights.empty();
     any_stale = any_stale || s.stale;
     all_have_ref = all_have_ref && !s.ref_logprobs.empty();
@@ -48,7 +50,7 @@ MicroBatch make_micro_batch(const std::vector<TrainingSample>& samples, size_t b
     for (size_t t = 0; t < s.response.size(); ++t) {
       const int64_t k = r * longest + static_cast<int64_t>(t);
       position[k] = static_cast<int64_t>(s.prompt.size() + t);
-      mask[k] = 1;
+      mask[k] = s.loss_mask.empty() ? 1.0f : s.loss_mask[t];
       old_lp[k] = s.old_logprobs[t];
       adv[k] = s.advantages[t];
       if (all_have_ref) ref[k] = s.ref_logprobs[t];

@@ -31,12 +31,16 @@ struct TrainingSample {
   // when the update is one optimizer step (one epoch of one mini-batch); otherwise the
   // controller asks for the proximal log-probs first and sends is_weights.
   bool stale = false;
+  // Per response token, optional (multi-turn): 1 on the tokens the policy sampled, 0 on
+  // the tool and environment messages and template tokens between its turns, which it
+  // reads but did not write. Only 1s carry loss and count in loss_agg; empty means all 1.
+  std::vector<float> loss_mask;
 };
 
 struct MicroBatch {
   TokenLayout layout;            // prompt + response, one sample per row, right-padded
   at::Tensor response_position;  // [B, T] int64: index into the row of response token t (0 where padding)
-  at::Tensor mask;               // [B, T] float: 1 for response tokens
+  at::Tensor mask;               // [B, T] float: 1 for response tokens that carry loss (TrainingSample::loss_mask)
   at::Tensor old_logprobs;       // [B, T] float
   at::Tensor advantages;         // [B, T] float
   at::Tensor ref_logprobs;       // [B, T] float, undefined unless every sample has them

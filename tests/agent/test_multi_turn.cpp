@@ -10,10 +10,16 @@
 // - budgets hold (turns, total tokens, content cut), every stop reason is the one the
 //   trajectory's end implies, and the counters add up;
 // - the same trajectories come out with sessions kept, with nothing kept (each turn
-//   recomputed), and in lock-step; no KV block or session is left behind.
+//   recomputed), and in lock-step; no KV block or session is left behind;
+// - the learner's training module, run over prompt + trajectory, gives the engine's
+//   log-probs on every policy token (within the derived float32 bound).
+#include "tests/support/forward_tolerance.h"
 #include "tests/support/reference_model.h"
+#include "actor/policy_torch.h"
 #include "agent/multi_turn.h"
 #include "core/error.h"
+
+#include <ATen/ATen.h>
 
 #include <doctest/doctest.h>
 
@@ -23,6 +29,11 @@
 
 using namespace tandem;
 using namespace tandem::testing;
+
+namespace tandem {  // for doctest's messages (found by argument-dependent lookup)
+std::ostream& operator<<(std::ostream& out, TokenKind kind) { return out << token_kind_name(kind); }
+std::ostream& operator<<(std::ostream& out, StopReason reason) { return out << stop_reason_name(reason); }
+}  // namespace tandem
 
 namespace {
 
@@ -305,6 +316,56 @@ TEST_CASE("multi-turn: turns are token-exact continuations, budgets and stop rea
   }
   CHECK(recomputed_stats.session_tokens_reused == 0);
   CHECK(kept_stats.stops == lockstep_stats.stops);
+}
+
+TEST_CASE("multi-turn: the learner's log-probs of the policy tokens equal the engine's") {
+  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = rng();
+  INFO("seed " << seed);
+  rng.seed(seed);
+  for (const TestModel& model : test_models()) {
+    INFO(model.name);
+    Setup s;
+    s.model = model;
+    s.weights = random_model_weights(model.config, rng(), 0.15, true);
+    s.options.max_turns = 3;
+    s.options.max_total_tokens = 60;
+    s.options.max_new_tokens = 16;
+    s.options.max_tool_output_tokens = 12;
+    for (uint64_t id = 0; id < 3; ++id) {
+      GenerationRequest r;
+      r.id = id;
+      r.prompt = random_tokens(rng, 4 + static_cast<int64_t>(rng() % 6), 90);
+      r.n = 2;
+      r.sampling.temperature = 1.0;
+      r.seed = rng();
+      s.requests.push_back(r);
+    }
+    MultiTurnStats stats;
+    const std::vector<Trajectory> trajectories = run(s, -1, false, &stats, false);
+    PolicyModel learner(model.config, s.weights, at::kFloat);
+    double worst = 0;
+    int64_t compared = 0, observations = 0;
+    for (const Trajectory& t : trajectories) {
+      std::vector<int32_t> sequence = s.requests[t.request_id].prompt;
+      const size_t prompt = sequence.size();
+      sequence.insert(sequence.end(), t.tokens.begin(), t.tokens.end());
+      TokenLayout layout = padded_layout({sequence});
+      TokenLogProbs lp = token_logprobs(learner.forward(layout), layout, 1.0);
+      for (size_t k = 0; k < t.tokens.size(); ++k) {
+        if (t.kinds[k] != TokenKind::policy) {
+          ++observations;
+          continue;
+        }
+        const double d = std::abs(lp.logprobs[0][static_cast<int64_t>(prompt + k)].item<float>() - t.logprobs[k]);
+        worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+        ++compared;
+      }
+    }
+    CHECK(compared > 0);
+    CHECK(observations > 0);  // policy tokens after observations were compared too
+    CHECK(worst <= logprob_agreement(model.config, s.weights, 10 + s.options.max_total_tokens, 1.0));
+  }
 }
 
 TEST_CASE("tool runner: calls run concurrently, unknown tools and timeouts are answered, late results dropped") {

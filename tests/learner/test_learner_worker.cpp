@@ -55,6 +55,8 @@ TEST_CASE("the training-batch codec round-trips and rejects damaged messages") {
   s.mini_batches[1][2].ref_logprobs.assign(s.mini_batches[1][2].response.size(), -1.5f);
   s.mini_batches[0][1].is_weights.assign(s.mini_batches[0][1].response.size(), 0.75f);
   s.mini_batches[0][2].stale = true;
+  s.mini_batches[1][0].loss_mask.assign(s.mini_batches[1][0].response.size(), 1.0f);
+  s.mini_batches[1][0].loss_mask[0] = 0.0f;
   EncodedBatch encoded = encode_training_batch(s.mini_batches);
   auto decoded = decode_training_batch(encoded.body, encoded.attachments);
   REQUIRE(decoded.size() == s.mini_batches.size());
@@ -68,6 +70,7 @@ TEST_CASE("the training-batch codec round-trips and rejects damaged messages") {
       CHECK(decoded[m][i].ref_logprobs == s.mini_batches[m][i].ref_logprobs);
       CHECK(decoded[m][i].is_weights == s.mini_batches[m][i].is_weights);
       CHECK(decoded[m][i].stale == s.mini_batches[m][i].stale);
+      CHECK(decoded[m][i].loss_mask == s.mini_batches[m][i].loss_mask);
     }
   }
   std::vector<std::string> short_frames = encoded.attachments;

@@ -14,7 +14,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <functional>
 #include <thread>
 
@@ -218,6 +220,50 @@ TEST_CASE("a policy-gradient step raises the log-probs of positively rewarded to
   CHECK(m.objective.ratio_mean == doctest::Approx(1.0).epsilon(1e-5));
   CHECK(current(probe.weights(), batch[0]) > before0);
   CHECK(current(probe.weights(), batch[1]) < before1);
+}
+
+TEST_CASE("a loss mask: observation tokens carry no loss and are not counted, whatever their values") {
+  // Multi-turn samples hold tool and environment tokens the policy read but did not
+  // write. With their loss mask 0 the update must not read their old log-probs or
+  // advantages at all: NaN there changes nothing; and it must equal the update where
+  // those tokens' advantages are 0 but with the token count of the policy's tokens only.
+  TrainerScenario s = trainer_scenario(4, "ddp", 8);
+  s.mini_batches.resize(1);
+  std::vector<TrainingSample> masked = s.mini_batches[0];
+  int64_t policy_tokens = 0;
+  for (TrainingSample& t : masked) {
+    t.loss_mask.assign(t.response.size(), 1.0f);
+    for (size_t k = 1; k < t.response.size(); k += 3) {  // every third token, from the second, is an observation
+      t.loss_mask[k] = 0.0f;
+      t.old_logprobs[k] = std::numeric_limits<float>::quiet_NaN();
+      t.advantages[k] = std::numeric_limits<float>::quiet_NaN();
+      if (!t.ref_logprobs.empty()) t.ref_logprobs[k] = std::numeric_limits<float>::quiet_NaN();
+    }
+    for (float m : t.loss_mask) policy_tokens += m > 0 ? 1 : 0;
+  }
+  std::vector<TrainingSample> finite = masked;
+  for (TrainingSample& t : finite) {
+    for (size_t k = 0; k < t.response.size(); ++k) {
+      if (t.loss_mask[k] == 0) {
+        t.old_logprobs[k] = -3.0f;
+        t.advantages[k] = 5.0f;
+        if (!t.ref_logprobs.empty()) t.ref_logprobs[k] = -1.0f;
+      }
+    }
+  }
+  auto collectives = Collectives::create({});
+  Trainer with_nan(s.config, s.weights, s.options, *collectives);
+  const UpdateMetrics m = with_nan.train({masked});
+  Trainer with_values(s.config, s.weights, s.options, *collectives);
+  with_values.train({finite});
+  CHECK(max_weight_diff(with_nan.weights(), with_values.weights()) == 0.0);
+  CHECK(std::isfinite(m.objective.pg_loss));
+  CHECK(m.tokens == policy_tokens);
+  // ... and the mask does something: the same samples without it move the weights elsewhere.
+  for (TrainingSample& t : finite) t.loss_mask.clear();
+  Trainer unmasked(s.config, s.weights, s.options, *collectives);
+  unmasked.train({finite});
+  CHECK(max_weight_diff(unmasked.weights(), with_values.weights()) > 10 * reorder_tolerance(s));
 }
 
 TEST_CASE("unknown strategies are named; learner.device: cuda where it cannot run says what is missing") {
