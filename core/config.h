@@ -99,6 +99,16 @@ struct AlgorithmConfig {
   AsyncConfig async;
 };
 
+// Multi-turn rollouts (on when the config lists tools): budgets and the tool machinery.
+struct MultiTurnConfig {
+  int64_t max_turns = 4;                // model turns per trajectory
+  int64_t max_total_tokens = 2048;      // tokens after the prompt: the model's and the rendered messages
+  int64_t max_tool_output_tokens = 256;  // each tool message's content, cut to this many tokens
+  std::string tool_parser = "hermes";   // how calls are read off the sampled tokens
+  int64_t tool_concurrency = 16;        // tool calls running at once per rollout worker
+  int64_t kv_pin_mb = 0;                // KV cache kept for samples waiting on a tool, per worker; 0: no cap but the cache
+};
+
 struct RolloutConfig {
   int64_t workers = 2;
   std::string device = "cpu";
@@ -115,6 +125,21 @@ struct RolloutConfig {
   std::string dtype = "bf16";        // cuda: weights, activations and KV cache ("bf16" | "fp32")
   double gpu_memory_fraction = 0.85;  // cuda: share of the GPU memory free after weights and workspace for the KV cache
   bool prefix_sharing = true;  // the samples of a prompt prefill it once and share its KV blocks
+  MultiTurnConfig multi_turn;
+};
+
+// A tool the policy may call in multi-turn rollouts: exactly one of python, builtin, http.
+struct ToolConfig {
+  std::string python;    // a .py file whose `function` is the tool
+  std::string function;  // python: the function's name (also the tool's name)
+  std::string builtin;   // "python": the model's code, run in a fresh sandbox per call
+  std::string http;      // a URL: each call POSTed there as {"name", "arguments"}
+  std::string name;      // the name the model calls; default: the function's, "python", or required for http
+  std::string schema = "{}";  // JSON object: the tool's parameters schema; {}: from the function's signature and docstring
+  std::string description;    // http, builtin: what the tool does, for the chat template's tool list
+  double timeout_s = 10.0;    // one call's deadline
+  int64_t memory_mb = 512;    // builtin python: address-space limit of the sandboxed process
+  int64_t workers = 0;        // python: processes per rollout worker; 0: tool_concurrency, at most 4
 };
 
 struct OptimizerConfig {
@@ -267,6 +292,7 @@ struct Config {
   AlgorithmConfig algorithm;
   RolloutConfig rollout;
   LearnerConfig learner;
+  std::vector<ToolConfig> tools;  // non-empty: multi-turn rollouts with these tools
   std::vector<RewardConfig> reward = {default_reward()};
   PythonConfig python;
   EvalConfig eval;

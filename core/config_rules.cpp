@@ -137,6 +137,34 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
       only(r.batch_size != defaults.batch_size, "batch_size", "http");
     }
   }
+  for (size_t i = 0; i < c.tools.size(); ++i) {
+    const ToolConfig& t = c.tools[i];
+    const std::string key = "tools." + std::to_string(i);
+    const int kinds = !t.python.empty() + !t.builtin.empty() + !t.http.empty();
+    if (kinds != 1) {
+      problem_at({key + ".python", key + ".builtin", key + ".http"},
+                 "a tool is one of: a Python function (python: FILE.py, function: NAME), builtin: python, http: URL");
+      continue;
+    }
+    if (!t.python.empty() && t.function.empty()) problem(key + ".function", "missing (the function in " + t.python + ")");
+    if (t.python.empty() && !t.function.empty()) problem(key + ".function", "only python tools read function");
+    if (!t.builtin.empty() && t.builtin != "python") {
+      problem(key + ".builtin", fmt::format("\"{}\" is not a built-in tool (the built-in tools: python)", t.builtin));
+    }
+    if (!t.http.empty() && t.http.rfind("http://", 0) != 0 && t.http.rfind("https://", 0) != 0) {
+      problem(key + ".http", fmt::format("\"{}\" is not an http:// or https:// URL", t.http));
+    }
+    if (!t.http.empty() && t.name.empty()) problem(key + ".name", "missing (required for http tools: the name the model calls)");
+  }
+  for (size_t i = 0; i < c.tools.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      auto name_of = [](const ToolConfig& t) { return !t.name.empty() ? t.name : !t.function.empty() ? t.function : t.builtin; };
+      if (!name_of(c.tools[i]).empty() && name_of(c.tools[i]) == name_of(c.tools[j])) {
+        problem("tools." + std::to_string(i) + ".name",
+                fmt::format("\"{}\" is also tools.{}'s name: the model could not tell them apart", name_of(c.tools[i]), j));
+      }
+    }
+  }
   if (c.algorithm.async.max_staleness > 0 && c.placement != "disaggregated") {
     problem_at({"algorithm.async.max_staleness", "placement"},
                "asynchronous rollout needs placement: disaggregated (colocated worker slots run rollout and "

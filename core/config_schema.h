@@ -124,6 +124,39 @@ template <class V> void describe(V& v, AlgorithmConfig& c) {
           "advantage estimators and policy losses");
 }
 
+template <class V> void describe(V& v, MultiTurnConfig& c) {
+  v.field("max_turns", c.max_turns, at_least(1), "model turns per trajectory (a call past the last ends it: max_turns)");
+  v.field("max_total_tokens", c.max_total_tokens, at_least(1),
+          "tokens after the prompt, the model's and the tool messages' together; each turn's max_new_tokens "
+          "shrinks to what is left");
+  v.field("max_tool_output_tokens", c.max_tool_output_tokens, at_least(1),
+          "a tool message's content is cut to this many tokens");
+  v.field("tool_parser", c.tool_parser, required_text(),
+          "how tool calls are read off the sampled tokens: hermes (<tool_call>{json}</tool_call>, Qwen2.5/Qwen3) "
+          "or a plugin's parser");
+  v.field("tool_concurrency", c.tool_concurrency, at_least(1), "tool calls running at once per rollout worker");
+  v.field("kv_pin_mb", c.kv_pin_mb, at_least(0),
+          "KV cache kept for samples waiting on a tool, per worker (evicted longest-waiting first, then "
+          "recomputed); 0: no cap but the cache");
+}
+
+template <class V> void describe(V& v, ToolConfig& c) {
+  v.field("python", c.python, text(),
+          "a Python file (relative to the config file's directory) whose `function` is the tool; it gets the "
+          "call's arguments by keyword and returns the text the model reads");
+  v.field("function", c.function, text(), "python: the function");
+  v.field("builtin", c.builtin, text(), "python: runs the model's code ({\"code\": ...}) in a fresh sandbox per call");
+  v.field("http", c.http, text(), "a URL: each call is POSTed as {\"name\", \"arguments\"}, answered by {\"output\": TEXT}");
+  v.field("name", c.name, text(), "the name the model calls; default: the function's name, or python (builtin)");
+  v.field("schema", c.schema, mapping(),
+          "the parameters' JSON schema; {}: from the function's signature and docstring (python tools)");
+  v.field("description", c.description, text(), "http and builtin tools: what the tool does, shown to the model");
+  v.field("timeout_s", c.timeout_s, positive(), "one call's deadline; past it the trajectory ends (tool_timeout)");
+  v.field("memory_mb", c.memory_mb, at_least(16), "builtin python: address-space limit of the sandboxed process, MiB");
+  v.field("workers", c.workers, at_least(0),
+          "python: tool processes per rollout worker; 0: rollout.multi_turn.tool_concurrency, at most 4");
+}
+
 template <class V> void describe(V& v, RolloutConfig& c) {
   v.field("workers", c.workers, at_least(1), "rollout worker processes");
   v.field("device", c.device, one_of({"cpu", "cuda", "auto"}), "where generation runs");
@@ -149,6 +182,7 @@ template <class V> void describe(V& v, RolloutConfig& c) {
   v.field("prefix_sharing", c.prefix_sharing,
           "the samples of a prompt prefill it once and share its KV blocks, copy-on-write (same tokens and "
           "log-probs; rollout/prefill_tokens_saved); false: each sample prefills its prompt");
+  v.section("multi_turn", c.multi_turn, "multi-turn rollouts with tools (on when `tools` lists any)");
 }
 
 template <class V> void describe(V& v, OptimizerConfig& c) {
@@ -333,6 +367,7 @@ template <class V> void describe(V& v, Config& c) {
   v.section("rollout", c.rollout, "generation workers");
   v.section("learner", c.learner, "training workers");
   v.list("reward", c.reward, "reward functions, summed with their weights");
+  v.list("tools", c.tools, "tools the policy may call: multi-turn rollouts (docs/agents.md)");
   v.section("python", c.python, "the embedded Python interpreter of python rewards");
   v.section("eval", c.eval, "evaluation on data.val (experiment.eval_every, eval_before_train)");
   v.section("weight_sync", c.weight_sync, "weight transfer learner -> rollout");
