@@ -47,12 +47,77 @@ std::string write_content(const std::string& content, ContentForm form) {
   return content;
 }
 
+ChatTurnTemplate::ChatTurnTemplate(std::map<std::vector<std::string>, TurnFrame> frames,
+                                   std::shared_ptr<const Tokenizer> tokenizer, std::vector<int32_t> turn_end_tokens)
+    : tokenizer_(std::move(tokenizer)), turn_end_tokens_(std::move(turn_end_tokens)), frames_(std::move(frames)) {}
+
+namespace {
+
+const char* form_name(ContentForm form) {
+  switch (form) {
+    case ContentForm::verbatim: return "verbatim";
+    case ContentForm::trimmed: return "trimmed";
+    case ContentForm::json_string: return "json_string";
+  }
+  return "?";
+}
+
+std::vector<std::string> split_roles(const std::string& key) {
+  std::vector<std::string> roles;
+  size_t begin = 0;
+  for (size_t comma = key.find(','); ; comma = key.find(',', begin)) {
+    roles.push_back(key.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  return roles;
+}
+
+}  // namespace
+
+nlohmann::json turn_frames_to_json(const ChatTurnTemplate& turns, const std::vector<std::vector<std::string>>& signatures) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const std::vector<std::string>& roles : signatures) {
+    const TurnFrame f = turns.frame(roles);
+    std::string key;
+    for (const std::string& r : roles) key += (key.empty() ? "" : ",") + r;
+    nlohmann::json forms = nlohmann::json::array();
+    for (ContentForm form : f.forms) forms.push_back(form_name(form));
+    out[key] = {{"texts", f.texts}, {"forms", forms}};
+  }
+  return out;
+}
+
+std::map<std::vector<std::string>, TurnFrame> turn_frames_from_json(const nlohmann::json& frames) {
+  TANDEM_CHECK(frames.is_object(), "turn frames: expected a JSON object, got {}", frames.dump().substr(0, 100));
+  std::map<std::vector<std::string>, TurnFrame> out;
+  for (const auto& [key, value] : frames.items()) {
+    const std::vector<std::string> roles = split_roles(key);
+    TurnFrame f;
+    if (!value.is_object() || !value.contains("texts") || !value["texts"].is_array() || !value.contains("forms") ||
+        !value["forms"].is_array() || value["texts"].size() != roles.size() + 1 || value["forms"].size() != roles.size()) {
+      throw Error(fmt::format("turn frames: the entry for [{}] is malformed: {}", key, value.dump().substr(0, 200)));
+    }
+    for (const nlohmann::json& t : value["texts"]) f.texts.push_back(t.get<std::string>());
+    for (const nlohmann::json& form : value["forms"]) {
+      const std::string name = form.is_string() ? form.get<std::string>() : "";
+      if (name == "verbatim") f.forms.push_back(ContentForm::verbatim);
+      else if (name == "trimmed") f.forms.push_back(ContentForm::trimmed);
+      else if (name == "json_string") f.forms.push_back(ContentForm::json_string);
+      else throw Error(fmt::format("turn frames: [{}] has an unknown content form {}", key, form.dump()));
+    }
+    out[roles] = std::move(f);
+  }
+  return out;
+}
+
 TurnFrame ChatTurnTemplate::frame(const std::vector<std::string>& roles) const {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (auto it = frames_.find(roles); it != frames_.end()) return it->second;
   }
   TANDEM_CHECK(!roles.empty(), "a turn frame needs at least one message");
+  if (!render_) throw Error(fmt::format("no turn frame for messages {} after an assistant turn", joined(roles)));
   const std::string what = fmt::format("the chat template, for messages {} after an assistant turn", joined(roles));
   // The text after the assistant probe, cut at each message's content as the template
   // wrote it. `content(i)` is message i's; `user` and `assistant` vary the earlier

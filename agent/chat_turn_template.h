@@ -58,6 +58,10 @@ class ChatTurnTemplate : public TurnRenderer {
   // ids); `turn_end_tokens`: the model's end-of-turn ids (its eos ids), which the frame's
   // opening closing token is not repeated after.
   ChatTurnTemplate(ChatRender render, std::shared_ptr<const Tokenizer> tokenizer, std::vector<int32_t> turn_end_tokens);
+  // From frames derived elsewhere (the controller, which runs the template's Jinja, sends
+  // them to rollout workers): messages of other roles are an Error.
+  ChatTurnTemplate(std::map<std::vector<std::string>, TurnFrame> frames, std::shared_ptr<const Tokenizer> tokenizer,
+                   std::vector<int32_t> turn_end_tokens);
 
   // The frame for messages of these roles after an assistant turn; derived on first use
   // and kept. Throws Error naming the roles when the template's output cannot be framed.
@@ -76,6 +80,12 @@ class ChatTurnTemplate : public TurnRenderer {
   mutable std::mutex mutex_;
   mutable std::map<std::vector<std::string>, TurnFrame> frames_;
 };
+
+// The frames of `signatures` (derived now where not yet) as JSON: {"tool": {"texts": [...],
+// "forms": ["verbatim" | "trimmed" | "json_string", ...]}, ...}, keyed by the roles joined
+// with ",". And back: an Error says what in it is malformed.
+nlohmann::json turn_frames_to_json(const ChatTurnTemplate& turns, const std::vector<std::vector<std::string>>& signatures);
+std::map<std::vector<std::string>, TurnFrame> turn_frames_from_json(const nlohmann::json& frames);
 
 // Trims spaces, tabs, carriage returns and newlines at both ends, as Jinja's `trim` does
 // for those characters.

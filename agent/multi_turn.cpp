@@ -87,6 +87,7 @@ std::vector<Trajectory> MultiTurnRollout::run(const std::vector<GenerationReques
       TANDEM_CHECK(options_.lockstep && !held_.empty(), "multi-turn rollout: {} trajectories open, nothing to run",
                    open_.size());
     }
+    if (options_.after_step) options_.after_step();
   }
   stats_.evicted_sessions += engine_.stats().sessions_evicted - before.sessions_evicted;
   stats_.session_tokens_reused += engine_.stats().session_tokens_reused - before.session_tokens_reused;

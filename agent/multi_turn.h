@@ -34,6 +34,9 @@ struct MultiTurnOptions {
   // Benchmark baseline only (how TRL runs tools): no turn continues until every sample's
   // turn has ended and every tool call of the round has returned.
   bool lockstep = false;
+  // Runs after every engine step and tool wait (the rollout worker loads weights there:
+  // partial rollouts).
+  std::function<void()> after_step;
 };
 
 struct MultiTurnStats {

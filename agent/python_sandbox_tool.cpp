@@ -39,7 +39,7 @@ class PythonSandboxTool : public Tool {
 
   std::string name() const override { return "python"; }
 
-  nlohmann::json schema() const override {
+  nlohmann::ordered_json schema() const override {
     return {{"type", "function"},
             {"function",
              {{"name", "python"},

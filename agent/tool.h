@@ -34,7 +34,7 @@ class Tool {
   virtual std::string name() const = 0;
   // {"type": "function", "function": {"name", "description", "parameters"}}: the form
   // Hugging Face chat templates take in `tools`.
-  virtual nlohmann::json schema() const = 0;
+  virtual nlohmann::ordered_json schema() const = 0;
   // Runs one call. Throws ToolUnavailable for a failure of the machinery, not the call.
   virtual ToolResult call(const nlohmann::json& arguments) = 0;
 };

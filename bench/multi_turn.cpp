@@ -115,7 +115,7 @@ class SleepTool : public Tool {
   SleepTool(int64_t min_ms, int64_t max_ms, int64_t answer_bytes)
       : min_ms_(min_ms), max_ms_(max_ms), answer_bytes_(answer_bytes) {}
   std::string name() const override { return "sleep"; }
-  nlohmann::json schema() const override { return {{"type", "function"}, {"function", {{"name", "sleep"}}}}; }
+  nlohmann::ordered_json schema() const override { return {{"type", "function"}, {"function", {{"name", "sleep"}}}}; }
   ToolResult call(const nlohmann::json& arguments) override {
     const uint64_t h = mix(std::hash<std::string>()(arguments.dump()));
     std::this_thread::sleep_for(std::chrono::milliseconds(min_ms_ + static_cast<int64_t>(h % (max_ms_ - min_ms_ + 1))));

@@ -77,10 +77,24 @@ nlohmann::json row_value(const std::map<std::string, std::string>& row, const st
 
 nlohmann::json reward_arguments(const RewardInput& in) {
   auto data_source = in.row.find("data_source");
+  nlohmann::json extra_info = row_value(in.row, "extra_info", true);
+  if (in.conversation) {
+    // Multi-turn: the conversation joins the row's extra_info (an object; anything else
+    // the row held stays under "row_extra_info").
+    if (!extra_info.is_object()) {
+      nlohmann::json held = std::move(extra_info);
+      extra_info = nlohmann::json::object();
+      if (!held.is_null()) extra_info["row_extra_info"] = std::move(held);
+    }
+    const nlohmann::json conversation = nlohmann::json::parse(*in.conversation, nullptr, false);
+    if (conversation.is_object()) {
+      for (const auto& [key, value] : conversation.items()) extra_info[key] = value;
+    }
+  }
   return {{"data_source", data_source == in.row.end() ? std::string() : data_source->second},
           {"solution_str", in.response},
           {"ground_truth", row_value(in.row, "answer", false)},
-          {"extra_info", row_value(in.row, "extra_info", true)}};
+          {"extra_info", std::move(extra_info)}};
 }
 
 RewardOutcome outcome_from_score_value(const nlohmann::json& value) {

@@ -68,7 +68,10 @@ void ScoringThread::run() {
     const auto start = std::chrono::steady_clock::now();
     std::vector<RewardInput> inputs;
     inputs.reserve(batch.size());
-    for (const ScoredSample& s : batch) inputs.push_back({*prompts_[s.prompt_slot], s.text, s.tokens, *rows_[s.prompt_slot]});
+    for (const ScoredSample& s : batch) {
+      inputs.push_back({*prompts_[s.prompt_slot], s.text, s.tokens, *rows_[s.prompt_slot],
+                        s.conversation.empty() ? nullptr : &s.conversation});
+    }
     std::vector<std::vector<RewardOutcome>> by_reward;
     try {
       for (auto& reward : rewards_) by_reward.push_back(reward->score(inputs));

@@ -37,8 +37,9 @@ struct ScoredSample {
   size_t prompt_slot = 0;
   int64_t sample_index = 0;
   std::vector<int32_t> tokens;
-  std::string text;                    // decoded, end-of-sequence left out
+  std::string text;                    // decoded, end-of-sequence left out (multi-turn: the last assistant message)
   std::vector<RewardOutcome> outcomes;  // [reward entry]
+  std::string conversation;            // multi-turn: RewardInput::conversation's JSON; else empty
 };
 
 class ScoringThread {

@@ -13,6 +13,10 @@ struct RolloutInit {
   config @0 :Text;             # the run's resolved config, as YAML
   model @1 :Text;              # model directory (or preset)
   sampledVocabSize @2 :Int64;  # the tokenizer's ids when the checkpoint pads its vocabulary; 0: all rows
+  # Multi-turn (the config lists tools): the chat template's turn frames, derived by the
+  # controller (agent/chat_turn_template.h, turn_frames_to_json), and the tools' schemas
+  # it put in the prompts, both JSON.
+  turnFrames @3 :Text;
 }
 
 struct GenerationRequest {
@@ -47,6 +51,10 @@ struct GeneratedSample {
   finishReason @3 :Text;       # stop | length | ...
   weightVersion @4 :Int64;     # the version of the first token
   versionRuns @5 :List(VersionRun);
+  # Multi-turn: the trajectory's record as JSON (rollout/rollout_multi_turn.h:
+  # stop reason, counters, messages with token spans, token kinds as runs); the frames
+  # hold all its tokens after the prompt, log-probs 0 on those the policy did not draw.
+  multiTurn @6 :Text;
 }
 
 struct GenerateStats {
@@ -54,6 +62,9 @@ struct GenerateStats {
   prefillTokens @1 :Int64;
   prefillTokensSaved @2 :Int64;
   preemptions @3 :Int64;
+  sessionTokensReused @4 :Int64;   # multi-turn: prefill the kept KV blocks saved
+  evictedSessions @5 :Int64;
+  kvPinnedBlocksMax @6 :Int64;
 }
 
 struct RolloutSamples {

@@ -10,6 +10,8 @@
 #include "kernels/device_probe.h"
 #include "rollout/engine.h"
 #include "rollout/rollout_commands.capnp.h"
+#include "rollout/kv_cache.h"
+#include "rollout/rollout_multi_turn.h"
 #include "weight_sync/local.h"
 #include "weight_sync/options_wire.h"
 #include "weight_sync/transport.h"
@@ -38,6 +40,7 @@ struct RolloutState {
   const std::chrono::milliseconds step_delay = test_step_delay();
   KeptEndpoint<WeightReceiver> receiver{make_weight_receiver};
   RolloutConfig rollout;
+  std::unique_ptr<RolloutMultiTurn> multi_turn;  // the config lists tools
 
   RolloutEngine& require_engine(const std::string& command) {
     if (!engine) throw Error(fmt::format("{}: send rollout_init first", command));
@@ -55,7 +58,16 @@ struct RolloutState {
     engine.reset();
     EngineOptions options = engine_options(rollout);
     options.device = resolve_device(rollout.device, "rollout.device");  // "auto" -> cpu | cuda
+    if (!config.tools.empty() && config.rollout.multi_turn.kv_pin_mb > 0) {
+      const KvCacheShape shape{model.num_hidden_layers, model.num_key_value_heads, model.head_dim, options.block_size, 0};
+      options.max_pinned_blocks = (config.rollout.multi_turn.kv_pin_mb << 20) / shape.bytes_per_block();
+    }
     engine = std::make_unique<RolloutEngine>(model, load_model_weights(model_dir, model), options);
+    multi_turn.reset();
+    if (!config.tools.empty()) {
+      const std::vector<int32_t> eos(model.eos_token_ids.begin(), model.eos_token_ids.end());
+      multi_turn = std::make_unique<RolloutMultiTurn>(config, model_dir, to_string(body->getTurnFrames()), eos);
+    }
     return {empty_body<wire::Empty>(), {}};
   }
 
@@ -70,7 +82,9 @@ struct RolloutState {
   struct SampleFrames {
     std::string tokens, logprobs;
   };
-  static SampleFrames write_samples(wire::RolloutSamples::Builder out, const std::vector<GeneratedSample>& samples) {
+  // `records`: multi-turn, each sample's trajectory record (JSON), in order; else empty.
+  static SampleFrames write_samples(wire::RolloutSamples::Builder out, const std::vector<GeneratedSample>& samples,
+                                    const std::vector<std::string>& records = {}) {
     SampleFrames frames;
     auto list = out.initSamples(static_cast<unsigned>(samples.size()));
     for (size_t i = 0; i < samples.size(); ++i) {
@@ -90,10 +104,26 @@ struct RolloutState {
         run_list[static_cast<unsigned>(r)].setFirstToken(runs[r].first);
         run_list[static_cast<unsigned>(r)].setVersion(runs[r].second);
       }
+      if (!records.empty()) sample.setMultiTurn(records[i]);
       frames.tokens.append(reinterpret_cast<const char*>(s.tokens.data()), s.tokens.size() * 4);
       frames.logprobs.append(reinterpret_cast<const char*>(s.logprobs.data()), s.logprobs.size() * 4);
     }
     return frames;
+  }
+
+  // A trajectory as the sample rollout_generate returns: every token after the prompt,
+  // its record going alongside.
+  static GeneratedSample trajectory_sample(const Trajectory& t) {
+    GeneratedSample s;
+    s.request_id = t.request_id;
+    s.sample_index = t.sample_index;
+    s.tokens = t.tokens;
+    s.logprobs = t.logprobs;
+    s.token_versions = t.token_versions;
+    s.weight_version = t.token_versions.empty() ? 0 : t.token_versions.front();
+    const bool cut = t.stop == StopReason::length || t.stop == StopReason::max_total_tokens;
+    s.finish_reason = cut ? FinishReason::finish_reason_length : FinishReason::finish_reason_stop;
+    return s;
   }
 
   CommandResult generate(const CommandMsg& command, const std::vector<std::string>& attachments) {
@@ -151,16 +181,30 @@ struct RolloutState {
       }
     };
     const EngineStats before = e.stats();
-    const std::vector<GeneratedSample> samples = e.generate(requests, after_step);
+    std::vector<GeneratedSample> samples;
+    std::vector<std::string> records;
+    MultiTurnStats turns;
+    if (multi_turn) {
+      // Trajectories go back when all are done: scoring during generation is single-turn only.
+      for (const Trajectory& t : multi_turn->generate(e, requests, [&] { after_step({}); }, &turns)) {
+        samples.push_back(trajectory_sample(t));
+        records.push_back(trajectory_record(t).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      }
+    } else {
+      samples = e.generate(requests, after_step);
+    }
     const EngineStats& after = e.stats();
     SampleFrames frames;
     std::string reply = encode_body<wire::RolloutSamples>([&](wire::RolloutSamples::Builder out) {
-      frames = write_samples(out, samples);
+      frames = write_samples(out, samples, records);
       auto stats = out.initStats();
       stats.setDecodeTokens(after.decode_tokens - before.decode_tokens);
       stats.setPrefillTokens(after.prefill_tokens - before.prefill_tokens);
       stats.setPrefillTokensSaved(after.prefill_tokens_saved - before.prefill_tokens_saved);
       stats.setPreemptions(after.preemptions - before.preemptions);
+      stats.setSessionTokensReused(turns.session_tokens_reused);
+      stats.setEvictedSessions(turns.evicted_sessions);
+      stats.setKvPinnedBlocksMax(turns.kv_pinned_blocks_max);
     });
     return {std::move(reply), {frames.tokens, frames.logprobs}};
   }

@@ -89,10 +89,18 @@ std::optional<ChatTemplate> find_chat_template(const std::string& setting, const
   return found;
 }
 
-void render_chat_prompts(Dataset& data, const DataConfig& config, const std::optional<ChatTemplate>& chat_template) {
+void render_chat_prompts(Dataset& data, const DataConfig& config, const std::optional<ChatTemplate>& chat_template,
+                         const nlohmann::ordered_json& tools) {
   for (size_t row = 0; row < data.rows.size(); ++row) {
     const bool has_messages = row < data.prompt_messages.size() && !data.prompt_messages[row].is_null();
-    if (!has_messages && !config.prompt_as_user_message) continue;
+    if (!has_messages && !config.prompt_as_user_message) {
+      if (!tools.empty()) {
+        throw Error(fmt::format("{}: the prompt is plain text, so the chat template never shows it the tools the "
+                                "config lists; give message-list prompts or set data.prompt_as_user_message: true",
+                                data.where(row)));
+      }
+      continue;
+    }
     if (!chat_template) {
       throw Error(fmt::format(
           "{}: the prompt {} but there is no chat template to render it ({}); set data.chat_template to a Jinja "
@@ -105,6 +113,7 @@ void render_chat_prompts(Dataset& data, const DataConfig& config, const std::opt
     inputs.messages = has_messages ? data.prompt_messages[row] : messages_for_string(data.prompt(row), config);
     inputs.add_generation_prompt = config.add_generation_prompt;
     inputs.special_tokens = chat_template->special_tokens;
+    if (!tools.empty()) inputs.extra["tools"] = tools;
     try {
       data.rows[row][data.prompt_key] = python::render_chat_template(chat_template->source, inputs);
     } catch (const Error& e) {

@@ -15,6 +15,8 @@
 #include "controller/data/dataset.h"
 #include "core/config.h"
 
+#include <nlohmann/json.hpp>
+
 #include <map>
 #include <optional>
 #include <string>
@@ -33,6 +35,10 @@ std::optional<ChatTemplate> find_chat_template(const std::string& setting, const
 // Replaces each message-list prompt of `data` by its rendering (and each string prompt,
 // with data.prompt_as_user_message, by the rendering of [system?, user]). Errors name
 // the row: a message list without a template, a template that raises or fails.
-void render_chat_prompts(Dataset& data, const DataConfig& config, const std::optional<ChatTemplate>& chat_template);
+// `tools` (multi-turn): the tools' schemas, the template's `tools` variable; with any,
+// every prompt must go through the template (a plain string prompt without
+// data.prompt_as_user_message is an error naming the row), or the model would not see them.
+void render_chat_prompts(Dataset& data, const DataConfig& config, const std::optional<ChatTemplate>& chat_template,
+                         const nlohmann::ordered_json& tools = nlohmann::ordered_json::array());
 
 }  // namespace tandem

@@ -5,9 +5,52 @@
 #include "controller/workers/rollout_client.h"
 #include "core/log.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 
 namespace tandem::training {
+
+namespace {
+
+// A trajectory's record (rollout/rollout_multi_turn.h) into the sample: the loss mask from
+// its token kinds, its stop reason and counts, the conversation for rewards and logs.
+// Anything malformed is an Error naming the worker.
+void read_multi_turn(const CommandReply& reply, const std::string& text, Sample& sample) {
+  const std::string where = fmt::format("rollout_generate reply from {}: a trajectory record", reply.reply.worker.name());
+  const nlohmann::json record = nlohmann::json::parse(text, nullptr, false);
+  const size_t length = sample.tokens.size();
+  if (!record.is_object() || !record.contains("kinds") || !record["kinds"].is_array() || !record.contains("messages") ||
+      !record["messages"].is_array() || !record.contains("stop")) {
+    throw Error(fmt::format("{} is malformed: {}", where, text.substr(0, 200)));
+  }
+  sample.multi_turn = true;
+  sample.loss_mask.assign(length, 0.0f);
+  const nlohmann::json& kinds = record["kinds"];
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const size_t begin = kinds[i].at(0).get<size_t>();
+    const size_t end = i + 1 < kinds.size() ? kinds[i + 1].at(0).get<size_t>() : length;
+    TANDEM_CHECK(begin <= end && end <= length, "{}: token kinds run past its {} tokens", where, length);
+    if (kinds[i].at(1).get<std::string>() == "policy") std::fill(sample.loss_mask.begin() + begin, sample.loss_mask.begin() + end, 1.0f);
+  }
+  sample.stop_reason = record["stop"].get<std::string>();
+  sample.turns = record.value("turns", int64_t{0});
+  sample.tool_calls = record.value("tool_calls", int64_t{0});
+  sample.tool_errors = record.value("tool_errors", int64_t{0});
+  sample.parse_errors = record.value("parse_errors", int64_t{0});
+  sample.tool_seconds = record.value("tool_seconds", 0.0);
+  for (const nlohmann::json& m : record["messages"]) {
+    if (m.value("role", "") != "assistant") continue;
+    sample.last_assistant = {m.at("begin").get<int64_t>(), m.at("end").get<int64_t>()};
+    TANDEM_CHECK(sample.last_assistant.first <= sample.last_assistant.second &&
+                     sample.last_assistant.second <= static_cast<int64_t>(length),
+                 "{}: an assistant message's span runs past its {} tokens", where, length);
+  }
+  sample.conversation = nlohmann::json{{"messages", record["messages"]}, {"stop_reason", sample.stop_reason}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
 
 std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts,
                                            const std::optional<EvalSampling>& eval,
@@ -57,6 +100,9 @@ std::vector<Sample> TrainingLoop::samples_from(const std::vector<CommandReply>& 
     for (Sample& sample : to_samples(reply, std::move(returned.samples), first_version)) samples.push_back(std::move(sample));
     last_prefill_.computed += returned.stats.prefill_tokens;
     last_prefill_.saved += returned.stats.prefill_tokens_saved;
+    last_prefill_.session_reused += returned.stats.session_tokens_reused;
+    last_prefill_.evicted_sessions += returned.stats.evicted_sessions;
+    last_prefill_.pinned_blocks_max = std::max(last_prefill_.pinned_blocks_max, returned.stats.kv_pinned_blocks_max);
   }
   TANDEM_CHECK(samples.size() == expected, "the rollout workers returned {} samples, expected {}", samples.size(),
                expected);
@@ -104,6 +150,7 @@ std::vector<Sample> TrainingLoop::to_samples(const CommandReply& reply, std::vec
                  "rollout_generate reply from {}: a sample's version is not its first token's",
                  reply.reply.worker.name());
     if (length == 0) sample.version = first_version;
+    if (!s.multi_turn.empty()) read_multi_turn(reply, s.multi_turn, sample);
     samples.push_back(std::move(sample));
   }
   return samples;

@@ -24,6 +24,16 @@ struct Sample {
   std::string text;           // the decoded response, end-of-sequence tokens left out
   double reward = 0;          // the weighted sum over the config's rewards
   std::vector<RewardResult> reward_results;  // [config.reward entry]: its unweighted score and parts
+
+  // Multi-turn (the config lists tools): `tokens` is the whole trajectory after the
+  // prompt, `text` its last assistant message.
+  bool multi_turn = false;
+  std::vector<float> loss_mask;  // per token: 1 where the policy drew it, 0 on tool messages and template tokens
+  std::string stop_reason;       // eos | length | max_turns | max_total_tokens | tool_timeout | tool_error | env_done
+  std::string conversation;      // JSON {"messages": [...], "stop_reason": ...}: what rewards and samples.jsonl get
+  int64_t turns = 0, tool_calls = 0, tool_errors = 0, parse_errors = 0;
+  double tool_seconds = 0;
+  std::pair<int64_t, int64_t> last_assistant{0, 0};  // its tokens [first, second)
 };
 
 }  // namespace tandem::training

@@ -52,6 +52,38 @@ std::vector<std::string> reward_metric_keys(const std::vector<RewardConfig>& rew
   return keys;
 }
 
+namespace {
+
+// multi_turn/*: per sample means of turns and calls, counts of errors and stop reasons.
+MetricRow multi_turn_metrics(const std::vector<Sample>& samples) {
+  double turns = 0, calls = 0, errors = 0, parse_errors = 0, tool_seconds = 0, policy_tokens = 0;
+  std::map<std::string, double> stops;
+  for (const char* reason : {"eos", "length", "max_turns", "max_total_tokens", "tool_timeout", "tool_error",
+                                    "env_done"}) {
+    stops[reason] = 0;
+  }
+  for (const Sample& s : samples) {
+    turns += static_cast<double>(s.turns);
+    calls += static_cast<double>(s.tool_calls);
+    errors += static_cast<double>(s.tool_errors);
+    parse_errors += static_cast<double>(s.parse_errors);
+    tool_seconds += s.tool_seconds;
+    for (float m : s.loss_mask) policy_tokens += m;
+    stops[s.stop_reason] += 1;
+  }
+  const double n = static_cast<double>(samples.size());
+  MetricRow row = {{"multi_turn/turns_mean", turns / n},
+                   {"multi_turn/tool_calls_mean", calls / n},
+                   {"multi_turn/tool_errors", errors},
+                   {"multi_turn/parse_errors", parse_errors},
+                   {"multi_turn/tool_seconds_mean", calls > 0 ? tool_seconds / calls : 0.0},
+                   {"multi_turn/policy_tokens_mean", policy_tokens / n}};
+  for (const auto& [reason, count] : stops) row.emplace_back("multi_turn/stop/" + reason, count);
+  return row;
+}
+
+}  // namespace
+
 MetricRow sample_metrics(const Config& c, const std::vector<Sample>& samples, const std::vector<TrainingSample>& batch) {
   MetricRow row;
   if (samples.empty()) return row;
@@ -86,6 +118,10 @@ MetricRow sample_metrics(const Config& c, const std::vector<Sample>& samples, co
                          {"response/length_max", length_max},
                          {"response/length_min", length_min},
                          {"response/clip_ratio", clipped / n}});
+  if (!c.tools.empty()) {
+    const MetricRow turns = multi_turn_metrics(samples);
+    row.insert(row.end(), turns.begin(), turns.end());
+  }
 
   double prompt_sum = 0, advantage_sum = 0, advantage_count = 0;
   double advantage_max = -std::numeric_limits<double>::infinity(), advantage_min = -advantage_max;
@@ -134,6 +170,11 @@ std::vector<std::string> sample_log_rows(const Config& c, int64_t step, const st
     const DataRow& data_row = data.rows.at(rows.at(s.prompt_slot));
     if (auto it = data_row.find("answer"); it != data_row.end()) row["ground_truth"] = it->second;
     if (auto it = data_row.find("data_source"); it != data_row.end()) row["data_source"] = it->second;
+    if (s.multi_turn) {  // the whole conversation, each message with its token span and kind
+      row["stop_reason"] = s.stop_reason;
+      const nlohmann::ordered_json conversation = nlohmann::ordered_json::parse(s.conversation, nullptr, false);
+      if (conversation.is_object() && conversation.contains("messages")) row["messages"] = conversation["messages"];
+    }
     lines.push_back(row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
   return lines;

@@ -51,7 +51,7 @@ EarlyScores StepScoring::finish_early() {
 
 void StepScoring::score_early(const std::vector<Sample>& finished) {
   std::vector<ScoredSample> batch;
-  for (const Sample& s : finished) batch.push_back({s.prompt_slot, s.sample_index, s.tokens, decode_response(s.tokens), {}});
+  for (const Sample& s : finished) batch.push_back({s.prompt_slot, s.sample_index, s.tokens, decode_response(s.tokens), {}, {}});
   thread_->submit(std::move(batch));
 }
 
@@ -121,14 +121,22 @@ int64_t StepScoring::score(std::vector<Sample>& samples, const std::vector<size_
         continue;
       }
     }
-    s.text = decode_response(s.tokens);
+    if (s.multi_turn) {  // the last assistant message is the answer; the conversation goes along
+      const auto [first, last] = s.last_assistant;
+      s.text = decode_response(std::vector<int32_t>(s.tokens.begin() + first, s.tokens.begin() + last));
+    } else {
+      s.text = decode_response(s.tokens);
+    }
     now.push_back(i);
   }
   if (!now.empty()) {
     // On the scoring thread, while this one keeps the workers' heartbeats going.
     begin_early(rows, data);
     std::vector<ScoredSample> batch;
-    for (size_t i : now) batch.push_back({samples[i].prompt_slot, samples[i].sample_index, samples[i].tokens, samples[i].text, {}});
+    for (size_t i : now) {
+      batch.push_back({samples[i].prompt_slot, samples[i].sample_index, samples[i].tokens, samples[i].text, {},
+                       samples[i].conversation});
+    }
     thread_->submit(std::move(batch));
     EarlyScores scored = finish_early();
     for (size_t i : now) outcomes[i] = std::move(scored.at({samples[i].prompt_slot, samples[i].sample_index}).outcomes);

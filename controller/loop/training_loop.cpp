@@ -103,7 +103,9 @@ TrainingLoop::TrainingLoop(WorkerPool& pool, const Config& config, RunInputs inp
       val_prompt_ids_(std::move(inputs.val_prompt_ids)),
       skipped_long_prompts_(inputs.skipped_long_prompts),
       scoring_(std::move(inputs.rewards), config, run_dir, tokenizer_, model_.eos_token_ids,
-               [this] { pool_.poll_events(0.05); }) {}
+               [this] { pool_.poll_events(0.05); }) {
+  turn_frames_ = std::move(inputs.turn_frames);
+}
 
 TrainingLoop::~TrainingLoop() = default;
 
@@ -114,7 +116,10 @@ void TrainingLoop::compute_advantages(const std::vector<Sample>& samples, std::v
   std::vector<float> rewards, mask(static_cast<size_t>(count * longest), 0.0f), values(mask.size(), 0.0f);
   for (int64_t i = 0; i < count; ++i) {
     rewards.push_back(static_cast<float>(samples[i].reward));
-    for (size_t t = 0; t < samples[i].tokens.size(); ++t) mask[i * longest + t] = 1;
+    // Multi-turn: the tool messages between the policy's turns are no actions of its own.
+    for (size_t t = 0; t < samples[i].tokens.size(); ++t) {
+      mask[i * longest + t] = samples[i].loss_mask.empty() ? 1.0f : samples[i].loss_mask[t];
+    }
     if (!batch[i].old_values.empty()) {
       for (size_t t = 0; t < samples[i].tokens.size(); ++t) values[i * longest + t] = batch[i].old_values[t];
     }
@@ -260,6 +265,7 @@ void TrainingLoop::run_step(int64_t step) {
     batch[i].prompt = prompts[samples[i].prompt_slot];
     batch[i].response = samples[i].tokens;
     batch[i].old_logprobs = samples[i].logprobs;
+    batch[i].loss_mask = samples[i].loss_mask;  // multi-turn: only the policy's tokens carry loss
     response_tokens += static_cast<int64_t>(samples[i].tokens.size());
   }
   if (c_.algorithm.advantage == "gae") {
@@ -327,6 +333,11 @@ void TrainingLoop::run_step(int64_t step) {
                          {"perf/worker_restarts", static_cast<double>(restarts_)}});
   // A prefetched rollout ran during the previous step: it has no time of its own here.
   if (rollout_s > 0) row.emplace_back("perf/rollout_tokens_per_s", static_cast<double>(response_tokens) / rollout_s);
+  if (!c_.tools.empty()) {
+    row.insert(row.end(), {{"multi_turn/session_tokens_reused", static_cast<double>(prefill.session_reused)},
+                           {"multi_turn/evicted_sessions", static_cast<double>(prefill.evicted_sessions)},
+                           {"multi_turn/kv_pinned_blocks_max", static_cast<double>(prefill.pinned_blocks_max)}});
+  }
   row.insert(row.end(), staleness.begin(), staleness.end());
   if (!std::isnan(probe_diff)) row.emplace_back("sync/probe_logprob_max_diff", probe_diff);
   // As verl does, the last step is evaluated too, whatever its number.

@@ -146,6 +146,9 @@ class TrainingLoop {
   struct PrefillCounts {
     int64_t computed = 0;
     int64_t saved = 0;
+    // Multi-turn sessions: prefill the kept KV blocks saved, sessions evicted, most
+    // blocks pinned at once on a worker.
+    int64_t session_reused = 0, evicted_sessions = 0, pinned_blocks_max = 0;
   };
   // A step's prompts and the samples generated for them.
   struct StepRollout {
@@ -270,6 +273,7 @@ class TrainingLoop {
   std::string last_error_;          // the newest worker failure, for RUN_DIR/status.json
   std::string last_error_log_;
   PrefillCounts last_prefill_;  // of the latest generate()
+  std::string turn_frames_;     // multi-turn: RunInputs::turn_frames, for rollout_init
   // Asynchronous RL: the next step's rollout, generated during this step's training.
   std::optional<StepRollout> prefetched_;
 

@@ -124,7 +124,7 @@ PromptSet load_prompts(const LoadedConfig& loaded, const std::string& key, const
     throw UsageError(what.rfind(key + ":", 0) == 0 ? fmt::format("{}: {}", loaded.origin_of(key), what) : what);
   }
   try {
-    render_chat_prompts(all, c.data, in.chat_template);
+    render_chat_prompts(all, c.data, in.chat_template, in.tool_schemas);
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
@@ -216,6 +216,7 @@ RunInputs load_run_inputs(const LoadedConfig& loaded) {
   RunInputs in;
   load_rewards(loaded, in);  // first: no model or data is read for a config whose plugin is missing
   load_model(loaded, in);
+  if (!loaded.config.tools.empty()) load_tools(loaded, in);  // before the data: prompts show the tools
   load_data(loaded, in);
   return in;
 }

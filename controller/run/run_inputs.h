@@ -18,6 +18,10 @@
 //              becomes the row's `answer`.
 //   rewards    plugins load; every reward name is registered and its settings are valid;
 //              python rewards' workers start and import their file.
+//   tools      (multi-turn) each tool starts (python tools' workers import their file
+//              and find the function; the sandbox runs a probe), the tool parser finds
+//              its tokens in the vocabulary, the chat template shows the tools' schemas
+//              in a prompt and frames the tool and user messages of later turns.
 #pragma once
 
 #include "actor/model_config.h"
@@ -27,6 +31,7 @@
 #include "rewards/scoring.h"
 #include "core/config.h"
 
+#include <nlohmann/json.hpp>
 #include <tandem/reward.h>
 
 #include <cstdint>
@@ -51,7 +56,16 @@ struct RunInputs {
   int64_t longest_prompt = 0;         // tokens, over the rows kept
   std::optional<ChatTemplate> chat_template;  // data.chat_template's (none: no template)
   std::vector<std::unique_ptr<RewardScorer>> rewards;  // one per config.reward entry (python: workers running)
+  // Multi-turn (the config lists tools): the tools' schemas, as the chat template's
+  // `tools` gets them in every prompt, and the template's turn frames for the rollout
+  // workers (agent/chat_turn_template.h, JSON).
+  nlohmann::ordered_json tool_schemas = nlohmann::ordered_json::array();
+  std::string turn_frames;
 };
+
+// The tool checks above, filling tool_schemas and turn_frames (run_tools.cpp). Needs the
+// model and the chat template loaded.
+void load_tools(const LoadedConfig& loaded, RunInputs& inputs);
 
 RunInputs load_run_inputs(const LoadedConfig& loaded);
 

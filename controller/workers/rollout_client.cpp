@@ -9,11 +9,13 @@
 
 namespace tandem::rollout_client {
 
-std::string init_body(const std::string& config_yaml, const std::string& model_dir, int64_t sampled_vocab_size) {
+std::string init_body(const std::string& config_yaml, const std::string& model_dir, int64_t sampled_vocab_size,
+                      const std::string& turn_frames) {
   return encode_body<wire::RolloutInit>([&](wire::RolloutInit::Builder out) {
     out.setConfig(config_yaml);
     out.setModel(model_dir);
     out.setSampledVocabSize(sampled_vocab_size);
+    out.setTurnFrames(turn_frames);
   });
 }
 
@@ -63,13 +65,16 @@ ReturnedSamples read_samples(const CommandReply& reply) {
     sample.finish_reason = to_string(s.getFinishReason());
     sample.weight_version = s.getWeightVersion();
     for (const auto run : s.getVersionRuns()) sample.version_runs.emplace_back(run.getFirstToken(), run.getVersion());
+    sample.multi_turn = to_string(s.getMultiTurn());
     out.samples.push_back(std::move(sample));
   }
   if (offset * 4 != tokens.size() || offset * 4 != logprobs.size()) {
     throw Error(fmt::format("{}: bytes left over in the frames after the last sample", what));
   }
   const auto stats = body->getStats();
-  out.stats = {stats.getDecodeTokens(), stats.getPrefillTokens(), stats.getPrefillTokensSaved(), stats.getPreemptions()};
+  out.stats = {stats.getDecodeTokens(),         stats.getPrefillTokens(),   stats.getPrefillTokensSaved(),
+               stats.getPreemptions(),          stats.getSessionTokensReused(), stats.getEvictedSessions(),
+               stats.getKvPinnedBlocksMax()};
   return out;
 }
 

@@ -14,9 +14,11 @@
 
 namespace tandem::rollout_client {
 
-// rollout_init: the run's resolved config (YAML), the model directory, and the
-// tokenizer's size where the checkpoint pads its vocabulary (0: every row).
-std::string init_body(const std::string& config_yaml, const std::string& model_dir, int64_t sampled_vocab_size);
+// rollout_init: the run's resolved config (YAML), the model directory, the tokenizer's
+// size where the checkpoint pads its vocabulary (0: every row), and (multi-turn) the chat
+// template's turn frames as JSON (RunInputs::turn_frames; "" for single-turn runs).
+std::string init_body(const std::string& config_yaml, const std::string& model_dir, int64_t sampled_vocab_size,
+                      const std::string& turn_frames = "");
 
 struct PromptRequest {
   uint64_t id = 0;  // the prompt's slot in the step
@@ -40,10 +42,12 @@ struct ReturnedSample {
   std::vector<std::pair<uint32_t, int64_t>> version_runs;  // (first token, version)
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
+  std::string multi_turn;  // the trajectory's record, JSON (rollout/rollout_multi_turn.h); "" single-turn
 };
 
 struct GenerateStats {
   int64_t decode_tokens = 0, prefill_tokens = 0, prefill_tokens_saved = 0, preemptions = 0;
+  int64_t session_tokens_reused = 0, evicted_sessions = 0, kv_pinned_blocks_max = 0;  // multi-turn
 };
 
 struct ReturnedSamples {

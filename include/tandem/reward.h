@@ -25,6 +25,11 @@ struct RewardInput {
   const std::vector<int32_t>& response_ids;      // its token ids
   const std::map<std::string, std::string>& row; // the dataset row: string fields as they are,
                                                  //   other values as JSON text ("42", "[1,2]")
+  // Multi-turn samples (the config lists tools): JSON text {"messages": [{role, content,
+  // ...}, ...], "stop_reason": "eos" | "length" | "max_turns" | ...}, the whole
+  // conversation after the prompt; `response` is then the last assistant message.
+  // Null for single-turn samples.
+  const std::string* conversation = nullptr;
 };
 
 struct RewardResult {

@@ -88,7 +88,7 @@ class TestTool : public Tool {
  public:
   TestTool(std::string name, std::chrono::milliseconds max_delay) : name_(std::move(name)), max_delay_(max_delay) {}
   std::string name() const override { return name_; }
-  nlohmann::json schema() const override { return {{"type", "function"}, {"function", {{"name", name_}}}}; }
+  nlohmann::ordered_json schema() const override { return {{"type", "function"}, {"function", {{"name", name_}}}}; }
   ToolResult call(const nlohmann::json& arguments) override {
     std::mt19937_64 rng(std::hash<std::string>()(arguments.dump()) ^ static_cast<uint64_t>(
                             std::chrono::steady_clock::now().time_since_epoch().count()));

@@ -339,7 +339,7 @@ TEST_CASE("the builtin python tool: output, the model's errors, timeouts") {
   options.max_observation_bytes = 100;
   std::unique_ptr<Tool> tool = make_python_sandbox_tool(options);
   CHECK(tool->name() == "python");
-  const nlohmann::json schema = tool->schema();
+  const nlohmann::ordered_json schema = tool->schema();
   CHECK(schema["function"]["name"] == "python");
   CHECK(schema["function"]["parameters"]["required"] == nlohmann::json::array({"code"}));
 

@@ -1,0 +1,47 @@
+#include "agent/configured_tools.h"
+
+#include "agent/python_sandbox_tool.h"
+#include "agent/python_tool.h"
+#include "core/error.h"
+
+#include <algorithm>
+
+namespace tandem {
+
+std::shared_ptr<Tool> make_configured_tool(const Config& config, size_t index) {
+  const ToolConfig& t = config.tools.at(index);
+  if (!t.python.empty()) {
+    PythonFunctionToolOptions o;
+    o.file = t.python;
+    o.function = t.function;
+    o.name = t.name;
+    o.parameters = nlohmann::ordered_json::parse(t.schema);
+    o.description = t.description;
+    o.workers = static_cast<int>(t.workers > 0 ? t.workers : std::min<int64_t>(4, config.rollout.multi_turn.tool_concurrency));
+    o.timeout_s = t.timeout_s;
+    o.search_path = config.python.path;
+    return make_python_function_tool(o);
+  }
+  if (t.builtin == "python") {
+    PythonToolOptions o;
+    o.limits.wall_s = t.timeout_s;
+    o.limits.cpu_s = t.timeout_s;
+    o.limits.memory_mb = t.memory_mb;
+    return make_python_sandbox_tool(o);
+  }
+  throw Error("HTTP tools are not available yet (python and builtin: python are)");
+}
+
+std::vector<std::shared_ptr<Tool>> make_configured_tools(const Config& config) {
+  std::vector<std::shared_ptr<Tool>> tools;
+  for (size_t i = 0; i < config.tools.size(); ++i) {
+    try {
+      tools.push_back(make_configured_tool(config, i));
+    } catch (const Error& e) {
+      throw Error(fmt::format("tools.{}: {}", i, e.what()));
+    }
+  }
+  return tools;
+}
+
+}  // namespace tandem
