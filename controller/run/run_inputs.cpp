@@ -48,19 +48,22 @@ void load_model(const LoadedConfig& loaded, RunInputs& in) {
     return find_chat_template(c.data.chat_template, in.model_dir);
   });
   const int64_t positions = in.model.max_position_embeddings;
-  if (c.rollout.max_new_tokens >= positions) {
-    throw UsageError(fmt::format("{}: rollout.max_new_tokens: {} leaves no room for a prompt in the model's {} "
-                                 "positions (max_position_embeddings in {}/config.json)",
-                                 loaded.origin_of("rollout.max_new_tokens"), c.rollout.max_new_tokens, positions,
-                                 in.model_dir));
+  // A response is one turn, or (multi-turn) a whole trajectory of turns and tool messages.
+  const bool multi_turn = !c.tools.empty();
+  const std::string response_key = multi_turn ? "rollout.multi_turn.max_total_tokens" : "rollout.max_new_tokens";
+  const int64_t response = multi_turn ? c.rollout.multi_turn.max_total_tokens : c.rollout.max_new_tokens;
+  if (response >= positions) {
+    throw UsageError(fmt::format("{}: {}: {} leaves no room for a prompt in the model's {} positions "
+                                 "(max_position_embeddings in {}/config.json)",
+                                 loaded.origin_of(response_key), response_key, response, positions, in.model_dir));
   }
-  in.prompt_limit = positions - c.rollout.max_new_tokens;
+  in.prompt_limit = positions - response;
   if (c.data.max_prompt_length > 0) {
     if (c.data.max_prompt_length > in.prompt_limit) {
       throw UsageError(fmt::format(
-          "{}: data.max_prompt_length: {} prompt tokens + rollout.max_new_tokens {} exceed the model's {} positions "
+          "{}: data.max_prompt_length: {} prompt tokens + {} {} exceed the model's {} positions "
           "(max_position_embeddings in {}/config.json); at most {} fits",
-          loaded.origin_of("data.max_prompt_length"), c.data.max_prompt_length, c.rollout.max_new_tokens, positions,
+          loaded.origin_of("data.max_prompt_length"), c.data.max_prompt_length, response_key, response, positions,
           in.model_dir, in.prompt_limit));
     }
     in.prompt_limit = c.data.max_prompt_length;
