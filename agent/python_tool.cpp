@@ -132,30 +132,13 @@ class PythonFunctionTool : public Tool {
 
  private:
   nlohmann::ordered_json start(ToolProcess& p) {
-    int requests[2], replies[2];
-    if (::pipe2(requests, O_CLOEXEC) != 0) throw Error(fmt::format("{}: pipe failed: {}", what_, std::strerror(errno)));
-    if (::pipe2(replies, O_CLOEXEC) != 0) {
-      ::close(requests[0]);
-      ::close(requests[1]);
-      throw Error(fmt::format("{}: pipe failed: {}", what_, std::strerror(errno)));
-    }
     std::vector<std::string> argv = {binary_, "tool-worker", "--file", options_.file, "--function", options_.function};
     if (!options_.name.empty()) argv.insert(argv.end(), {"--name", options_.name});
     for (const std::string& directory : options_.search_path) argv.insert(argv.end(), {"--path", directory});
-    SpawnOptions spawn;
-    spawn.output_path = options_.log_path;
-    spawn.stdin_fd = requests[0];
-    spawn.stdout_fd = replies[1];
-    try {
-      p.process = ChildProcess::spawn(argv, spawn);
-    } catch (...) {
-      for (int fd : {requests[0], requests[1], replies[0], replies[1]}) ::close(fd);
-      throw;
-    }
-    ::close(requests[0]);
-    ::close(replies[1]);
-    p.to_child = requests[1];
-    p.from_child = replies[0];
+    PipedChild child = spawn_piped(argv, options_.log_path);
+    p.process = std::move(child.process);
+    p.to_child = child.to_child;
+    p.from_child = child.from_child;
     std::optional<std::string> hello;
     try {
       const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(

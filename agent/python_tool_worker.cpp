@@ -76,14 +76,8 @@ def tandem_tool_call(fn, arguments):
 }  // namespace
 
 int run_tool_worker(const ToolWorkerOptions& options) {
-  FILE* out = claim_stdout();
+  FILE* out = begin_worker();
   if (!out) return 1;
-  try {
-    ensure_started();
-  } catch (const std::exception& e) {
-    send(out, {{"error", e.what()}});
-    return 1;
-  }
   py::gil_scoped_acquire gil;
   const std::string name = options.name.empty() ? options.function : options.name;
   ImportedFunction imported = import_function(options.file, options.function, options.search_path, "tandem_tool_", "tools");

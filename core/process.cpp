@@ -182,6 +182,32 @@ std::string find_on_path(const std::string& name) {
   return "";
 }
 
+PipedChild spawn_piped(const std::vector<std::string>& argv, const std::string& output_path) {
+  int requests[2], replies[2];
+  if (::pipe2(requests, O_CLOEXEC) != 0) throw Error(fmt::format("{}: pipe failed: {}", argv.at(0), std::strerror(errno)));
+  if (::pipe2(replies, O_CLOEXEC) != 0) {
+    ::close(requests[0]);
+    ::close(requests[1]);
+    throw Error(fmt::format("{}: pipe failed: {}", argv.at(0), std::strerror(errno)));
+  }
+  SpawnOptions options;
+  options.output_path = output_path;
+  options.stdin_fd = requests[0];
+  options.stdout_fd = replies[1];
+  PipedChild child;
+  try {
+    child.process = ChildProcess::spawn(argv, options);
+  } catch (...) {
+    for (int fd : {requests[0], requests[1], replies[0], replies[1]}) ::close(fd);
+    throw;
+  }
+  ::close(requests[0]);
+  ::close(replies[1]);
+  child.to_child = requests[1];
+  child.from_child = replies[0];
+  return child;
+}
+
 std::string run_command(const std::vector<std::string>& argv, double timeout_s) {
   TANDEM_CHECK(!argv.empty(), "run_command needs a program");
   std::string command;

@@ -67,6 +67,15 @@ class ChildProcess {
   std::optional<ExitStatus> status_;
 };
 
+// A child whose stdin and stdout are pipes to us (a line-protocol worker: Python rewards
+// and tools). Its stderr goes to `output_path` (empty: ours). Both ends are close-on-exec.
+struct PipedChild {
+  ChildProcess process;
+  int to_child = -1;    // its stdin
+  int from_child = -1;  // its stdout
+};
+PipedChild spawn_piped(const std::vector<std::string>& argv, const std::string& output_path);
+
 // Runs a command to its end and returns what it printed (stdout and stderr together).
 // Error naming the command when it cannot start, runs past timeout_s (it is killed), or
 // exits non-zero (with its output).

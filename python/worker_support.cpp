@@ -94,6 +94,18 @@ py::object from_json(const nlohmann::json& value) {
 std::string type_name(const py::handle& value) { return py::str(py::type::of(value).attr("__name__")); }
 
 
+FILE* begin_worker() {
+  FILE* out = claim_stdout();
+  if (!out) return nullptr;
+  try {
+    ensure_started();
+  } catch (const std::exception& e) {
+    send(out, {{"error", e.what()}});
+    return nullptr;
+  }
+  return out;
+}
+
 ImportedFunction import_function(const std::string& file, const std::string& function,
                                  const std::vector<std::string>& search_path, const std::string& module_prefix,
                                  const char* what) {

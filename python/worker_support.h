@@ -13,6 +13,10 @@
 
 namespace tandem::python {
 
+// A worker's start: claims stdout (claim_stdout) and starts the interpreter. Null when
+// either fails (an {"error"} line was sent where possible): the worker exits 1.
+FILE* begin_worker();
+
 // The protocol's own copy of stdout; fd 1 itself is pointed at stderr so print() in the
 // user's code cannot corrupt a reply.
 FILE* claim_stdout();

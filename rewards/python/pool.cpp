@@ -101,32 +101,15 @@ void PythonRewardPool::set_log_path(const std::string& path) {
 }
 
 void PythonRewardPool::start_worker(size_t slot) {
-  int requests[2], replies[2];
-  if (::pipe2(requests, O_CLOEXEC) != 0) throw Error(fmt::format("{}: pipe failed: {}", what(), std::strerror(errno)));
-  if (::pipe2(replies, O_CLOEXEC) != 0) {
-    ::close(requests[0]);
-    ::close(requests[1]);
-    throw Error(fmt::format("{}: pipe failed: {}", what(), std::strerror(errno)));
-  }
   std::vector<std::string> argv = {binary_, "reward-worker", "--file", config_.python, "--function", config_.function};
   if (config_.batched) argv.push_back("--batched");
   if (config_.reward_kwargs != "{}") argv.insert(argv.end(), {"--kwargs", config_.reward_kwargs});
   for (const std::string& directory : search_path_) argv.insert(argv.end(), {"--path", directory});
-  SpawnOptions options;
-  options.output_path = log_path_;  // empty: the worker's stderr is ours
-  options.stdin_fd = requests[0];
-  options.stdout_fd = replies[1];
   Worker& worker = workers_[slot];
-  try {
-    worker.process = ChildProcess::spawn(argv, options);
-  } catch (...) {
-    for (int fd : {requests[0], requests[1], replies[0], replies[1]}) ::close(fd);
-    throw;
-  }
-  ::close(requests[0]);
-  ::close(replies[1]);
-  worker.to_child = requests[1];
-  worker.from_child = replies[0];
+  PipedChild child = spawn_piped(argv, log_path_);  // log_path_ empty: the worker's stderr is ours
+  worker.process = std::move(child.process);
+  worker.to_child = child.to_child;
+  worker.from_child = child.from_child;
   worker.received.clear();
   worker.ready = false;
   worker.calls.clear();

@@ -162,14 +162,8 @@ std::string check_signature(const py::object& fn, const RewardWorkerOptions& opt
 int run_reward_worker(const RewardWorkerOptions& options) {
   const std::string& file = options.file;
   const std::string& function = options.function;
-  FILE* out = claim_stdout();
+  FILE* out = begin_worker();
   if (!out) return 1;
-  try {
-    ensure_started();
-  } catch (const std::exception& e) {
-    send(out, {{"error", e.what()}});
-    return 1;
-  }
   py::gil_scoped_acquire gil;
   py::object fn;
   py::dict reward_kwargs;

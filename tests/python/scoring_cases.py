@@ -24,6 +24,16 @@ def echo_inputs(data_source, solution_str, ground_truth, extra_info=None):
             "extra_is_dict": isinstance(extra_info, dict) and extra_info.get("index") == 7}
 
 
+def echo_conversation(data_source, solution_str, ground_truth, extra_info=None):
+    # Multi-turn: the conversation arrives in extra_info beside the row's own keys.
+    messages = extra_info["messages"]
+    return {"score": len(messages),
+            "row_key_kept": extra_info.get("index") == 7,
+            "stop_is_max_turns": extra_info["stop_reason"] == "max_turns",
+            "tool_said_42": messages[1]["role"] == "tool" and messages[1]["content"] == "42",
+            "answer_is_last": solution_str == messages[-1]["content"]}
+
+
 def fails_on_boom(data_source, solution_str, ground_truth, extra_info=None):
     if "boom" in solution_str:
         raise ValueError("cannot score " + solution_str)

@@ -96,6 +96,23 @@ TEST_CASE("the arguments: data_source text, ground_truth None when the row has n
   CHECK(part(outcome.result, "extra_is_dict") == 1.0);
 }
 
+TEST_CASE("multi-turn: the conversation and stop reason join extra_info, the answer is the last assistant message") {
+  PythonRewardPool pool(python_reward("echo_conversation", 1), 0, TANDEM_BINARY);
+  const std::string conversation =
+      R"({"messages": [{"role": "assistant", "content": "<tool_call>...</tool_call>"},)"
+      R"( {"role": "tool", "content": "42"}, {"role": "assistant", "content": "It is 42"}], "stop_reason": "max_turns"})";
+  const DataRow row{{"extra_info", "{\"index\":7}"}};
+  const std::string prompt = "What is 6*7?", response = "It is 42";
+  const std::vector<int32_t> ids = {1, 2};
+  const RewardOutcome outcome = pool.score({RewardInput{prompt, response, ids, row, &conversation}}).at(0);
+  REQUIRE_MESSAGE(outcome.error.empty(), outcome.error);
+  CHECK(outcome.result.score == 3.0);
+  for (const char* name : {"row_key_kept", "stop_is_max_turns", "tool_said_42", "answer_is_last"}) {
+    INFO(name);
+    CHECK(part(outcome.result, name) == 1.0);
+  }
+}
+
 TEST_CASE("an exception is that sample's error, with the traceback; the others are scored") {
   PythonRewardPool pool(python_reward("fails_on_boom"), 0, TANDEM_BINARY);
   Samples samples({"fine", "boom!", "fine too"});
