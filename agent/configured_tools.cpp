@@ -1,5 +1,6 @@
 #include "agent/configured_tools.h"
 
+#include "agent/http_tool.h"
 #include "agent/python_sandbox_tool.h"
 #include "agent/python_tool.h"
 #include "core/error.h"
@@ -29,7 +30,13 @@ std::shared_ptr<Tool> make_configured_tool(const Config& config, size_t index) {
     o.limits.memory_mb = t.memory_mb;
     return make_python_sandbox_tool(o);
   }
-  throw Error("HTTP tools are not available yet (python and builtin: python are)");
+  HttpToolOptions o;
+  o.url = t.http;
+  o.name = t.name;
+  o.description = t.description;
+  o.parameters = nlohmann::ordered_json::parse(t.schema);
+  o.timeout_s = t.timeout_s;
+  return make_http_tool(o);
 }
 
 std::vector<std::shared_ptr<Tool>> make_configured_tools(const Config& config) {

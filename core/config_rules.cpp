@@ -154,7 +154,7 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
     if (!t.http.empty() && t.http.rfind("http://", 0) != 0 && t.http.rfind("https://", 0) != 0) {
       problem(key + ".http", fmt::format("\"{}\" is not an http:// or https:// URL", t.http));
     }
-    if (!t.http.empty()) problem(key + ".http", "HTTP tools are not available yet (python and builtin: python are)");
+    if (!t.http.empty() && t.name.empty()) problem(key + ".name", "missing (required for http tools: the name the model calls)");
   }
   for (size_t i = 0; i < c.tools.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {

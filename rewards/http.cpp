@@ -1,9 +1,9 @@
 #include "rewards/http.h"
 
 #include "core/error.h"
+#include "core/http_post.h"
 #include "core/log.h"
 
-#include <curl/curl.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,52 +16,12 @@ namespace tandem {
 
 namespace {
 
-size_t append_to_string(char* data, size_t size, size_t count, void* out) {
-  static_cast<std::string*>(out)->append(data, size * count);
-  return size * count;
-}
-
 // Worth trying again: the server may answer next time.
 bool transient(long status) { return status == 0 || status == 429 || status >= 500; }
 
 }  // namespace
 
-HttpReward::HttpReward(const RewardConfig& config, size_t index) : config_(config), index_(index) {
-  static std::once_flag initialised;
-  std::call_once(initialised, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
-
-HttpReward::Response HttpReward::post(const std::string& body, double timeout_s) const {
-  Response response;
-  CURL* curl = curl_easy_init();
-  if (!curl) {
-    response.body = "curl_easy_init failed";
-    return response;
-  }
-  char error[CURL_ERROR_SIZE] = "";
-  curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
-  curl_easy_setopt(curl, CURLOPT_URL, config_.http.c_str());
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.data());
-  curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
-  // At least 1 ms: 0 would mean no limit at all.
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, std::max(1L, static_cast<long>(timeout_s * 1000)));
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);  // timeouts without SIGALRM: we score from threads
-  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, append_to_string);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response.body);
-  const CURLcode code = curl_easy_perform(curl);
-  if (code == CURLE_OK) {
-    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
-  } else {
-    response.body = error[0] ? error : curl_easy_strerror(code);
-    // A malformed URL or an unsupported scheme fails the same way every time.
-    response.permanent = code == CURLE_URL_MALFORMAT || code == CURLE_UNSUPPORTED_PROTOCOL;
-  }
-  curl_slist_free_all(headers);
-  curl_easy_cleanup(curl);
-  return response;
-}
+HttpReward::HttpReward(const RewardConfig& config, size_t index) : config_(config), index_(index) {}
 
 std::vector<RewardOutcome> HttpReward::score_batch(const std::vector<RewardInput>& inputs, size_t begin,
                                                    size_t end) const {
@@ -80,10 +40,10 @@ std::vector<RewardOutcome> HttpReward::score_batch(const std::vector<RewardInput
     return outcomes;
   };
 
-  Response response;
+  HttpPostResult response;
   double backoff_s = 0.5;
   for (int64_t attempt = 0;; ++attempt) {
-    response = post(body, config_.timeout_s);
+    response = http_post_json(config_.http, body, config_.timeout_s);
     if (response.permanent || !transient(response.status) || attempt >= config_.retries) break;
     log::warn("reward.{} ({}): POST {} {}; trying again in {} s ({} of {} retries)", index_, config_.name, config_.http,
               response.status == 0 ? response.body : fmt::format("answered {}", response.status), backoff_s,
@@ -119,7 +79,7 @@ std::vector<RewardOutcome> HttpReward::score_batch(const std::vector<RewardInput
 
 void HttpReward::check_answers() const {
   const double timeout_s = std::min(config_.timeout_s, 5.0);
-  const Response response = post("{\"samples\": []}", timeout_s);
+  const HttpPostResult response = http_post_json(config_.http, "{\"samples\": []}", timeout_s);
   if (response.status == 0) {
     throw Error(fmt::format("{} does not answer (a POST of an empty batch, the health check, within {} s: {}); start "
                             "the reward server first, or check the URL",

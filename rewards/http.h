@@ -31,12 +31,6 @@ class HttpReward : public RewardScorer {
   void check_answers() const;
 
  private:
-  struct Response {
-    long status = 0;   // 0: no HTTP answer (connection failed or timed out)
-    std::string body;  // the answer, or curl's message when status is 0
-    bool permanent = false;  // no answer, and trying again cannot help (a malformed URL)
-  };
-  Response post(const std::string& body, double timeout_s) const;
   // The batch's outcomes after up to 1 + retries attempts.
   std::vector<RewardOutcome> score_batch(const std::vector<RewardInput>& inputs, size_t begin, size_t end) const;
 

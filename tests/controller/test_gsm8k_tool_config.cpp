@@ -114,7 +114,7 @@ TEST_CASE("multi-turn configs are refused before anything starts, naming the key
       {{"tools=[{python: " + d + "/calc.py, function: add}]", "data.chat_template=" + d + "/plain.jinja"},
        "does not show the tools in a prompt"},
       {{"tools=[{python: " + d + "/calc.py, function: add}]", "rollout.multi_turn.tool_parser=nope"}, "nope"},
-      {{"tools=[{http: \"http://127.0.0.1:9/tool\", name: search}]"}, "HTTP tools are not available yet"},
+      {{"tools=[{http: \"http://127.0.0.1:9/tool\"}]"}, "tools.0.name: missing (required for http tools"},
   };
   for (size_t k = 0; k < cases.size(); ++k) {
     const Case& c = cases[k];
