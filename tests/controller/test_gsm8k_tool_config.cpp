@@ -30,6 +30,12 @@ void skip_without_bwrap() {
     std::printf("skipped: bwrap (bubblewrap) is not installed: scripts/install_deps.sh installs it\n");
     std::exit(77);
   }
+  // Installed, but this machine may not allow the namespaces a sandbox needs (a container
+  // without user namespaces): test_sandbox says why; this run could not even start.
+  if (std::system("bwrap --unshare-all --ro-bind / / true > /dev/null 2>&1") != 0) {
+    std::printf("skipped: bwrap cannot create namespaces here (see the sandbox test's skip reason)\n");
+    std::exit(77);
+  }
 }
 
 std::vector<std::string> scaled_down(const std::string& model, const std::string& run_dir, const std::string& val) {
