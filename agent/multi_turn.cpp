@@ -36,10 +36,6 @@ const std::vector<StopReason>& all_stop_reasons() {
   return all;
 }
 
-int64_t Trajectory::policy_tokens() const {
-  return std::count(kinds.begin(), kinds.end(), TokenKind::policy);
-}
-
 MultiTurnRollout::MultiTurnRollout(RolloutEngine& engine, const TurnRenderer& renderer, ToolCallParser& parser,
                                    ToolRunner& tools, const MultiTurnOptions& options, Detokenizer decode)
     : engine_(engine), renderer_(renderer), parser_(parser), tools_(tools), options_(options), decode_(std::move(decode)) {
@@ -212,14 +208,14 @@ void MultiTurnRollout::observe(Open& open, std::vector<TrajectoryMessage> messag
   const uint64_t session = open.session;
   const int64_t max_new = std::min(options_.max_new_tokens, options_.max_total_tokens - after);
   if (options_.lockstep) {
-    held_.push_back({session, {rendered.tokens, max_new}});
+    held_.push_back({session, rendered.tokens, max_new});
   } else {
     engine_.continue_session(session, rendered.tokens, max_new);
   }
 }
 
 void MultiTurnRollout::release_held() {
-  for (auto& [session, turn] : held_) engine_.continue_session(session, turn.first, turn.second);
+  for (const HeldTurn& turn : held_) engine_.continue_session(turn.session, turn.tokens, turn.max_new_tokens);
   held_.clear();
 }
 

@@ -86,7 +86,12 @@ class MultiTurnRollout {
   MultiTurnStats stats_;
   std::map<uint64_t, Open> open_;              // by session
   std::map<uint64_t, uint64_t> waiting_tool_;  // ticket -> session
-  std::vector<std::pair<uint64_t, std::pair<std::vector<int32_t>, int64_t>>> held_;  // lockstep: session, tokens, max_new
+  struct HeldTurn {  // lockstep: a continuation waiting for the round to end
+    uint64_t session;
+    std::vector<int32_t> tokens;
+    int64_t max_new_tokens;
+  };
+  std::vector<HeldTurn> held_;
   std::vector<Trajectory> done_;
 };
 

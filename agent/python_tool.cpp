@@ -116,8 +116,7 @@ class PythonFunctionTool : public Tool {
         } else if (answer.is_object() && answer.contains("error")) {
           result.error = true;
           result.observation = "Error: " + answer["error"].get<std::string>();
-        } else {
-          replace(p);
+        } else {  // the catch below replaces the worker
           throw ToolUnavailable(fmt::format("{}: the tool's worker sent an unreadable answer: {}", what_, reply->substr(0, 200)));
         }
       }

@@ -44,7 +44,6 @@ class ToolRunner {
   // Waits until an outcome is ready or `timeout` passes.
   std::vector<ToolOutcome> wait_any(std::chrono::milliseconds timeout);
   int64_t in_flight() const;
-  const std::vector<std::shared_ptr<Tool>>& tools() const { return tools_; }
 
  private:
   struct Job {

@@ -55,8 +55,6 @@ struct Trajectory {
   int64_t parse_errors = 0;  // malformed calls, shown to the model as errors
   double tool_seconds = 0;   // summed over its calls
   double environment_reward = 0;  // the environment's rewards, summed
-
-  int64_t policy_tokens() const;
 };
 
 }  // namespace tandem

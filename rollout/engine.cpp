@@ -116,15 +116,9 @@ std::string RolloutEngine::backend_name() const { return impl_->model->name(); }
 bool RolloutEngine::has_unfinished() const { return !impl_->samples.empty(); }
 
 void RolloutEngine::check_request(const GenerationRequest& r) const {
-  const ModelConfig& c = config();
   const std::string where = fmt::format("request {}", r.id);
   TANDEM_CHECK(!r.prompt.empty(), "{}: the prompt is empty", where);
-  for (size_t i = 0; i < r.prompt.size(); ++i) {
-    if (r.prompt[i] < 0 || r.prompt[i] >= c.vocab_size) {
-      throw Error(fmt::format("{}: prompt token {} is {}, outside the vocabulary (0..{})", where, i, r.prompt[i],
-                              c.vocab_size - 1));
-    }
-  }
+  check_token_ids(where, r.prompt, "prompt token {}");
   if (r.n < 1) throw Error(fmt::format("{}: n must be >= 1, got {}", where, r.n));
   if (r.max_new_tokens < 1) throw Error(fmt::format("{}: max_new_tokens must be >= 1, got {}", where, r.max_new_tokens));
   try {
@@ -136,12 +130,28 @@ void RolloutEngine::check_request(const GenerationRequest& r) const {
     throw Error(fmt::format("{}: stop strings need a tokenizer, and this engine was built without one", where));
   }
   for (const std::string& s : r.stop_strings) TANDEM_CHECK(!s.empty(), "{}: an empty stop string", where);
-  const int64_t prompt_length = static_cast<int64_t>(r.prompt.size());
-  if (prompt_length >= c.max_position_embeddings) {
-    throw Error(fmt::format("{}: the prompt has {} tokens; the model's max_position_embeddings is {}", where,
-                            prompt_length, c.max_position_embeddings));
+  check_fits(where, "prompt", static_cast<int64_t>(r.prompt.size()), r.max_new_tokens);
+}
+
+void RolloutEngine::check_token_ids(const std::string& where, const std::vector<int32_t>& ids,
+                                    const char* label) const {
+  const int64_t vocab = config().vocab_size;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab) {
+      throw Error(fmt::format("{}: {} is {}, outside the vocabulary (0..{})", where, fmt::format(fmt::runtime(label), i),
+                              ids[i], vocab - 1));
+    }
   }
-  const int64_t longest = std::min(prompt_length + r.max_new_tokens, c.max_position_embeddings);
+}
+
+void RolloutEngine::check_fits(const std::string& where, const char* what, int64_t length,
+                               int64_t max_new_tokens) const {
+  const ModelConfig& c = config();
+  if (length >= c.max_position_embeddings) {
+    throw Error(fmt::format("{}: the {} has {} tokens; the model's max_position_embeddings is {}", where, what, length,
+                            c.max_position_embeddings));
+  }
+  const int64_t longest = std::min(length + max_new_tokens, c.max_position_embeddings);
   const int64_t blocks = impl_->scheduler.blocks_needed(longest);
   const int64_t cache_blocks = impl_->model->kv_blocks();
   if (blocks > cache_blocks) {
@@ -149,9 +159,9 @@ void RolloutEngine::check_request(const GenerationRequest& r) const {
         impl_->options.device == "cpu"
             ? fmt::format("({} MB); raise rollout.kv_cache_mb", impl_->options.kv_cache_bytes >> 20)
             : fmt::format("(on {}); raise rollout.gpu_memory_fraction", impl_->model->name());
-    throw Error(fmt::format("{}: one sample of {} prompt + {} new tokens needs {} KV blocks of {} tokens; the cache has "
+    throw Error(fmt::format("{}: one sample of {} {} + {} new tokens needs {} KV blocks of {} tokens; the cache has "
                             "{} {} or lower max_new_tokens",
-                            where, prompt_length, r.max_new_tokens, blocks, impl_->options.block_size, cache_blocks,
+                            where, length, what, max_new_tokens, blocks, impl_->options.block_size, cache_blocks,
                             remedy));
   }
 }
@@ -377,26 +387,11 @@ static SampleState* find_session(std::map<uint64_t, SampleState*>& index, uint64
 void RolloutEngine::continue_session(uint64_t session, const std::vector<int32_t>& tokens, int64_t max_new_tokens) {
   Impl& m = *impl_;
   SampleState* s = find_session(m.session_index, session);
-  const ModelConfig& c = config();
   const std::string where = fmt::format("session {} (request {}, sample {})", session, s->result.request_id,
                                         s->result.sample_index);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
-      throw Error(fmt::format("{}: token {} of the next turn is {}, outside the vocabulary (0..{})", where, i,
-                              tokens[i], c.vocab_size - 1));
-    }
-  }
+  check_token_ids(where, tokens, "token {} of the next turn");
   if (max_new_tokens < 1) throw Error(fmt::format("{}: max_new_tokens must be >= 1, got {}", where, max_new_tokens));
-  const int64_t prefix = static_cast<int64_t>(s->tokens.size() + tokens.size());
-  if (prefix >= c.max_position_embeddings) {
-    throw Error(fmt::format("{}: the conversation would have {} tokens; the model's max_position_embeddings is {}",
-                            where, prefix, c.max_position_embeddings));
-  }
-  const int64_t longest = std::min(prefix + max_new_tokens, c.max_position_embeddings);
-  if (m.scheduler.blocks_needed(longest) > m.model->kv_blocks()) {
-    throw Error(fmt::format("{}: {} tokens of conversation + {} new need {} KV blocks; the cache has {}", where, prefix,
-                            max_new_tokens, m.scheduler.blocks_needed(longest), m.model->kv_blocks()));
-  }
+  check_fits(where, "conversation", static_cast<int64_t>(s->tokens.size() + tokens.size()), max_new_tokens);
   m.session_index.erase(session);
   s->tokens.insert(s->tokens.end(), tokens.begin(), tokens.end());
   // The new message is this turn's prompt (no other sample shares it: only a sequence

@@ -123,6 +123,11 @@ class RolloutEngine {
 
  private:
   void check_request(const GenerationRequest& request) const;
+  // Errors name `where`; `label` formats an offending id's index ("prompt token {}").
+  void check_token_ids(const std::string& where, const std::vector<int32_t>& ids, const char* label) const;
+  // `length` tokens of `what` (prompt, conversation) plus max_new_tokens fit the model's
+  // positions and the KV cache.
+  void check_fits(const std::string& where, const char* what, int64_t length, int64_t max_new_tokens) const;
   void note_session_stats();
   struct Impl;
   std::unique_ptr<Impl> impl_;

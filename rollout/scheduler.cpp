@@ -168,8 +168,8 @@ int64_t Scheduler::blocks_to_grow(const Sequence* sequence, int64_t tokens) cons
 bool Scheduler::free_by_evicting(int64_t blocks, const Sequence* keep) {
   // A block shared with a parked session frees only when its last holder lets go, so
   // this evicts until the count is reached or nothing else is parked.
-  auto others = [&] { return parked_.size() > (std::find(parked_.begin(), parked_.end(), keep) != parked_.end() ? 1u : 0u); };
-  while (blocks_.free_count() < blocks && others()) evict_oldest(keep);
+  const size_t kept = std::find(parked_.begin(), parked_.end(), keep) != parked_.end() ? 1 : 0;
+  while (blocks_.free_count() < blocks && parked_.size() > kept) evict_oldest(keep);
   return blocks_.free_count() >= blocks;
 }
 

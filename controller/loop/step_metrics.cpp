@@ -3,6 +3,8 @@
 // generation logger does.
 #include "controller/loop/training_loop_impl.h"
 
+#include "agent/trajectory.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -58,10 +60,7 @@ namespace {
 MetricRow multi_turn_metrics(const std::vector<Sample>& samples) {
   double turns = 0, calls = 0, errors = 0, parse_errors = 0, tool_seconds = 0, policy_tokens = 0;
   std::map<std::string, double> stops;
-  for (const char* reason : {"eos", "length", "max_turns", "max_total_tokens", "tool_timeout", "tool_error",
-                                    "env_done"}) {
-    stops[reason] = 0;
-  }
+  for (StopReason reason : all_stop_reasons()) stops[stop_reason_name(reason)] = 0;
   for (const Sample& s : samples) {
     turns += static_cast<double>(s.turns);
     calls += static_cast<double>(s.tool_calls);

@@ -364,6 +364,9 @@ TEST_CASE("multi-turn: the learner's log-probs of the policy tokens equal the en
     }
     CHECK(compared > 0);
     CHECK(observations > 0);  // policy tokens after observations were compared too
+    // The float32 bound of tests/support/forward_tolerance.h (unit roundoff x each dot
+    // product's and attention sum's length, from this model's weights), for the longest
+    // sequence here: a prompt of <= 9 tokens + max_total_tokens.
     CHECK(worst <= logprob_agreement(model.config, s.weights, 10 + s.options.max_total_tokens, 1.0));
   }
 }

@@ -119,7 +119,9 @@ TEST_CASE("KL bounds at edge gaps: k3 at most 10 with no gradient where bounded,
   }
   int64_t bounded_tokens = 0;
   for (const at::ScalarType dtype : {at::kFloat, at::kDouble}) {
-    // float64 inputs hold the same values; only ulp-level differences of exp() remain.
+    // float64 inputs hold the same values; only ulp-level differences of exp() remain:
+    // in float64 a few ulps (2^-53 ~ 1.1e-16) per term over 3 x 8 terms is < 1e-14 relative,
+    // inside 1e-12.
     const Tolerance tol = dtype == at::kFloat ? kFloat : Tolerance{1e-12, 1e-12};
     for (const std::string& name : kl_estimator_names()) {
       INFO(name << (dtype == at::kFloat ? " float32" : " float64"));
@@ -217,7 +219,9 @@ TEST_CASE("actor objective: pg loss (times importance weights) + kl_coef * kl - 
     check_scalar(got.metrics.ratio_mean, any_valid ? ref_masked_mean(x, policy.ratio) : 1.0, kFloat, "ratio_mean");
     check_scalar(got.metrics.ratio_min, any_valid ? ratio_min : 1.0, kFloat, "ratio_min");
     check_scalar(got.metrics.ratio_max, any_valid ? ratio_max : 1.0, kFloat, "ratio_max");
-    // Tokens within rounding of a clip bound may be flagged either way.
+    // Tokens within rounding of a clip bound may be flagged either way. The rest is exact
+    // but for one rounding: a sum of 0/1 flags is an integer (exact in float32 below 2^24),
+    // divided once (<= u = 2^-24 ~ 6e-8 relative): 1e-6.
     const double tokens = got.metrics.tokens;
     check_scalar(got.metrics.clipfrac, ref_masked_mean(x, flags), {near / std::max(tokens, 1.0) + 1e-6, 0},
                  "clipfrac");
@@ -283,6 +287,8 @@ TEST_CASE("critic objective: clipped value loss (0.5 * squared error) and explai
     ObjectiveResult got = critic_objective(values, tensor(x.old_values), tensor(returns), mask, clip_range, mode,
                                            aggregation_scale(mask, 16));
     check_scalar(got.metrics.value_loss, ref_aggregate(x, want, mode, 16), kFloat, "aggregated value loss");
+    // The learner computes it in float64 (learner/value_loss.cpp) from the float32 values
+    // this reference reads too: float64 rounding over <= 16 x 12 terms (< 2e-14) only.
     check_scalar(got.metrics.explained_variance, var_r > 0 ? 1 - var_e / var_r : 0.0, {1e-5, 1e-5}, "explained var");
     got.loss.backward();
     for (const Row& row : to_matrix(values.grad()))
@@ -305,6 +311,7 @@ TEST_CASE("adaptive KL controller follows Ziegler et al.'s clipped proportional 
     const int64_t n = rng.integer(1, 1024);
     want *= 1 + std::min(std::max(measured / target - 1, -0.2), 0.2) * n / horizon;
     controller.update(measured, n);
+    // Both sides are the same float64 product over <= 50 steps: <= 50 x 2^-53 ~ 6e-15 apart.
     check_scalar(controller.coef(), want, {0, 1e-12}, "coef");
   }
   KlController rising(0.1, true, 0.01, 100);

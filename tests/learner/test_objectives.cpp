@@ -62,6 +62,8 @@ TEST_CASE("group advantages (grpo, dr_grpo, rloo) match the float64 reference") 
           if (first == x.valid[b].end()) complete = false;
           else sum += a[b][first - x.valid[b].begin()];
         }
+        // Each advantage is float64 rounded once to float32 (<= u |a|, u = 2^-24, |a| <= 2 for
+        // groups of <= 4), summed here in float64: |mean| <= 2u ~ 1.2e-7, far inside 1e-5.
         if (complete) check_scalar(sum / group_size, 0.0, {1e-5, 0}, "group mean of advantages");
       }
     }
@@ -110,6 +112,8 @@ TEST_CASE("reinforce_pp: discounted return-to-go of the token rewards, whitened 
     INFO("gamma " << params.gamma << " token rewards " << with_token_rewards);
     AdvantageResult got = reinforce_pp_advantages(advantage_inputs(x, with_token_rewards), params);
     // Whitening divides by std + eps with std ~ 1: an extra ulp-level relative error.
+    // Computed in float64 (learner/advantages.cpp) and rounded once to float32: <= u |x|
+    // (u = 2^-24 ~ 6e-8); 1e-5 leaves room for the whitening's division by a std near eps.
     check_matrix(got.advantages, ref_reinforce_pp(x, with_token_rewards, params.gamma, params.eps), {1e-5, 1e-5},
                  "reinforce_pp");
   }
@@ -129,6 +133,8 @@ TEST_CASE("gae: advantages and returns match the float64 reference, with and wit
     INFO("gamma " << params.gamma << " lam " << params.lam << " whiten " << params.whiten_advantages);
     AdvantageResult got = gae_advantages(advantage_inputs(x, with_token_rewards), params);
     RefGae want = ref_gae(x, with_token_rewards, params.gamma, params.lam, params.whiten_advantages, params.eps);
+    // The recurrence runs in float64 over <= 14 steps (error ~ 14 x 2^-53, nil here) and
+    // the result is rounded once to float32 (<= u |x|, u = 2^-24): 1e-5 covers it.
     check_matrix(got.advantages, want.advantages, {1e-5, 1e-5}, "gae advantages");
     check_matrix(got.returns, want.returns, {1e-5, 1e-5}, "gae returns");
   }
@@ -241,6 +247,8 @@ TEST_CASE("runaway tokens: gspo bounds its per-token log-ratio at 10 and ppo_cli
       got.loss.sum().backward();
       const Matrix grad = to_matrix(logprobs.grad());
       const Matrix ratio = to_matrix(got.ratio);
+      // The bound's exp() in float32 is within a few ulps (<= 4u ~ 2.4e-7 relative, u =
+      // 2^-24) of the float64 value: 1e-6 above it.
       const double max_ratio = std::exp(gspo ? 10.0 : 20.0) * (1 + 1e-6);
       for (int64_t b = 0; b < x.rows(); ++b)
         for (size_t t = 0; t < x.valid[b].size(); ++t) {
