@@ -1,6 +1,7 @@
 #include "agent/configured_tools.h"
 
 #include "agent/http_tool.h"
+#include "agent/python_environment.h"
 #include "agent/python_sandbox_tool.h"
 #include "agent/python_tool.h"
 #include "core/error.h"
@@ -8,6 +9,14 @@
 #include <algorithm>
 
 namespace tandem {
+
+namespace {
+
+int default_workers(const Config& config, int64_t workers) {
+  return static_cast<int>(workers > 0 ? workers : std::min<int64_t>(4, config.rollout.multi_turn.tool_concurrency));
+}
+
+}  // namespace
 
 std::shared_ptr<Tool> make_configured_tool(const Config& config, size_t index) {
   const ToolConfig& t = config.tools.at(index);
@@ -18,7 +27,7 @@ std::shared_ptr<Tool> make_configured_tool(const Config& config, size_t index) {
     o.name = t.name;
     o.parameters = nlohmann::ordered_json::parse(t.schema);
     o.description = t.description;
-    o.workers = static_cast<int>(t.workers > 0 ? t.workers : std::min<int64_t>(4, config.rollout.multi_turn.tool_concurrency));
+    o.workers = default_workers(config, t.workers);
     o.timeout_s = t.timeout_s;
     o.search_path = config.python.path;
     return make_python_function_tool(o);
@@ -37,6 +46,19 @@ std::shared_ptr<Tool> make_configured_tool(const Config& config, size_t index) {
   o.parameters = nlohmann::ordered_json::parse(t.schema);
   o.timeout_s = t.timeout_s;
   return make_http_tool(o);
+}
+
+std::unique_ptr<EnvironmentPool> make_configured_environment(const Config& config, const nlohmann::json& chat_template) {
+  const EnvironmentConfig& e = config.environment;
+  PythonEnvironmentOptions o;
+  o.file = e.python;
+  o.class_name = e.class_name;
+  o.kwargs = nlohmann::json::parse(e.kwargs);
+  o.workers = default_workers(config, e.workers);
+  o.timeout_s = e.timeout_s;
+  o.chat_template = chat_template;
+  o.search_path = config.python.path;
+  return make_python_environment_pool(o);
 }
 
 std::vector<std::shared_ptr<Tool>> make_configured_tools(const Config& config) {

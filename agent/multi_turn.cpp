@@ -36,6 +36,35 @@ const std::vector<StopReason>& all_stop_reasons() {
   return all;
 }
 
+namespace {
+
+// An environment's step as a tool call ({"id", "action"}), so that steps run on the
+// ToolRunner with the tools' concurrency and deadline.
+class EnvironmentStepTool : public Tool {
+ public:
+  explicit EnvironmentStepTool(EnvironmentPool& pool) : pool_(pool) {}
+  std::string name() const override { return "environment"; }
+  nlohmann::ordered_json schema() const override { return nullptr; }
+  ToolResult call(const nlohmann::json& arguments) override {
+    const EnvironmentStep step = pool_.step(arguments.at("id").get<uint64_t>(), arguments.at("action").get<std::string>());
+    ToolResult result;
+    result.error = step.error;
+    if (step.timeout) result.stop = "tool_timeout";
+    nlohmann::json messages = nlohmann::json::array();
+    for (const EnvironmentMessage& m : step.messages) {
+      messages.push_back({{"role", m.role}, {"content", m.content}});
+      result.observation += m.content;
+    }
+    result.details = {{"reward", step.reward}, {"done", step.done}, {"messages", std::move(messages)}};
+    return result;
+  }
+
+ private:
+  EnvironmentPool& pool_;
+};
+
+}  // namespace
+
 MultiTurnRollout::MultiTurnRollout(RolloutEngine& engine, const TurnRenderer& renderer, ToolCallParser& parser,
                                    ToolRunner& tools, const MultiTurnOptions& options, Detokenizer decode)
     : engine_(engine), renderer_(renderer), parser_(parser), tools_(tools), options_(options), decode_(std::move(decode)) {
@@ -45,8 +74,15 @@ MultiTurnRollout::MultiTurnRollout(RolloutEngine& engine, const TurnRenderer& re
   TANDEM_CHECK(options.max_new_tokens >= 1, "max_new_tokens must be >= 1, got {}", options.max_new_tokens);
 }
 
-std::vector<Trajectory> MultiTurnRollout::run(const std::vector<GenerationRequest>& requests) {
+std::vector<Trajectory> MultiTurnRollout::run(const std::vector<GenerationRequest>& requests,
+                                              const EnvironmentBinding* environment) {
   TANDEM_CHECK(!engine_.has_unfinished() && open_.empty(), "a multi-turn rollout needs an idle engine");
+  environment_ = environment;
+  environment_step_.reset();
+  if (environment) {
+    TANDEM_CHECK(environment->pool, "an environment binding without its pool");
+    environment_step_ = std::make_shared<EnvironmentStepTool>(*environment->pool);
+  }
   std::map<uint64_t, int64_t> order;
   const std::vector<int32_t> call_ends = parser_.stop_tokens();
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -71,6 +107,7 @@ std::vector<Trajectory> MultiTurnRollout::run(const std::vector<GenerationReques
           open.session = turn.session;
           open.trajectory.request_id = turn.request_id;
           open.trajectory.sample_index = turn.sample_index;
+          if (environment_) open.environment = environment_->instances.at({turn.request_id, turn.sample_index});
           --first_turns_left;
         }
         on_turn(turn);
@@ -79,9 +116,10 @@ std::vector<Trajectory> MultiTurnRollout::run(const std::vector<GenerationReques
     } else if (!waiting_tool_.empty()) {
       trace::Span span("tool_wait", "generate");
       for (const ToolOutcome& outcome : tools_.wait_any(std::chrono::milliseconds(200))) on_outcome(outcome);
-    } else {
-      TANDEM_CHECK(options_.lockstep && !held_.empty(), "multi-turn rollout: {} trajectories open, nothing to run",
-                   open_.size());
+    } else if (first_turns_left > 0 || !open_.empty()) {  // (an outcome taken above may have ended the last)
+      TANDEM_CHECK(options_.lockstep && !held_.empty(),
+                   "multi-turn rollout: {} trajectories open and {} first turns to come, nothing to run",
+                   open_.size(), first_turns_left);
     }
     if (options_.after_step) options_.after_step();
   }
@@ -119,9 +157,13 @@ void MultiTurnRollout::on_turn(const GeneratedSample& turn) {
   open.last_model_token = turn.tokens.empty() ? 0 : turn.tokens.back();
 
   if (turn.finish_reason == FinishReason::finish_reason_length) {
+    // With an environment, a turn cut at max_new_tokens is still its action (the answer,
+    // cut); without one, or with the trajectory's budget spent, the trajectory ends.
     const bool budget = static_cast<int64_t>(t.tokens.size()) >= options_.max_total_tokens;
-    end(open, budget ? StopReason::max_total_tokens : StopReason::length);
-    return;
+    if (budget || !open.environment) {
+      end(open, budget ? StopReason::max_total_tokens : StopReason::length);
+      return;
+    }
   }
   parser_.reset();
   ToolCallEvent event;
@@ -132,7 +174,15 @@ void MultiTurnRollout::on_turn(const GeneratedSample& turn) {
   // Ended by end-of-sequence with a call still open: an error the model reads, not an end.
   if (event.kind == ToolCallEvent::Kind::none) event = parser_.finish();
   if (event.kind == ToolCallEvent::Kind::none) {
-    end(open, StopReason::eos);
+    if (!open.environment) {
+      end(open, StopReason::eos);
+      return;
+    }
+    ++t.environment_steps;
+    ++stats_.environment_steps;
+    const uint64_t ticket = tools_.submit(environment_step_, {{"id", *open.environment}, {"action", t.messages.back().content}});
+    environment_tickets_.insert(ticket);
+    waiting_tool_[ticket] = turn.session;
     return;
   }
   if (t.model_turns >= options_.max_turns) {
@@ -161,6 +211,10 @@ void MultiTurnRollout::on_outcome(const ToolOutcome& outcome) {
   Trajectory& t = open.trajectory;
   t.tool_seconds += outcome.result.seconds;
   stats_.tool_seconds += outcome.result.seconds;
+  if (environment_tickets_.erase(outcome.ticket) > 0 && !outcome.unavailable) {
+    on_environment_step(open, outcome.result);
+    return;
+  }
   if (outcome.unavailable) {
     ++stats_.tool_unavailable;
     end(open, StopReason::tool_error);
@@ -179,6 +233,42 @@ void MultiTurnRollout::on_outcome(const ToolOutcome& outcome) {
   message.name = outcome.tool;
   message.content = outcome.result.observation;
   observe(open, {std::move(message)});
+}
+
+void MultiTurnRollout::on_environment_step(Open& open, const ToolResult& result) {
+  Trajectory& t = open.trajectory;
+  if (result.error) {
+    ++t.tool_errors;
+    ++stats_.tool_errors;
+  }
+  if (result.stop == "tool_timeout" || result.details.is_null()) {  // null: the runner's own deadline passed
+    end(open, StopReason::tool_timeout);
+    return;
+  }
+  const double reward = result.details.value("reward", 0.0);
+  t.environment_reward += reward;
+  stats_.environment_reward += reward;
+  // The observation is one user message (the frame the template was probed for): a list
+  // of messages is joined, blank line between.
+  std::vector<TrajectoryMessage> messages;
+  for (const nlohmann::json& m : result.details.at("messages")) {
+    if (messages.empty()) {
+      messages.emplace_back();
+      messages.back().role = "user";
+    } else {
+      messages.back().content += "\n\n";
+    }
+    messages.back().content += m.at("content").get<std::string>();
+  }
+  if (result.details.value("done", false) || messages.empty()) {
+    end(open, StopReason::env_done);
+    return;
+  }
+  if (t.model_turns >= options_.max_turns) {
+    end(open, StopReason::max_turns);
+    return;
+  }
+  observe(open, std::move(messages));
 }
 
 void MultiTurnRollout::observe(Open& open, std::vector<TrajectoryMessage> messages) {
@@ -225,6 +315,7 @@ void MultiTurnRollout::end(Open& open, StopReason reason) {
   ++stats_.trajectories;
   const uint64_t session = open.session;
   engine_.close_session(session);
+  if (open.environment) environment_->pool->close(*open.environment);
   done_.push_back(std::move(open.trajectory));
   open_.erase(session);
 }

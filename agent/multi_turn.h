@@ -11,8 +11,17 @@
 //
 // Malformed calls are not silent ends: the parser's error message is the tool message the
 // model reads next (counted as a parse error).
+//
+// With an environment (agent/environment.h), a model turn without a tool call is its
+// action (also one cut at max_new_tokens): step() runs on the ToolRunner like a call,
+// its reward adds to the trajectory's, and its observation is the next user message,
+// until it says done (env_done), the turns run out (max_turns; the last action is still
+// stepped, for its reward) or it has nothing more to say (env_done). An observation of
+// several messages is read as one user message (their contents joined by a blank line):
+// the template's frame was probed for that.
 #pragma once
 
+#include "agent/environment.h"
 #include "agent/tool_call_parser.h"
 #include "agent/tool_runner.h"
 #include "agent/trajectory.h"
@@ -22,6 +31,9 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
+#include <set>
 #include <vector>
 
 namespace tandem {
@@ -51,6 +63,14 @@ struct MultiTurnStats {
   int64_t kv_pinned_blocks_max = 0;
   int64_t evicted_sessions = 0;
   int64_t session_tokens_reused = 0;  // prefill the sessions saved
+  int64_t environment_steps = 0;
+  double environment_reward = 0;  // summed over the trajectories
+};
+
+// Which environment instance each sample talks to.
+struct EnvironmentBinding {
+  EnvironmentPool* pool = nullptr;
+  std::map<std::pair<uint64_t, int64_t>, uint64_t> instances;  // (request id, sample index) -> instance
 };
 
 class MultiTurnRollout {
@@ -62,7 +82,10 @@ class MultiTurnRollout {
 
   // Runs every sample of `requests` (their max_new_tokens is replaced by the options') to
   // its end. Trajectories in request order, then sample index.
-  std::vector<Trajectory> run(const std::vector<GenerationRequest>& requests);
+  // With `environment`, every sample has its instance there; they are closed as their
+  // trajectories end.
+  std::vector<Trajectory> run(const std::vector<GenerationRequest>& requests,
+                              const EnvironmentBinding* environment = nullptr);
   const MultiTurnStats& stats() const { return stats_; }
 
  private:
@@ -70,9 +93,11 @@ class MultiTurnRollout {
     Trajectory trajectory;
     uint64_t session = 0;
     int32_t last_model_token = 0;
+    std::optional<uint64_t> environment;  // its instance
   };
   void on_turn(const GeneratedSample& turn);
   void on_outcome(const ToolOutcome& outcome);
+  void on_environment_step(Open& open, const ToolResult& result);
   void observe(Open& open, std::vector<TrajectoryMessage> messages);
   void end(Open& open, StopReason reason);
   void release_held();
@@ -86,6 +111,9 @@ class MultiTurnRollout {
   MultiTurnStats stats_;
   std::map<uint64_t, Open> open_;              // by session
   std::map<uint64_t, uint64_t> waiting_tool_;  // ticket -> session
+  std::set<uint64_t> environment_tickets_;     // those of waiting_tool_ that are environment steps
+  const EnvironmentBinding* environment_ = nullptr;
+  std::shared_ptr<Tool> environment_step_;     // runs a step on the ToolRunner
   struct HeldTurn {  // lockstep: a continuation waiting for the round to end
     uint64_t session;
     std::vector<int32_t> tokens;

@@ -21,6 +21,9 @@ struct ToolResult {
   bool error = false;       // the call failed in a way the model caused (counted: multi_turn/tool_errors)
   std::string stop;         // "" or a stop reason for the trajectory ("tool_timeout")
   double seconds = 0;
+  // An environment's step (agent/environment.h), run as a tool call: {"reward", "done",
+  // "messages": [{role, content}]}; null for tools.
+  nlohmann::json details;
 };
 
 class ToolUnavailable : public Error {

@@ -204,4 +204,18 @@ std::unique_ptr<ToolCallParser> make_tool_parser(const std::string& name, std::s
   return factory(std::move(tokenizer));
 }
 
+namespace {
+
+class NoToolParser : public ToolCallParser {
+ public:
+  void reset() override {}
+  ToolCallEvent feed(int32_t) override { return {}; }
+  ToolCallEvent finish() override { return {}; }
+  std::vector<int32_t> stop_tokens() const override { return {}; }
+};
+
+}  // namespace
+
+std::unique_ptr<ToolCallParser> make_no_tool_parser() { return std::make_unique<NoToolParser>(); }
+
 }  // namespace tandem

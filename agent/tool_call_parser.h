@@ -61,6 +61,8 @@ class ToolCallParser {
 // The Hermes parser over `tokenizer`'s ids. Throws Error naming the missing token when
 // the vocabulary has no single <tool_call> or </tool_call> token (checked before a run).
 std::unique_ptr<ToolCallParser> make_hermes_tool_parser(std::shared_ptr<const Tokenizer> tokenizer);
+// For a run without tools (an environment alone): no turn holds a call.
+std::unique_ptr<ToolCallParser> make_no_tool_parser();
 
 using ToolParserFactory = std::function<std::unique_ptr<ToolCallParser>(std::shared_ptr<const Tokenizer>)>;
 // Adds a parser under `name` (a plugin's); a name taken already is an Error.

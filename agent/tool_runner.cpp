@@ -45,6 +45,15 @@ uint64_t ToolRunner::submit(const std::string& name, const nlohmann::json& argum
   return ticket;
 }
 
+uint64_t ToolRunner::submit(std::shared_ptr<Tool> tool, const nlohmann::json& arguments) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const uint64_t ticket = next_ticket_++;
+  names_[ticket] = tool->name();
+  queue_.push_back({ticket, std::move(tool), arguments});
+  work_ready_.notify_one();
+  return ticket;
+}
+
 void ToolRunner::work() {
   for (;;) {
     Job job;

@@ -39,6 +39,8 @@ class ToolRunner {
   // Queues a call; its outcome comes back from wait_any()/take_ready() with this ticket.
   // A name no tool has is answered at once as an error the model reads.
   uint64_t submit(const std::string& name, const nlohmann::json& arguments);
+  // Queues a call of a tool not among the model's (an environment's step).
+  uint64_t submit(std::shared_ptr<Tool> tool, const nlohmann::json& arguments);
   // Outcomes finished so far (deadline passes included), without waiting.
   std::vector<ToolOutcome> take_ready();
   // Waits until an outcome is ready or `timeout` passes.

@@ -54,7 +54,11 @@ struct Trajectory {
   int64_t tool_errors = 0;   // calls that failed in a way the model reads (bad arguments, raised, killed)
   int64_t parse_errors = 0;  // malformed calls, shown to the model as errors
   double tool_seconds = 0;   // summed over its calls
+  int64_t environment_steps = 0;
   double environment_reward = 0;  // the environment's rewards, summed
+  // With an environment: the prompt its reset() made, and reset()'s messages.
+  std::vector<int32_t> prompt;
+  std::vector<TrajectoryMessage> prompt_messages;
 };
 
 }  // namespace tandem

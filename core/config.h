@@ -128,6 +128,17 @@ struct RolloutConfig {
   MultiTurnConfig multi_turn;
 };
 
+// An environment that replies to the policy's turns (multi-turn rollouts): a Python class
+// with __init__(self, row, **kwargs), reset(self) and step(self, action), one instance per
+// trajectory (docs/agents.md). Off while `python` is empty.
+struct EnvironmentConfig {
+  std::string python;      // the .py file
+  std::string class_name;  // key `class`: the class in it
+  std::string kwargs = "{}";  // JSON object: more keyword arguments of __init__
+  double timeout_s = 10.0;    // one reset() or step()'s deadline
+  int64_t workers = 0;        // environment processes per rollout worker; 0: tool_concurrency, at most 4
+};
+
 // A tool the policy may call in multi-turn rollouts: exactly one of python, builtin, http.
 struct ToolConfig {
   std::string python;    // a .py file whose `function` is the tool
@@ -293,6 +304,7 @@ struct Config {
   RolloutConfig rollout;
   LearnerConfig learner;
   std::vector<ToolConfig> tools;  // non-empty: multi-turn rollouts with these tools
+  EnvironmentConfig environment;  // python set: multi-turn rollouts with this environment
   std::vector<RewardConfig> reward = {default_reward()};
   PythonConfig python;
   EvalConfig eval;
@@ -300,6 +312,9 @@ struct Config {
   std::string placement = "colocated";
   LauncherConfig launcher;
   LoggingConfig logging;
+
+  // Rollouts run as multi-turn trajectories: the config lists tools or an environment.
+  bool multi_turn() const { return !tools.empty() || !environment.python.empty(); }
 };
 
 // A loaded config plus where each key came from, for messages about it later.

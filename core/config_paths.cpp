@@ -14,6 +14,7 @@ std::string* path_value(Config& c, const std::string& key) {
   if (key == "data.val") return &c.data.val;
   if (key == "algorithm.plugin") return &c.algorithm.plugin;
   if (key == "data.chat_template") return &c.data.chat_template;
+  if (key == "environment.python") return &c.environment.python;
   if (key.rfind("tools.", 0) == 0) return &c.tools.at(std::stoul(key.substr(6))).python;
   const std::string prefix = "reward.";
   if (key.rfind(prefix, 0) == 0) {
@@ -33,6 +34,7 @@ std::vector<std::string> config_path_keys(const Config& config) {
     keys.push_back("reward." + std::to_string(i) + ".python");
   }
   for (size_t i = 0; i < config.tools.size(); ++i) keys.push_back("tools." + std::to_string(i) + ".python");
+  keys.push_back("environment.python");
   return keys;
 }
 

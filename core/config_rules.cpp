@@ -97,7 +97,9 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
             fmt::format("must exceed launcher.heartbeat_interval_s ({} <= {})", c.launcher.heartbeat_timeout_s,
                         c.launcher.heartbeat_interval_s));
   }
-  if (c.reward.empty()) problem("reward", "at least one reward function is needed");
+  if (c.reward.empty() && c.environment.python.empty()) {
+    problem("reward", "at least one reward function is needed (or an environment whose step() gives rewards)");
+  }
   for (size_t i = 0; i < c.reward.size(); ++i) {
     const RewardConfig& r = c.reward[i];
     const std::string key = "reward." + std::to_string(i);
@@ -164,6 +166,17 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
                 fmt::format("\"{}\" is also tools.{}'s name: the model could not tell them apart", name_of(c.tools[i]), j));
       }
     }
+  }
+  if (!c.environment.python.empty() && c.environment.class_name.empty()) {
+    problem("environment.class", "missing (the class in " + c.environment.python + ")");
+  }
+  if (!c.environment.python.empty() && c.sft.steps > 0) {
+    problem_at({"sft.steps", "environment.python"},
+               "the supervised warm-up trains on prompts the dataset gives, and with an environment reset() makes "
+               "them; warm the model up in a run of its own (tandem run with sft.steps and no environment)");
+  }
+  if (c.environment.python.empty() && !c.environment.class_name.empty()) {
+    problem("environment.python", "missing (the file holding class " + c.environment.class_name + ")");
   }
   if (c.algorithm.async.max_staleness > 0 && c.placement != "disaggregated") {
     problem_at({"algorithm.async.max_staleness", "placement"},

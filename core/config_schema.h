@@ -157,6 +157,18 @@ template <class V> void describe(V& v, ToolConfig& c) {
           "python: tool processes per rollout worker; 0: rollout.multi_turn.tool_concurrency, at most 4");
 }
 
+template <class V> void describe(V& v, EnvironmentConfig& c) {
+  v.field("python", c.python, text(),
+          "a Python file (relative to the config file's directory) with the environment class; empty: none");
+  v.field("class", c.class_name, text(),
+          "the class: __init__(self, row, **kwargs), reset(self) -> the first user message(s), "
+          "step(self, action) -> (observation, reward, done, info)");
+  v.field("kwargs", c.kwargs, mapping(), "more keyword arguments for __init__");
+  v.field("timeout_s", c.timeout_s, positive(), "one reset() or step()'s deadline; past it the trajectory ends (tool_timeout)");
+  v.field("workers", c.workers, at_least(0),
+          "environment processes per rollout worker; 0: rollout.multi_turn.tool_concurrency, at most 4");
+}
+
 template <class V> void describe(V& v, RolloutConfig& c) {
   v.field("workers", c.workers, at_least(1), "rollout worker processes");
   v.field("device", c.device, one_of({"cpu", "cuda", "auto"}), "where generation runs");
@@ -182,7 +194,7 @@ template <class V> void describe(V& v, RolloutConfig& c) {
   v.field("prefix_sharing", c.prefix_sharing,
           "the samples of a prompt prefill it once and share its KV blocks, copy-on-write (same tokens and "
           "log-probs; rollout/prefill_tokens_saved); false: each sample prefills its prompt");
-  v.section("multi_turn", c.multi_turn, "multi-turn rollouts with tools (on when `tools` lists any)");
+  v.section("multi_turn", c.multi_turn, "multi-turn rollouts (on when `tools` lists any or an `environment` is set)");
 }
 
 template <class V> void describe(V& v, OptimizerConfig& c) {
@@ -368,6 +380,7 @@ template <class V> void describe(V& v, Config& c) {
   v.section("learner", c.learner, "training workers");
   v.list("reward", c.reward, "reward functions, summed with their weights");
   v.list("tools", c.tools, "tools the policy may call: multi-turn rollouts (docs/agents.md)");
+  v.section("environment", c.environment, "an environment replying to each turn: multi-turn rollouts (docs/agents.md)");
   v.section("python", c.python, "the embedded Python interpreter of python rewards");
   v.section("eval", c.eval, "evaluation on data.val (experiment.eval_every, eval_before_train)");
   v.section("weight_sync", c.weight_sync, "weight transfer learner -> rollout");

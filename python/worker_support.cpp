@@ -108,7 +108,7 @@ FILE* begin_worker() {
 
 ImportedFunction import_function(const std::string& file, const std::string& function,
                                  const std::vector<std::string>& search_path, const std::string& module_prefix,
-                                 const char* what) {
+                                 const char* what, const char* kind) {
   ImportedFunction out;
   try {
     py::object sys_path = py::module_::import("sys").attr("path");
@@ -131,13 +131,13 @@ ImportedFunction import_function(const std::string& file, const std::string& fun
         const std::string n = py::str(name);
         if (n.rfind("_", 0) != 0 && PyCallable_Check(module.attr(name).ptr())) callables.push_back(n);
       }
-      out.error = fmt::format("{} has no function {} (its functions: {})", file, function,
+      out.error = fmt::format("{} has no {} {} (its functions and classes: {})", file, kind, function,
                               callables.empty() ? std::string("none") : fmt::format("{}", fmt::join(callables, ", ")));
       return out;
     }
     out.fn = module.attr(function.c_str());
     if (!PyCallable_Check(out.fn.ptr())) {
-      out.error = fmt::format("{}: {} is a {}, not a function", file, function, type_name(out.fn));
+      out.error = fmt::format("{}: {} is a {}, not a {}", file, function, type_name(out.fn), kind);
     }
   } catch (const py::error_already_set& e) {
     const std::string more = e.matches(PyExc_ModuleNotFoundError) ? explain_missing_module(what) : std::string();

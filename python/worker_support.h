@@ -34,9 +34,10 @@ struct ImportedFunction {
 };
 // Imports `file` as module PREFIX<stem> (its directory first on sys.path, then
 // `search_path` in order) and finds `function` in it. `what` ("rewards", "tools") is for
-// the explanation of a missing module. Needs the GIL.
+// the explanation of a missing module; `kind` ("function", "class") names what is looked
+// for in messages. Needs the GIL.
 ImportedFunction import_function(const std::string& file, const std::string& function,
                                  const std::vector<std::string>& search_path, const std::string& module_prefix,
-                                 const char* what);
+                                 const char* what, const char* kind = "function");
 
 }  // namespace tandem::python

@@ -17,6 +17,9 @@ struct RolloutInit {
   # controller (agent/chat_turn_template.h, turn_frames_to_json), and the tools' schemas
   # it put in the prompts, both JSON.
   turnFrames @3 :Text;
+  # With an environment: the chat template its reset() messages are rendered with, JSON
+  # {"source", "special_tokens", "variables"} (agent/python_environment.h).
+  environmentTemplate @4 :Text;
 }
 
 struct GenerationRequest {
@@ -28,6 +31,10 @@ struct GenerationRequest {
   # otherwise rollout.temperature, top_p and top_k apply.
   ownTemperature @4 :Bool;
   temperature @5 :Float64;
+  # With an environment: the dataset row its instances are made from, JSON {"row": {...},
+  # "before": [messages the prompt shows before reset()'s], "where": "file:line"}. The
+  # prompt tokens are then a placeholder: each sample's prompt is made by reset().
+  environmentRow @6 :Text;
 }
 
 # rollout_generate: one attachment frame, every prompt's int32 tokens back to back.

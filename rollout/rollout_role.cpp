@@ -40,7 +40,7 @@ struct RolloutState {
   const std::chrono::milliseconds step_delay = test_step_delay();
   KeptEndpoint<WeightReceiver> receiver{make_weight_receiver};
   RolloutConfig rollout;
-  std::unique_ptr<RolloutMultiTurn> multi_turn;  // the config lists tools
+  std::unique_ptr<RolloutMultiTurn> multi_turn;  // the config lists tools or an environment
 
   RolloutEngine& require_engine(const std::string& command) {
     if (!engine) throw Error(fmt::format("{}: send rollout_init first", command));
@@ -58,15 +58,16 @@ struct RolloutState {
     engine.reset();
     EngineOptions options = engine_options(rollout);
     options.device = resolve_device(rollout.device, "rollout.device");  // "auto" -> cpu | cuda
-    if (!config.tools.empty() && config.rollout.multi_turn.kv_pin_mb > 0) {
+    if (config.multi_turn() && config.rollout.multi_turn.kv_pin_mb > 0) {
       const KvCacheShape shape{model.num_hidden_layers, model.num_key_value_heads, model.head_dim, options.block_size, 0};
       options.max_pinned_blocks = (config.rollout.multi_turn.kv_pin_mb << 20) / shape.bytes_per_block();
     }
     engine = std::make_unique<RolloutEngine>(model, load_model_weights(model_dir, model), options);
     multi_turn.reset();
-    if (!config.tools.empty()) {
+    if (config.multi_turn()) {
       const std::vector<int32_t> eos(model.eos_token_ids.begin(), model.eos_token_ids.end());
-      multi_turn = std::make_unique<RolloutMultiTurn>(config, model_dir, to_string(body->getTurnFrames()), eos);
+      multi_turn = std::make_unique<RolloutMultiTurn>(config, model_dir, to_string(body->getTurnFrames()),
+                                                      to_string(body->getEnvironmentTemplate()), eos);
     }
     return {empty_body<wire::Empty>(), {}};
   }
@@ -132,6 +133,7 @@ struct RolloutState {
     if (attachments.size() != 1) throw Error("rollout_generate: expected 1 frame of prompt tokens");
     const std::string& tokens = attachments[0];
     std::vector<GenerationRequest> requests;
+    std::vector<std::string> environment_rows;  // with an environment: each request's row
     size_t offset = 0;
     for (const auto r : body->getRequests()) {
       GenerationRequest request;
@@ -151,6 +153,7 @@ struct RolloutState {
       request.sampling.temperature = own ? r.getTemperature() : rollout.temperature;
       request.sampling.top_p = own ? 1.0 : rollout.top_p;
       request.sampling.top_k = own ? 0 : rollout.top_k;
+      if (r.hasEnvironmentRow()) environment_rows.push_back(to_string(r.getEnvironmentRow()));
       requests.push_back(std::move(request));
     }
     if (offset * 4 != tokens.size()) throw Error("rollout_generate: bytes left over after the last prompt");
@@ -186,7 +189,7 @@ struct RolloutState {
     MultiTurnStats turns;
     if (multi_turn) {
       // Trajectories go back when all are done: scoring during generation is single-turn only.
-      for (const Trajectory& t : multi_turn->generate(e, requests, [&] { after_step({}); }, &turns)) {
+      for (const Trajectory& t : multi_turn->generate(e, requests, environment_rows, [&] { after_step({}); }, &turns)) {
         samples.push_back(trajectory_sample(t));
         records.push_back(trajectory_record(t).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
       }

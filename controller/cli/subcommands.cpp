@@ -3,6 +3,7 @@
 
 #include "controller/cli/cli.h"
 #include "core/error.h"
+#include "agent/python_environment_worker.h"
 #include "agent/python_tool_worker.h"
 #include "rewards/python/worker.h"
 
@@ -120,6 +121,15 @@ Runner define_tool_worker(CLI::App& c) {
   c.add_option("--name", a->name, "the name the model calls (default: the function's)");
   c.add_option("--path", a->search_path, "a directory for sys.path (repeatable)");
   return [a] { return python::run_tool_worker(*a); };
+}
+
+Runner define_env_worker(CLI::App& c) {
+  auto a = std::make_shared<python::EnvironmentWorkerOptions>();
+  c.add_option("--file", a->file, "the .py file")->required();
+  c.add_option("--class", a->class_name, "the environment's class")->required();
+  c.add_option("--kwargs", a->kwargs_json, "more keyword arguments for __init__, a JSON object");
+  c.add_option("--path", a->search_path, "a directory for sys.path (repeatable)");
+  return [a] { return python::run_environment_worker(*a); };
 }
 
 Runner define_tokenize(CLI::App& c) {
@@ -249,6 +259,8 @@ const std::vector<Subcommand>& subcommands() {
       {"worker", "internal: a worker process, started by a launcher", define_worker},
       {"reward-worker", "internal: runs a Python reward for the controller (stdin/stdout)", define_reward_worker},
       {"tool-worker", "internal: runs a Python tool for a rollout worker (stdin/stdout)", define_tool_worker},
+      {"env-worker", "internal: hosts a Python environment's instances for a rollout worker (stdin/stdout)",
+       define_env_worker},
       {"tokenize", "print the token ids of a text as a JSON array (or decode ids)", define_tokenize},
       {"init-model", "write a random-weight model directory in Hugging Face format", define_init_model},
       {"generate", "sample completions from a model on CPU or GPU", define_generate},

@@ -89,6 +89,14 @@ std::optional<ChatTemplate> find_chat_template(const std::string& setting, const
   return found;
 }
 
+nlohmann::ordered_json messages_before_environment(const Dataset& data, size_t row, const DataConfig& config) {
+  if (row < data.prompt_messages.size() && !data.prompt_messages[row].is_null()) return data.prompt_messages[row];
+  if (data.rows.at(row).count(data.prompt_key)) return messages_for_string(data.prompt(row), config);
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  if (!config.system_prompt.empty()) messages.push_back({{"role", "system"}, {"content", config.system_prompt}});
+  return messages;
+}
+
 void render_chat_prompts(Dataset& data, const DataConfig& config, const std::optional<ChatTemplate>& chat_template,
                          const nlohmann::ordered_json& tools) {
   for (size_t row = 0; row < data.rows.size(); ++row) {

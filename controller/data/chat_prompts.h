@@ -38,6 +38,11 @@ std::optional<ChatTemplate> find_chat_template(const std::string& setting, const
 // `tools` (multi-turn): the tools' schemas, the template's `tools` variable; with any,
 // every prompt must go through the template (a plain string prompt without
 // data.prompt_as_user_message is an error naming the row), or the model would not see them.
+// With an environment: the messages its prompts show before reset()'s: the row's message
+// list, or [system?, user] for a string prompt (data.system_prompt), or [system?] for a
+// row without one.
+nlohmann::ordered_json messages_before_environment(const Dataset& data, size_t row, const DataConfig& config);
+
 void render_chat_prompts(Dataset& data, const DataConfig& config, const std::optional<ChatTemplate>& chat_template,
                          const nlohmann::ordered_json& tools = nlohmann::ordered_json::array());
 

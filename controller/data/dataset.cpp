@@ -157,6 +157,9 @@ Dataset load_dataset(const std::string& spec, const DatasetKeys& keys) {
       }
     }
     data.prompt_messages.assign(data.rows.size(), nullptr);
+    if (keys.environment) {
+      for (const DataRow& row : data.rows) data.objects.push_back(nlohmann::ordered_json(row));
+    }
     return data;
   }
   const std::vector<nlohmann::ordered_json> objects = file_objects(spec, data.lines);
@@ -166,11 +169,13 @@ Dataset load_dataset(const std::string& spec, const DatasetKeys& keys) {
     DataRow row;
     for (const auto& [key, value] : object.items()) row[key] = value.is_string() ? value.get<std::string>() : value.dump();
     data.rows.push_back(std::move(row));
+    if (keys.environment) data.objects.push_back(object);
     auto prompt = object.find(keys.prompt);
-    if (prompt == object.end()) {
+    if (prompt == object.end() && keys.environment) {
+      data.prompt_messages.emplace_back(nullptr);
+    } else if (prompt == object.end()) {
       throw Error(fmt::format("{}: no \"{}\" field (data.prompt_key)", data.where(i), keys.prompt));
-    }
-    if (prompt->is_string()) {
+    } else if (prompt->is_string()) {
       data.prompt_messages.emplace_back(nullptr);
     } else if (is_message_list(*prompt)) {
       data.prompt_messages.push_back(*prompt);

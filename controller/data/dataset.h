@@ -35,6 +35,7 @@ struct Dataset {
   // [row]: the prompt's chat messages when it is a message list (null for a string prompt).
   // Until they are rendered, rows[row][prompt_key] holds the list as JSON text.
   std::vector<nlohmann::ordered_json> prompt_messages;
+  std::vector<nlohmann::ordered_json> objects;  // DatasetKeys::environment: [row] the row as read
   const std::string& prompt(size_t row) const;  // rows[row][prompt_key]; an Error naming the row when absent
   // Where a row is, for messages: "file:line", or "file row N" / "builtin:task row N" (N from 1).
   std::string where(size_t row) const;
@@ -45,6 +46,9 @@ struct DatasetKeys {
   std::string prompt = "prompt";
   std::string answer = "answer";  // dotted path; found values are stored as the row's `answer`
   std::string response = "";      // sft.response_key: a dotted path's value is stored under the path itself
+  // The rows go to an environment (environment.python): a row needs no prompt (reset()
+  // makes it) and keeps its JSON object (Dataset::objects), types and all.
+  bool environment = false;
 };
 
 // Reads `spec`: a .jsonl file (one object per line), a .json file (an array of objects),

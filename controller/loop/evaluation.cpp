@@ -24,7 +24,7 @@ MetricRow TrainingLoop::evaluate(int64_t step) {
   const Clock::time_point start = Clock::now();
   std::vector<size_t> rows(val_data_.rows.size());
   std::iota(rows.begin(), rows.end(), size_t{0});
-  std::vector<Sample> samples = generate(step, val_prompt_ids_, EvalSampling{c_.eval.n, c_.eval.temperature});
+  std::vector<Sample> samples = generate(step, rows, val_prompt_ids_, EvalSampling{c_.eval.n, c_.eval.temperature});
   scoring_.score(samples, rows, val_data_);
 
   const double n = static_cast<double>(samples.size());

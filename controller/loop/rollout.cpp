@@ -46,13 +46,25 @@ void read_multi_turn(const CommandReply& reply, const std::string& text, Sample&
                      sample.last_assistant.second <= static_cast<int64_t>(length),
                  "{}: an assistant message's span runs past its {} tokens", where, length);
   }
-  sample.conversation = nlohmann::json{{"messages", record["messages"]}, {"stop_reason", sample.stop_reason}}.dump(
+  nlohmann::json messages = nlohmann::json::array();
+  if (record.contains("prompt")) {  // an environment's: the prompt its reset() made
+    sample.prompt = record["prompt"].get<std::vector<int32_t>>();
+    sample.environment_reward = record.value("environment_reward", 0.0);
+    sample.environment_steps = record.value("environment_steps", int64_t{0});
+    for (nlohmann::json m : record.value("prompt_messages", nlohmann::json::array())) {
+      m["prompt"] = true;
+      messages.push_back(std::move(m));
+    }
+  }
+  for (const nlohmann::json& m : record["messages"]) messages.push_back(m);
+  sample.conversation = nlohmann::json{{"messages", std::move(messages)}, {"stop_reason", sample.stop_reason}}.dump(
       -1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace
 
-std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts,
+std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<size_t>& rows,
+                                           const std::vector<std::vector<int32_t>>& prompts,
                                            const std::optional<EvalSampling>& eval,
                                            const std::function<void(std::vector<Sample>&&)>& on_early) {
   log::debug("step {}: generating{}", step, eval ? " (evaluation)" : "");
@@ -60,11 +72,12 @@ std::vector<Sample> TrainingLoop::generate(int64_t step, const std::vector<std::
   const int64_t version = weight_version_;
   if (on_early) on_progress = [&](CommandReply&& progress) { on_early(read_samples(progress, version)); };
   const int64_t n = eval ? eval->n : c_.algorithm.group_size;
-  return samples_from(collect(rollout_requests(step, prompts, eval, static_cast<bool>(on_early)), on_progress),
+  return samples_from(collect(rollout_requests(step, rows, prompts, eval, static_cast<bool>(on_early)), on_progress),
                       prompts.size() * static_cast<size_t>(n), version);
 }
 
-std::vector<Request> TrainingLoop::rollout_requests(int64_t step, const std::vector<std::vector<int32_t>>& prompts,
+std::vector<Request> TrainingLoop::rollout_requests(int64_t step, const std::vector<size_t>& rows,
+                                                    const std::vector<std::vector<int32_t>>& prompts,
                                                     const std::optional<EvalSampling>& eval, bool stream,
                                                     bool interruptible) {
   const int64_t n = eval ? eval->n : c_.algorithm.group_size;
@@ -82,6 +95,8 @@ std::vector<Request> TrainingLoop::rollout_requests(int64_t step, const std::vec
       r.n = n;
       r.seed = mix(seed, mix(step, i));
       if (eval) r.temperature = eval->temperature;
+      const std::vector<std::string>& environment_rows = eval ? val_environment_rows_ : environment_rows_;
+      if (!environment_rows.empty()) r.environment_row = &environment_rows.at(rows.at(i));
       requests.push_back(r);
     }
     const WorkerId worker = rollout_worker(c_, static_cast<int64_t>(w));

@@ -34,6 +34,11 @@ struct Sample {
   int64_t turns = 0, tool_calls = 0, tool_errors = 0, parse_errors = 0;
   double tool_seconds = 0;
   std::pair<int64_t, int64_t> last_assistant{0, 0};  // its tokens [first, second)
+  // With an environment: the prompt its reset() made (else empty: the step's prompt),
+  // and its step() rewards, summed (added to `reward`).
+  std::vector<int32_t> prompt;
+  double environment_reward = 0;
+  int64_t environment_steps = 0;
 };
 
 }  // namespace tandem::training

@@ -57,7 +57,8 @@ std::vector<std::string> reward_metric_keys(const std::vector<RewardConfig>& rew
 namespace {
 
 // multi_turn/*: per sample means of turns and calls, counts of errors and stop reasons.
-MetricRow multi_turn_metrics(const std::vector<Sample>& samples) {
+MetricRow multi_turn_metrics(const Config& c, const std::vector<Sample>& samples) {
+  double environment_reward = 0, environment_steps = 0;
   double turns = 0, calls = 0, errors = 0, parse_errors = 0, tool_seconds = 0, policy_tokens = 0;
   std::map<std::string, double> stops;
   for (StopReason reason : all_stop_reasons()) stops[stop_reason_name(reason)] = 0;
@@ -69,6 +70,8 @@ MetricRow multi_turn_metrics(const std::vector<Sample>& samples) {
     tool_seconds += s.tool_seconds;
     for (float m : s.loss_mask) policy_tokens += m;
     stops[s.stop_reason] += 1;
+    environment_reward += s.environment_reward;
+    environment_steps += static_cast<double>(s.environment_steps);
   }
   const double n = static_cast<double>(samples.size());
   MetricRow row = {{"multi_turn/turns_mean", turns / n},
@@ -78,6 +81,10 @@ MetricRow multi_turn_metrics(const std::vector<Sample>& samples) {
                    {"multi_turn/tool_seconds_mean", calls > 0 ? tool_seconds / calls : 0.0},
                    {"multi_turn/policy_tokens_mean", policy_tokens / n}};
   for (const auto& [reason, count] : stops) row.emplace_back("multi_turn/stop/" + reason, count);
+  if (!c.environment.python.empty()) {
+    row.emplace_back("multi_turn/env_reward_mean", environment_reward / n);
+    row.emplace_back("multi_turn/env_steps_mean", environment_steps / n);
+  }
   return row;
 }
 
@@ -117,8 +124,8 @@ MetricRow sample_metrics(const Config& c, const std::vector<Sample>& samples, co
                          {"response/length_max", length_max},
                          {"response/length_min", length_min},
                          {"response/clip_ratio", clipped / n}});
-  if (!c.tools.empty()) {
-    const MetricRow turns = multi_turn_metrics(samples);
+  if (c.multi_turn()) {
+    const MetricRow turns = multi_turn_metrics(c, samples);
     row.insert(row.end(), turns.begin(), turns.end());
   }
 
@@ -159,7 +166,7 @@ std::vector<std::string> sample_log_rows(const Config& c, int64_t step, const st
     }
     nlohmann::ordered_json row = {{"step", step},
                                 {"weight_version", s.version},
-                                {"prompt", data.prompt(rows.at(s.prompt_slot))},
+                                {"prompt", data.prompt(rows.at(s.prompt_slot))},  // an environment's: in messages
                                 {"response", s.text},
                                 {"reward", s.reward},
                                 {"rewards", rewards},

@@ -176,6 +176,8 @@ int64_t StepScoring::score(std::vector<Sample>& samples, const std::vector<size_
                 what, fallback_problems.size(), samples.size(), rc.fallback_score, first_fallback, log_path);
     }
   }
+  // An environment's rewards join the reward section's (issue 28: summed, unweighted).
+  for (Sample& s : samples) s.reward += s.environment_reward;
   return fallbacks;
 }
 

@@ -105,6 +105,9 @@ TrainingLoop::TrainingLoop(WorkerPool& pool, const Config& config, RunInputs inp
       scoring_(std::move(inputs.rewards), config, run_dir, tokenizer_, model_.eos_token_ids,
                [this] { pool_.poll_events(0.05); }) {
   turn_frames_ = std::move(inputs.turn_frames);
+  environment_template_ = std::move(inputs.environment_template);
+  environment_rows_ = std::move(inputs.environment_rows);
+  val_environment_rows_ = std::move(inputs.val_environment_rows);
 }
 
 TrainingLoop::~TrainingLoop() = default;
@@ -182,7 +185,7 @@ nlohmann::json TrainingLoop::train(std::vector<TrainingSample>& batch, int64_t s
   StepRollout next = next_prompts(step + 1);
   const int64_t first_version = weight_version_;
   const bool partial = c_.algorithm.async.partial_rollouts;
-  std::vector<Request> rollout = rollout_requests(next.step, next.prompts, std::nullopt, false, partial);
+  std::vector<Request> rollout = rollout_requests(next.step, next.rows, next.prompts, std::nullopt, false, partial);
   for (Request& r : requests) r.id = r.send();
   for (Request& r : rollout) r.id = r.send();
   const nlohmann::json update = update_json(learner_client::read_train(wait_for(std::move(requests)).at(0)));
@@ -215,7 +218,7 @@ TrainingLoop::StepRollout TrainingLoop::rollout_now(int64_t step) {
     on_early = [&](std::vector<Sample>&& finished) { scoring_.score_early(finished); };
   }
   try {
-    out.samples = generate(step, out.prompts, std::nullopt, on_early);
+    out.samples = generate(step, out.rows, out.prompts, std::nullopt, on_early);
   } catch (...) {
     if (out.scored_early) scoring_.drain_early();  // nothing of this step is scored behind the recovery
     throw;
@@ -262,7 +265,8 @@ void TrainingLoop::run_step(int64_t step) {
   std::vector<TrainingSample> batch(samples.size());
   int64_t response_tokens = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
-    batch[i].prompt = prompts[samples[i].prompt_slot];
+    // An environment's prompt is the sample's own (its reset() made it).
+    batch[i].prompt = samples[i].prompt.empty() ? prompts[samples[i].prompt_slot] : samples[i].prompt;
     batch[i].response = samples[i].tokens;
     batch[i].old_logprobs = samples[i].logprobs;
     batch[i].loss_mask = samples[i].loss_mask;  // multi-turn: only the policy's tokens carry loss
@@ -333,7 +337,7 @@ void TrainingLoop::run_step(int64_t step) {
                          {"perf/worker_restarts", static_cast<double>(restarts_)}});
   // A prefetched rollout ran during the previous step: it has no time of its own here.
   if (rollout_s > 0) row.emplace_back("perf/rollout_tokens_per_s", static_cast<double>(response_tokens) / rollout_s);
-  if (!c_.tools.empty()) {
+  if (c_.multi_turn()) {
     row.insert(row.end(), {{"multi_turn/session_tokens_reused", static_cast<double>(prefill.session_reused)},
                            {"multi_turn/evicted_sessions", static_cast<double>(prefill.evicted_sessions)},
                            {"multi_turn/kv_pinned_blocks_max", static_cast<double>(prefill.pinned_blocks_max)}});

@@ -174,13 +174,16 @@ class TrainingLoop {
   // rollout's sampling settings; with `eval`, its n and temperature and seeds of its own.
   // `on_early`: the rollout workers stream finished samples, handed over here as they come
   // (before the reply that has them all).
-  std::vector<Sample> generate(int64_t step, const std::vector<std::vector<int32_t>>& prompts,
+  // `rows[i]`: prompt i's dataset row (of val_data_ with `eval`): an environment's
+  // instances are made from it.
+  std::vector<Sample> generate(int64_t step, const std::vector<size_t>& rows, const std::vector<std::vector<int32_t>>& prompts,
                                const std::optional<EvalSampling>& eval = std::nullopt,
                                const std::function<void(std::vector<Sample>&&)>& on_early = {});
   // rollout_generate for every rollout worker (their shares of `prompts`); `stream`: with
   // progress messages carrying finished samples.
   // `interruptible`: a weight sync may land part-way (algorithm.async.partial_rollouts).
-  std::vector<Request> rollout_requests(int64_t step, const std::vector<std::vector<int32_t>>& prompts,
+  std::vector<Request> rollout_requests(int64_t step, const std::vector<size_t>& rows,
+                                        const std::vector<std::vector<int32_t>>& prompts,
                                         const std::optional<EvalSampling>& eval, bool stream,
                                         bool interruptible = false);
   // The samples of rollout_generate replies in group order (`expected` of them); sets
@@ -274,6 +277,8 @@ class TrainingLoop {
   std::string last_error_log_;
   PrefillCounts last_prefill_;  // of the latest generate()
   std::string turn_frames_;     // multi-turn: RunInputs::turn_frames, for rollout_init
+  std::string environment_template_;  // RunInputs::environment_template, for rollout_init
+  std::vector<std::string> environment_rows_, val_environment_rows_;  // [row]: RunInputs's
   // Asynchronous RL: the next step's rollout, generated during this step's training.
   std::optional<StepRollout> prefetched_;
 

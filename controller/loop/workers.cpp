@@ -32,7 +32,8 @@ std::string TrainingLoop::config_for_workers() const {
 
 void TrainingLoop::init_rollout(const WorkerId& worker) {
   pool_.wait({pool_.send(worker, "rollout_init",
-                         rollout_client::init_body(config_for_workers(), model_dir_, model_.sampled_vocab_size, turn_frames_))});
+                         rollout_client::init_body(config_for_workers(), model_dir_, model_.sampled_vocab_size, turn_frames_,
+                                                   environment_template_))});
 }
 
 // A learner rank's index among the ranks on its host (its GPU under learner.device: cuda):

@@ -49,7 +49,7 @@ void load_model(const LoadedConfig& loaded, RunInputs& in) {
   });
   const int64_t positions = in.model.max_position_embeddings;
   // A response is one turn, or (multi-turn) a whole trajectory of turns and tool messages.
-  const bool multi_turn = !c.tools.empty();
+  const bool multi_turn = c.multi_turn();
   const std::string response_key = multi_turn ? "rollout.multi_turn.max_total_tokens" : "rollout.max_new_tokens";
   const int64_t response = multi_turn ? c.rollout.multi_turn.max_total_tokens : c.rollout.max_new_tokens;
   if (response >= positions) {
@@ -104,8 +104,32 @@ std::string answer_key_hint(const std::map<std::string, std::string>& row, const
 struct PromptSet {
   Dataset data;
   std::vector<std::vector<int32_t>> ids;
+  std::vector<std::string> environment_rows;
   int64_t skipped = 0, longest = 0;
 };
+
+// With an environment: every row goes to its instances as it is; the prompt, made by
+// reset(), is checked at the first row (check_environment) and by the engine.
+PromptSet environment_prompts(const Config& c, Dataset all, const RunInputs& in, bool training) {
+  PromptSet out;
+  for (size_t row = 0; row < all.rows.size(); ++row) {
+    for (const auto& [field, reader] : required_fields(c, training)) {
+      if (!all.rows[row].count(field)) throw UsageError(fmt::format("{}: no \"{}\" field ({})", all.where(row), field, reader));
+    }
+  }
+  const int32_t placeholder = in.model.eos_token_ids.empty() ? 0 : static_cast<int32_t>(in.model.eos_token_ids.front());
+  for (size_t row = 0; row < all.rows.size(); ++row) {
+    const nlohmann::ordered_json before = messages_before_environment(all, row, c.data);
+    out.environment_rows.push_back(nlohmann::ordered_json{{"row", all.objects.at(row)}, {"before", before}, {"where", all.where(row)}}
+                                       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    // Rewards and samples.jsonl read the prompt field: the messages before reset()'s.
+    if (!all.rows[row].count(all.prompt_key)) all.rows[row][all.prompt_key] = before.empty() ? "" : before.dump();
+    out.ids.push_back({placeholder});
+  }
+  out.longest = 1;
+  out.data = std::move(all);
+  return out;
+}
 
 // The rows of `spec` (the value of config key `key`: data.train or data.val), checked and
 // encoded, the long ones skipped or refused (data.on_long_prompt).
@@ -114,7 +138,8 @@ PromptSet load_prompts(const LoadedConfig& loaded, const std::string& key, const
   const Config& c = loaded.config;
   Dataset all;
   try {
-    all = load_dataset(spec, DatasetKeys{c.data.prompt_key, c.data.answer_key, c.sft.response_key});
+    all = load_dataset(spec, DatasetKeys{c.data.prompt_key, c.data.answer_key, c.sft.response_key,
+                                         !c.environment.python.empty()});
   } catch (const Error& e) {
     std::string what = e.what();
     for (const char* data_key : {"data.prompt_key", "data.answer_key"}) {
@@ -126,6 +151,7 @@ PromptSet load_prompts(const LoadedConfig& loaded, const std::string& key, const
     if (what.rfind("data.train:", 0) == 0) what = key + what.substr(std::string("data.train").size());
     throw UsageError(what.rfind(key + ":", 0) == 0 ? fmt::format("{}: {}", loaded.origin_of(key), what) : what);
   }
+  if (!c.environment.python.empty()) return environment_prompts(c, std::move(all), in, training);
   try {
     render_chat_prompts(all, c.data, in.chat_template, in.tool_schemas);
   } catch (const Error& e) {
@@ -187,12 +213,14 @@ void load_data(const LoadedConfig& loaded, RunInputs& in) {
   PromptSet train = load_prompts(loaded, "data.train", loaded.config.data.train, in, true);
   in.data = std::move(train.data);
   in.prompt_ids = std::move(train.ids);
+  in.environment_rows = std::move(train.environment_rows);
   in.skipped_long_prompts = train.skipped;
   in.longest_prompt = train.longest;
   if (!loaded.config.data.val.empty()) {
     PromptSet val = load_prompts(loaded, "data.val", loaded.config.data.val, in, false);
     in.val_data = std::move(val.data);
     in.val_prompt_ids = std::move(val.ids);
+    in.val_environment_rows = std::move(val.environment_rows);
     in.val_skipped_long_prompts = val.skipped;
     in.longest_prompt = std::max(in.longest_prompt, val.longest);
   }
@@ -219,8 +247,9 @@ RunInputs load_run_inputs(const LoadedConfig& loaded) {
   RunInputs in;
   load_rewards(loaded, in);  // first: no model or data is read for a config whose plugin is missing
   load_model(loaded, in);
-  if (!loaded.config.tools.empty()) load_tools(loaded, in);  // before the data: prompts show the tools
+  if (loaded.config.multi_turn()) load_tools(loaded, in);  // before the data: prompts show the tools
   load_data(loaded, in);
+  if (!loaded.config.environment.python.empty()) check_environment(loaded, in);
   return in;
 }
 

@@ -18,6 +18,9 @@
 //              becomes the row's `answer`.
 //   rewards    plugins load; every reward name is registered and its settings are valid;
 //              python rewards' workers start and import their file.
+//   environment (multi-turn) its workers import the file and find the class with the right
+//              methods; the first training row's instance resets and its prompt renders
+//              within the prompt limit.
 //   tools      (multi-turn) each tool starts (python tools' workers import their file
 //              and find the function; the sandbox runs a probe), the tool parser finds
 //              its tokens in the vocabulary, the chat template shows the tools' schemas
@@ -61,11 +64,20 @@ struct RunInputs {
   // workers (agent/chat_turn_template.h, JSON).
   nlohmann::ordered_json tool_schemas = nlohmann::ordered_json::array();
   std::string turn_frames;
+  // With an environment: the chat template its reset() messages are rendered with (JSON
+  // {"source", "special_tokens", "variables"}), and per row what its instances are made
+  // from (JSON {"row", "before", "where"}: rollout_commands.capnp environmentRow). Its
+  // prompt_ids are then one-token placeholders: each sample's prompt comes from reset().
+  std::string environment_template;
+  std::vector<std::string> environment_rows;
+  std::vector<std::string> val_environment_rows;
 };
 
 // The tool checks above, filling tool_schemas and turn_frames (run_tools.cpp). Needs the
 // model and the chat template loaded.
 void load_tools(const LoadedConfig& loaded, RunInputs& inputs);
+// The environment check above (run_tools.cpp). Needs the tools and the data loaded.
+void check_environment(const LoadedConfig& loaded, const RunInputs& inputs);
 
 RunInputs load_run_inputs(const LoadedConfig& loaded);
 

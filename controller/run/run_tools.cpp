@@ -33,7 +33,7 @@ void load_tools(const LoadedConfig& loaded, RunInputs& in) {
                   "is none, or the model's tokenizer_config.json has no chat_template)");
   }
   try {
-    make_tool_parser(c.rollout.multi_turn.tool_parser, in.tokenizer);
+    if (!c.tools.empty()) make_tool_parser(c.rollout.multi_turn.tool_parser, in.tokenizer);
   } catch (const Error& e) {
     fail("rollout.multi_turn.tool_parser", e.what());
   }
@@ -79,9 +79,47 @@ void load_tools(const LoadedConfig& loaded, RunInputs& in) {
     }
     const std::vector<int32_t> eos(in.model.eos_token_ids.begin(), in.model.eos_token_ids.end());
     ChatTurnTemplate turns(render, in.tokenizer, eos);
-    in.turn_frames = turn_frames_to_json(turns, {{"tool"}, {"user"}}).dump();
+    // Tool results and environment replies; a template made without tools may have no
+    // tool role, which an environment alone does not need.
+    std::vector<std::vector<std::string>> roles = {{"user"}};
+    if (!c.tools.empty()) roles.insert(roles.begin(), {"tool"});
+    in.turn_frames = turn_frames_to_json(turns, roles).dump();
   } catch (const Error& e) {
     fail("data.chat_template", e.what());
+  }
+  if (!c.environment.python.empty()) {
+    nlohmann::json variables = nlohmann::json::object();
+    if (!in.tool_schemas.empty()) variables["tools"] = in.tool_schemas;
+    in.environment_template =
+        nlohmann::json{{"source", tmpl.source}, {"special_tokens", tmpl.special_tokens}, {"variables", variables}}.dump();
+  }
+}
+
+void check_environment(const LoadedConfig& loaded, const RunInputs& in) {
+  const Config& c = loaded.config;
+  Config one = c;
+  one.environment.workers = 1;
+  std::unique_ptr<EnvironmentPool> pool;
+  try {
+    pool = make_configured_environment(one, nlohmann::json::parse(in.environment_template));
+  } catch (const Error& e) {
+    throw UsageError(fmt::format("{}: environment.python: {}", loaded.origin_of("environment.python"), e.what()));
+  }
+  // The first row's instance: reset() runs and its prompt fits.
+  const nlohmann::json row = nlohmann::json::parse(in.environment_rows.at(0));
+  const std::string where = row.value("where", std::string("the first row"));
+  EnvironmentStart start;
+  try {
+    start = pool->start(row["row"], row["before"]);
+  } catch (const Error& e) {
+    throw UsageError(fmt::format("{}: the environment ({}) could not start on it: {}", where, c.environment.python, e.what()));
+  }
+  pool->close(start.id);
+  const int64_t length = static_cast<int64_t>(in.tokenizer->encode(start.prompt).size());
+  if (length > in.prompt_limit) {
+    throw UsageError(fmt::format("{}: the prompt reset() made is {} tokens, over the limit of {} (the model's {} "
+                                 "positions minus rollout.multi_turn.max_total_tokens, or data.max_prompt_length)",
+                                 where, length, in.prompt_limit, in.model.max_position_embeddings));
   }
 }
 

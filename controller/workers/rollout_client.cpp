@@ -10,12 +10,13 @@
 namespace tandem::rollout_client {
 
 std::string init_body(const std::string& config_yaml, const std::string& model_dir, int64_t sampled_vocab_size,
-                      const std::string& turn_frames) {
+                      const std::string& turn_frames, const std::string& environment_template) {
   return encode_body<wire::RolloutInit>([&](wire::RolloutInit::Builder out) {
     out.setConfig(config_yaml);
     out.setModel(model_dir);
     out.setSampledVocabSize(sampled_vocab_size);
     out.setTurnFrames(turn_frames);
+    out.setEnvironmentTemplate(environment_template);
   });
 }
 
@@ -34,6 +35,7 @@ GenerateCommand generate_command(const std::vector<PromptRequest>& requests, boo
         request.setOwnTemperature(true);
         request.setTemperature(*r.temperature);
       }
+      if (r.environment_row) request.setEnvironmentRow(*r.environment_row);
       command.tokens.append(reinterpret_cast<const char*>(r.prompt->data()), r.prompt->size() * 4);
     }
     out.setStream(stream);

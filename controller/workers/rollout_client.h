@@ -18,7 +18,7 @@ namespace tandem::rollout_client {
 // size where the checkpoint pads its vocabulary (0: every row), and (multi-turn) the chat
 // template's turn frames as JSON (RunInputs::turn_frames; "" for single-turn runs).
 std::string init_body(const std::string& config_yaml, const std::string& model_dir, int64_t sampled_vocab_size,
-                      const std::string& turn_frames = "");
+                      const std::string& turn_frames = "", const std::string& environment_template = "");
 
 struct PromptRequest {
   uint64_t id = 0;  // the prompt's slot in the step
@@ -26,6 +26,7 @@ struct PromptRequest {
   int64_t n = 1;
   uint64_t seed = 0;
   std::optional<double> temperature;  // evaluation's own (0: greedy); else rollout's sampling
+  const std::string* environment_row = nullptr;  // with an environment: RunInputs::environment_rows[row]
 };
 
 struct GenerateCommand {

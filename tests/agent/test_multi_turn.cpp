@@ -401,3 +401,151 @@ TEST_CASE("tool runner: calls run concurrently, unknown tools and timeouts are a
   CHECK(runner.take_ready().empty());
   CHECK(runner.in_flight() == 0);
 }
+
+namespace {
+
+// An environment in C++: per instance, step k (from 1) answers a deterministic function
+// of (instance, k, action): done when the action's text hashes to 0 mod 5 or at step 3;
+// reward 0.25 * k + (length of the action % 3); an observation of one message, two
+// (to be joined), or none (an end); instance 5's second step runs past its deadline.
+class TestEnvironment : public EnvironmentPool {
+ public:
+  struct Instance {
+    int64_t steps = 0;
+    double reward = 0;
+    bool closed = false;
+    bool said_done = false;
+    std::vector<std::string> observations;  // as the model should read each (joined); "" for none
+  };
+  EnvironmentStart start(const nlohmann::json&, const nlohmann::json&) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    EnvironmentStart s;
+    s.id = instances_.size();
+    instances_.emplace_back();
+    return s;
+  }
+  EnvironmentStep step(uint64_t id, const std::string& action) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Instance& in = instances_.at(id);
+    REQUIRE(!in.closed);
+    const int64_t k = ++in.steps;
+    EnvironmentStep out;
+    if (id == 5 && k == 2) {
+      out.timeout = out.error = true;
+      out.messages.push_back({"user", "Error: too slow"});
+      return out;
+    }
+    const size_t h = std::hash<std::string>()(action + std::to_string(id) + "/" + std::to_string(k));
+    out.reward = 0.25 * static_cast<double>(k) + static_cast<double>(action.size() % 3);
+    in.reward += out.reward;
+    out.done = h % 5 == 0 || k == 3;
+    in.said_done = in.said_done || out.done;
+    const std::string text = "obs" + std::to_string(id) + "." + std::to_string(k);
+    if (h % 4 == 1) {
+      out.messages = {{"user", text}, {"user", "more"}};
+      in.observations.push_back(text + "\n\nmore");
+    } else if (h % 4 != 2) {
+      out.messages = {{"user", text}};
+      in.observations.push_back(text);
+    } else {
+      in.observations.push_back("");  // none: the trajectory ends
+    }
+    return out;
+  }
+  void close(uint64_t id) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    REQUIRE(!instances_.at(id).closed);
+    instances_.at(id).closed = true;
+  }
+  std::vector<Instance> instances() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return instances_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<Instance> instances_;
+};
+
+std::string letters(const std::vector<int32_t>& tokens) {
+  std::string text;
+  for (int32_t t : tokens) text += static_cast<char>('a' + t % 26);
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("multi-turn with an environment: turns are actions, rewards add up, every end has its reason") {
+  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = rng();
+  INFO("seed " << seed);
+  rng.seed(seed);
+  Setup s;
+  s.weights = random_model_weights(s.model.config, rng(), 0.3, true);
+  s.options.max_turns = 3;
+  s.options.max_total_tokens = 120;
+  s.options.max_new_tokens = 8;  // most turns are cut here: still actions
+  s.options.max_tool_output_tokens = 30;
+  RolloutEngine engine(s.model.config, s.weights, engine_options_for_test(-1));
+  TestRenderer renderer;
+  TestParser parser;
+  ToolRunner runner({std::make_shared<TestTool>("echo", std::chrono::milliseconds(5))}, 4, std::chrono::milliseconds(2000));
+  TestEnvironment environment;
+  EnvironmentBinding binding;
+  binding.pool = &environment;
+  for (uint64_t id = 0; id < 5; ++id) {
+    GenerationRequest r;
+    r.id = 7 + id;
+    r.prompt = random_tokens(rng, 4, 90);
+    r.n = 2;
+    r.seed = rng();
+    for (int64_t i = 0; i < r.n; ++i) binding.instances[{r.id, i}] = environment.start({}, {}).id;
+    s.requests.push_back(r);
+  }
+  MultiTurnRollout rollout(engine, renderer, parser, runner, s.options, letters);
+  const std::vector<Trajectory> got = rollout.run(s.requests, &binding);
+  REQUIRE(got.size() == 10);
+  const std::vector<TestEnvironment::Instance> instances = environment.instances();
+  double reward_sum = 0;
+  int64_t steps = 0;
+  for (const Trajectory& t : got) {
+    const uint64_t id = binding.instances.at({t.request_id, t.sample_index});
+    const TestEnvironment::Instance& in = instances.at(id);
+    INFO("instance " << id << " stop " << stop_reason_name(t.stop));
+    CHECK(in.closed);
+    CHECK(t.environment_steps == in.steps);
+    CHECK(t.environment_reward == in.reward);  // the same additions in the same order
+    reward_sum += t.environment_reward;
+    steps += t.environment_steps;
+    // Each environment reply is one user message, its observations joined, in order.
+    std::vector<std::string> replies;
+    for (const TrajectoryMessage& m : t.messages) {
+      if (m.role == "user") replies.push_back(m.content);
+    }
+    const TrajectoryMessage& last = t.messages.back();
+    switch (t.stop) {
+      case StopReason::env_done:
+        // The last step said done or had nothing to say; the model read every other reply.
+        CHECK((in.said_done || in.observations.back().empty()));
+        CHECK(replies.size() + 1 == in.observations.size());
+        break;
+      case StopReason::max_turns:
+        CHECK(t.model_turns == s.options.max_turns);
+        CHECK_FALSE(in.said_done);
+        break;
+      case StopReason::tool_timeout: CHECK(id == 5); break;
+      case StopReason::max_total_tokens: CHECK_FALSE(in.said_done); break;
+      default: FAIL("an environment trajectory ended by " << stop_reason_name(t.stop)); break;
+    }
+    CHECK(last.role == "assistant");
+    // What the model read is what the environment said, in order.
+    REQUIRE(replies.size() <= in.observations.size());
+    for (size_t k = 0; k < replies.size(); ++k) CHECK(replies[k] == in.observations[k]);
+  }
+  CHECK(rollout.stats().environment_steps == steps);
+  CHECK(rollout.stats().environment_reward == doctest::Approx(reward_sum).epsilon(1e-12));
+  CHECK(steps > 0);
+  CHECK(rollout.stats().stops.count(StopReason::env_done) > 0);  // step 3 at the latest says done
+  CHECK(engine.waiting_sessions() == 0);
+  CHECK(engine.stats().kv_blocks_used == 0);
+}

@@ -116,7 +116,7 @@ TEST_CASE("multi-turn configs are refused before anything starts, naming the key
     std::string expected;
   };
   const std::vector<Case> cases = {
-      {{"tools=[{python: " + d + "/calc.py, function: calculator}]"}, "calc.py has no function calculator (its functions: add)"},
+      {{"tools=[{python: " + d + "/calc.py, function: calculator}]"}, "calc.py has no function calculator (its functions and classes: add)"},
       {{"tools=[{python: " + d + "/calc.py, function: add}]", "data.chat_template=" + d + "/plain.jinja"},
        "does not show the tools in a prompt"},
       {{"tools=[{python: " + d + "/calc.py, function: add}]", "rollout.multi_turn.tool_parser=nope"}, "nope"},

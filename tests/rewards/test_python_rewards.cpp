@@ -186,7 +186,7 @@ TEST_CASE("a file that does not import, or lacks the function, fails at start wi
                        doctest::Contains("ModuleNotFoundError: No module named 'this_module_does_not_exist_anywhere'"),
                        Error);
   CHECK_THROWS_WITH_AS(PythonRewardPool(python_reward("no_such_function", 1), 0, TANDEM_BINARY),
-                       doctest::Contains("has no function no_such_function (its functions: "), Error);
+                       doctest::Contains("has no function no_such_function (its functions and classes: "), Error);
   CHECK_THROWS_WITH_AS(PythonRewardPool(python_reward("not_a_function", 1), 0, TANDEM_BINARY),
                        doctest::Contains("not_a_function is a int, not a function"), Error);
   RewardConfig missing = python_reward("compute_score", 1);

@@ -107,7 +107,7 @@ TEST_CASE("python rewards and chat data that cannot work are refused before anyt
        "reward.0.python: reward.0 (" + d + "/rewards/broken.py:compute_score): importing " + d +
            "/rewards/broken.py failed"},
       {"missing function", "{train: data/rows.jsonl, batch_size: 1}", "[{python: rewards/ok.py, function: score}]",
-       "has no function score (its functions: compute_score)"},
+       "has no function score (its functions and classes: compute_score)"},
       {"missing file", "{train: data/rows.jsonl, batch_size: 1}", "[{python: rewards/nope.py}]",
        "reward.0.python"},
       {"python and plugin", "{train: data/rows.jsonl, batch_size: 1}",

@@ -344,16 +344,36 @@
     return cell;
   }
 
-  const SAMPLE_COLUMNS = new Set(['step', 'reward', 'prompt', 'response', 'finish_reason']);
+  const SAMPLE_COLUMNS = new Set(['step', 'reward', 'prompt', 'response', 'finish_reason', 'messages', 'stop_reason']);
+
+  // A multi-turn sample's conversation, turn by turn: each message with its role (and a
+  // tool's name), reset()'s messages marked as the prompt's. Text only, never markup.
+  function conversationCell(messages) {
+    const cell = element('td', 'text conversation');
+    const list = element('div', 'turns');
+    for (const m of messages) {
+      const role = String(m.role || '?');
+      const turn = element('div', `turn turn-${role.replace(/[^a-z_]/g, '')}${m.prompt ? ' turn-prompt' : ''}`);
+      const label = m.name ? `${role} (${m.name})` : role;
+      turn.append(element('span', 'turn-role', m.prompt ? `${label}, prompt` : label),
+                  element('span', 'turn-content', String(m.content === undefined ? '' : m.content)));
+      list.append(turn);
+    }
+    cell.append(list);
+    return cell;
+  }
 
   function renderSamples(result) {
     $('samples-body').replaceChildren(...result.rows.map((sample) => {
       const row = element('tr', 'sample-row');
       const more = Object.entries(sample).filter(([k]) => !SAMPLE_COLUMNS.has(k))
           .map(([k, v]) => `${k}=${typeof v === 'object' ? JSON.stringify(v) : v}`).join('  ');
+      const turns = Array.isArray(sample.messages);
       row.append(element('td', 'mono', sample.step), element('td', `mono ${rewardClass(sample.reward) || ''}`,
-                 TandemCharts.formatNumber(sample.reward)), textCell(sample.prompt), textCell(sample.response),
-                 element('td', null, sample.finish_reason || ''), element('td', 'more', more));
+                 TandemCharts.formatNumber(sample.reward)), textCell(sample.prompt),
+                 turns ? conversationCell(sample.messages) : textCell(sample.response),
+                 element('td', null, (turns ? sample.stop_reason : sample.finish_reason) || ''),
+                 element('td', 'more', more));
       return row;
     }));
     $('samples-note').textContent = result.rows.length ? ''

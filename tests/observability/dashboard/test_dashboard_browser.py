@@ -166,8 +166,15 @@ def check_markup_is_text(processes, tandem, scratch):
     with open(f"{run_dir}/config.yaml", "w") as f:
         f.write("experiment: {name: made-up}\n")
     markup = '<b id="injected">bold</b><img src=x onerror="document.title=1">'
+    # A multi-turn sample: shown turn by turn, a tool's markup as text too.
+    conversation = [{"role": "user", "content": "Guess a number.", "prompt": True},
+                    {"role": "assistant", "content": "3", "begin": 0, "end": 2, "turn": 0},
+                    {"role": "tool", "name": "calc", "content": '<i id="tool-markup">4</i>', "begin": 5, "end": 9},
+                    {"role": "assistant", "content": "4", "begin": 12, "end": 14, "turn": 1}]
     with open(f"{run_dir}/samples.jsonl", "w") as f:
         f.write(json.dumps({"step": 1, "prompt": "p", "response": markup, "reward": 0}) + "\n")
+        f.write(json.dumps({"step": 2, "prompt": "q", "response": "4", "reward": 1, "messages": conversation,
+                            "stop_reason": "env_done"}) + "\n")
     dashboard, url = start_dashboard(processes, tandem, run_dir)
     dom_text = chromium(processes, scratch, ["--dump-dom", url], "made-up run")
     stop_dashboard(dashboard)
@@ -176,6 +183,13 @@ def check_markup_is_text(processes, tandem, scratch):
     check(dom.by_id("injected") is None and not any(tag == "img" for tag, _ in dom.elements),
           "markup in a sample became elements of the page")
     check("&lt;b id=\"injected\"&gt;bold&lt;/b&gt;" in dom_text, "the sample's markup is not shown as text")
+    turns = dom.with_class("turn")
+    check(len(turns) == len(conversation), f"{len(turns)} turn elements for a conversation of {len(conversation)}")
+    roles = [c for c in ("turn-user", "turn-assistant", "turn-tool") for t in turns if c in t.get("class", "")]
+    check(sorted(roles) == sorted(f"turn-{m['role']}" for m in conversation), f"turn roles: {roles}")
+    check(len(dom.with_class("turn-prompt")) == 1, "reset()'s message is not marked as the prompt's")
+    check(dom.by_id("tool-markup") is None, "a tool message's markup became an element")
+    check("calc" in dom_text and "env_done" in dom_text, "the tool's name or the stop reason is not shown")
 
 
 def main():
