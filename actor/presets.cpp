@@ -99,13 +99,20 @@ std::string converted_model_dir(const std::string& path, bool gguf) {
 
 }  // namespace
 
-std::vector<std::string> model_preset_names() { return {"tiny", "small"}; }
+std::vector<std::string> model_preset_names() { return {"tiny", "small", "tiny-tools"}; }
 
 std::vector<std::string> model_preset_special_tokens() { return {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}; }
 
+std::vector<std::string> model_preset_special_tokens(const std::string& preset) {
+  std::vector<std::string> tokens = model_preset_special_tokens();
+  if (preset == "tiny-tools") tokens.insert(tokens.end(), {"<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"});
+  return tokens;
+}
+
 ModelConfig model_preset_config(const std::string& preset) {
   ModelConfig c = preset_base();
-  if (preset == "tiny") {  // ~0.1M parameters: tests and the quickstart
+  c.vocab_size = 256 + static_cast<int64_t>(model_preset_special_tokens(preset).size());
+  if (preset == "tiny" || preset == "tiny-tools") {  // ~0.1M parameters: tests and the quickstart
     c.hidden_size = 64;
     c.intermediate_size = 192;
     c.num_hidden_layers = 2;
@@ -145,7 +152,7 @@ void write_model_preset(const std::string& preset, const std::string& out_dir, u
     fs::create_directories(staging);
     write_file_atomic(staging + "/config.json", model_config_to_json(config));
     save_model_weights(staging, random_model_weights(config, seed), dtype);
-    write_byte_level_tokenizer(staging, model_preset_special_tokens());
+    write_byte_level_tokenizer(staging, model_preset_special_tokens(preset));
     if (fs::exists(target)) fs::remove(target);  // empty, checked above
     fs::rename(staging, target);
   } catch (const fs::filesystem_error& e) {

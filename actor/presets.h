@@ -14,11 +14,14 @@
 
 namespace tandem {
 
-std::vector<std::string> model_preset_names();  // "tiny", "small"
+std::vector<std::string> model_preset_names();  // "tiny", "small", "tiny-tools"
 // The preset's architecture (Qwen3 family, byte-level vocabulary). Error with the choices otherwise.
 ModelConfig model_preset_config(const std::string& preset);
 // The special tokens of every preset's tokenizer, ids 256, 257, ... in this order.
 std::vector<std::string> model_preset_special_tokens();
+// A preset's own: those above, then for "tiny-tools" (tiny's shape, for tool-use demos)
+// the Hermes tool tokens <tool_call>, </tool_call>, <tool_response>, </tool_response>.
+std::vector<std::string> model_preset_special_tokens(const std::string& preset);
 
 // Writes the preset to `out_dir` (created; it must not exist or be empty). Files appear
 // whole or not at all: everything is written to a sibling temporary directory first.

@@ -28,7 +28,7 @@ template <class V> void describe(V& v, ExperimentConfig& c) {
 
 template <class V> void describe(V& v, ModelSourceConfig& c) {
   v.field("path", c.path, required_text(),
-          "Hugging Face model directory or .gguf / llama2.c .bin file (relative to the config file's directory), or builtin:tiny | builtin:small");
+          "Hugging Face model directory or .gguf / llama2.c .bin file (relative to the config file's directory), or builtin:tiny | builtin:small | builtin:tiny-tools");
   v.field("dtype", c.dtype, one_of({"float32", "bfloat16", "float16"}),
           "dtype of the exported policy (RUN_DIR/policy: config.json torch_dtype and model.safetensors); "
           "training, checkpoints and the CPU rollout stay float32 (rollout.dtype sets the CUDA rollout's)");

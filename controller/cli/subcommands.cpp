@@ -144,7 +144,8 @@ Runner define_tokenize(CLI::App& c) {
 
 Runner define_init_model(CLI::App& c) {
   auto a = std::make_shared<InitModelArgs>();
-  auto* preset = c.add_option("--preset", a->preset, "tiny | small")->check(CLI::IsMember({"tiny", "small"}));
+  auto* preset = c.add_option("--preset", a->preset, "tiny | small | tiny-tools")
+                     ->check(CLI::IsMember({"tiny", "small", "tiny-tools"}));
   auto* config =
       c.add_option("--config", a->config_json, "a Hugging Face config.json giving the shape (instead of --preset)");
   preset->excludes(config);

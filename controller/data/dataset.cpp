@@ -26,9 +26,29 @@ std::vector<DataRow> addition_rows(int64_t max_operand) {
   return rows;
 }
 
+// Two-digit sums for a policy with a calculator (configs/tool_addition.yaml): 2000 rows
+// of a seeded draw. `trace` is the warm-up's gold response: the call, the tool's answer as
+// configs/tool_addition/chat_template.jinja frames it, and the sum.
+std::vector<DataRow> tool_addition_rows() {
+  std::mt19937_64 rng(20261128);
+  std::uniform_int_distribution<int64_t> operand(10, 99);
+  std::vector<DataRow> rows;
+  for (int i = 0; i < 2000; ++i) {
+    const int64_t a = operand(rng), b = operand(rng);
+    const std::string sum = std::to_string(a + b);
+    const std::string trace = fmt::format(
+        "<tool_call>{{\"name\":\"add\",\"arguments\":{{\"a\":{},\"b\":{}}}}}</tool_call><|im_end|>\n"
+        "<|im_start|>user\n<tool_response>\n{}\n</tool_response><|im_end|>\n<|im_start|>assistant\n{}",
+        a, b, sum, sum);
+    rows.push_back({{"prompt", fmt::format("{}+{}", a, b)}, {"answer", sum}, {"trace", trace}});
+  }
+  return rows;
+}
+
 std::vector<DataRow> builtin_rows(const std::string& name) {
   if (name == "addition") return addition_rows(99);
   if (name == "addition1") return addition_rows(9);
+  if (name == "tool_addition") return tool_addition_rows();
   const auto known = builtin_task_names();
   const std::string guess = closest_match(name, known);
   throw Error(fmt::format("data.train: unknown built-in task \"builtin:{}\"{}; built-in: {}", name,
@@ -116,7 +136,7 @@ bool is_message_list(const nlohmann::ordered_json& value) {
 
 }  // namespace
 
-std::vector<std::string> builtin_task_names() { return {"addition", "addition1"}; }
+std::vector<std::string> builtin_task_names() { return {"addition", "addition1", "tool_addition"}; }
 
 const std::string& Dataset::prompt(size_t row) const {
   auto it = rows.at(row).find(prompt_key);
@@ -152,7 +172,7 @@ Dataset load_dataset(const std::string& spec, const DatasetKeys& keys) {
     data.rows = builtin_rows(spec.substr(prefix.size()));
     for (const std::string& key : {keys.prompt, keys.answer}) {
       if (!data.rows.front().count(key)) {
-        throw Error(fmt::format("{}: \"{}\": {} rows have the fields prompt and answer only",
+        throw Error(fmt::format("{}: \"{}\": {} rows have the fields prompt and answer (and trace) only",
                                 key == keys.prompt ? "data.prompt_key" : "data.answer_key", key, spec));
       }
     }

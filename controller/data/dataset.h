@@ -15,6 +15,8 @@
 // sees the same rows:
 //   addition   "<a>+<b>=" with answer "<a+b>", operands 0..99
 //   addition1  the same with operands 0..9 (a task a tiny policy learns in minutes)
+//   tool_addition  "<a>+<b>" with operands 10..99 (2000 rows), and `trace`: a warm-up
+//              response calling the `add` tool (configs/tool_addition.yaml)
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -120,7 +120,7 @@ TEST_CASE("validate and run refuse, before anything starts, what run cannot do (
            "reward.0.needs_ground_truth: false if it reads none); the row has verl's layout: set data.answer_key: "
            "reward_model.ground_truth"},
       {"prompt_key a builtin task lacks", with(&SmallConfig::data, "{train: \"builtin:addition\", prompt_key: nope}").text(),
-       "c.yaml:3:35: data.prompt_key: \"nope\": builtin:addition rows have the fields prompt and answer only"},
+       "c.yaml:3:35: data.prompt_key: \"nope\": builtin:addition rows have the fields prompt and answer (and trace) only"},
       {"unknown reward", with(&SmallConfig::extra, "reward: [{name: math}]\n").text(),
        "c.yaml:8:11: reward.0.name: unknown reward function"},
       {"empty config", "# nothing yet\n", d + "/c.yaml: the config file is empty"},
