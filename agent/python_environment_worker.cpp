@@ -171,13 +171,7 @@ int run_environment_worker(const EnvironmentWorkerOptions& options) {
   py::object dumps = py::module_::import("json").attr("dumps");
   nlohmann::json chat_template;
   std::string line;
-  while (true) {
-    bool more = false;
-    {
-      py::gil_scoped_release idle;
-      more = static_cast<bool>(std::getline(std::cin, line));
-    }
-    if (!more) break;
+  while (read_request(line)) {
     const nlohmann::json request = nlohmann::json::parse(line, nullptr, false);
     const std::string op = request.is_object() ? request.value("op", "") : "";
     if (op == "template") {

@@ -101,13 +101,7 @@ int run_tool_worker(const ToolWorkerOptions& options) {
   py::object call = helpers["tandem_tool_call"];
   py::object dumps = py::module_::import("json").attr("dumps");
   std::string line;
-  while (true) {
-    bool more = false;
-    {
-      py::gil_scoped_release idle;
-      more = static_cast<bool>(std::getline(std::cin, line));
-    }
-    if (!more) break;
+  while (read_request(line)) {
     nlohmann::json request = nlohmann::json::parse(line, nullptr, false);
     if (!request.is_object() || !request.contains("arguments") || !request["arguments"].is_object()) {
       std::fprintf(stderr, "tool-worker: bad request line: %s\n", line.substr(0, 200).c_str());

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 
 namespace py = pybind11;
 
@@ -62,6 +63,11 @@ void send(FILE* out, const nlohmann::json& message) {
 }
 
 // The JSON value as the Python object json.loads would make, built directly.
+bool read_request(std::string& line) {
+  pybind11::gil_scoped_release idle;
+  return static_cast<bool>(std::getline(std::cin, line));
+}
+
 py::object from_json(const nlohmann::json& value) {
   switch (value.type()) {
     case nlohmann::json::value_t::null:

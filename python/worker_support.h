@@ -24,6 +24,9 @@ FILE* claim_stdout();
 void redirect_output(const std::string& path);
 // One protocol line.
 void send(FILE* out, const nlohmann::json& message);
+// The next request line from stdin, waited for with the GIL released (the user's Python
+// threads run meanwhile). False at end of input. Needs the GIL held.
+bool read_request(std::string& line);
 // The JSON value as the Python object json.loads would make, built directly.
 pybind11::object from_json(const nlohmann::json& value);
 std::string type_name(const pybind11::handle& value);

@@ -196,14 +196,7 @@ int run_reward_worker(const RewardWorkerOptions& options) {
   send(out, {{"ready", true}});
 
   std::string line;
-  while (true) {
-    bool more = false;
-    {
-      // The user's Python threads may run while this one waits for a request.
-      py::gil_scoped_release idle;
-      more = static_cast<bool>(std::getline(std::cin, line));
-    }
-    if (!more) break;
+  while (read_request(line)) {
     nlohmann::json request;
     try {
       request = nlohmann::json::parse(line);
