@@ -1,15 +1,18 @@
 // An environment from config (`environment: {python, class}`), as users run it: rows
 // without prompts, reset() making each sample's prompt, step() rewards summed into the
 // reward with `reward: []`, the conversation in samples.jsonl and the learner trained on
-// the prompts reset() made. And what `validate` refuses, exit 2 naming where: a missing
-// class, methods with the wrong signatures, a reset() that raises on the first row (naming
-// the row), a reset() prompt over the limit, a warm-up with an environment.
+// the prompts reset() made; the same in asynchronous RL with partial rollouts, where
+// trajectories continue on newer weights. And what `validate` refuses, exit 2 naming
+// where: a missing class, methods with the wrong signatures, a reset() that raises on the
+// first row (naming the row), a reset() prompt over the limit, a warm-up with an
+// environment.
 #include "core/files.h"
 #include "tests/support/run_tandem.h"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 
 using namespace tandem;
@@ -18,13 +21,17 @@ using namespace tandem::testing;
 namespace {
 
 constexpr const char* kEnvironment = R"PY(
+import time
+
+
 class Countdown:
     """The model must say the row's number; the reward is 1 when the reply has it."""
 
-    def __init__(self, row, prefix="Say"):
+    def __init__(self, row, prefix="Say", delay=0.0):
         self.number = row["number"]  # JSON types kept: an int
         assert isinstance(self.number, int), type(self.number)
         self.prefix = prefix
+        self.delay = delay
         self.turn = 0
 
     def reset(self):
@@ -32,6 +39,7 @@ class Countdown:
 
     def step(self, action):
         self.turn += 1
+        time.sleep(self.delay)
         if str(self.number) in action:
             return "Right.", 1.0, True, {}
         return f"No. {self.prefix} {self.number}.", -0.25, False, {"turn": self.turn}
@@ -84,6 +92,36 @@ std::string write_inputs(const std::string& d) {
   return config;
 }
 
+// Each logged conversation: reset()'s messages first, marked as the prompt's, then the
+// turns; every environment reply repeats the row's number, and the sample's reward is
+// what the replies imply: -0.25 per wrong turn, 1 at the right one.
+void check_samples(const std::string& run_dir, size_t expected) {
+  const std::vector<nlohmann::json> samples = read_json_lines(run_dir + "/samples.jsonl");
+  REQUIRE(samples.size() == expected);
+  for (const nlohmann::json& s : samples) {
+    const nlohmann::json& messages = s.at("messages");
+    REQUIRE(messages.size() >= 3);
+    CHECK(messages[0]["role"] == "system");
+    CHECK(messages[0]["prompt"] == true);
+    CHECK(messages[1]["role"] == "user");
+    CHECK(messages[1]["prompt"] == true);
+    const std::string asked = messages[1]["content"];
+    CHECK(asked.rfind("Say ", 0) == 0);
+    CHECK(messages[2]["role"] == "assistant");
+    double reward = 0;
+    for (size_t m = 2; m < messages.size(); ++m) {
+      if (messages[m]["role"] != "user") continue;
+      CHECK(messages[m]["content"] == "No. " + asked);
+      reward -= 0.25;
+    }
+    const std::string stop = s.at("stop_reason");
+    REQUIRE((stop == "env_done" || stop == "max_turns"));
+    if (stop == "env_done") reward += 1.0;
+    if (stop == "max_turns") reward -= 0.25;  // the last action was stepped too
+    CHECK(s.at("reward").get<double>() == doctest::Approx(reward));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("an environment from config: reset() makes the prompts, step() rewards are the reward") {
@@ -105,33 +143,29 @@ TEST_CASE("an environment from config: reset() makes the prompts, step() rewards
     // turns of 4 tokens and the replies).
     CHECK(row.at("multi_turn/stop/env_done").get<double>() + row.at("multi_turn/stop/max_turns").get<double>() == 8);
   }
-  const std::vector<nlohmann::json> samples = read_json_lines(run_dir + "/samples.jsonl");
-  REQUIRE(samples.size() == 16);
-  for (const nlohmann::json& s : samples) {
-    const nlohmann::json& messages = s.at("messages");
-    REQUIRE(messages.size() >= 3);
-    // reset()'s messages first, marked as the prompt's, then the turns.
-    CHECK(messages[0]["role"] == "system");
-    CHECK(messages[0]["prompt"] == true);
-    CHECK(messages[1]["role"] == "user");
-    CHECK(messages[1]["prompt"] == true);
-    const std::string asked = messages[1]["content"];
-    CHECK(asked.rfind("Say ", 0) == 0);
-    CHECK(messages[2]["role"] == "assistant");
-    // Every environment reply repeats the row's number (or says it is right), and the
-    // sample's reward is what the replies imply: -0.25 per wrong turn, 1 at the right one.
-    double reward = 0;
-    for (size_t m = 2; m < messages.size(); ++m) {
-      if (messages[m]["role"] != "user") continue;
-      CHECK(messages[m]["content"] == "No. " + asked);
-      reward -= 0.25;
-    }
-    const std::string stop = s.at("stop_reason");
-    REQUIRE((stop == "env_done" || stop == "max_turns"));
-    if (stop == "env_done") reward += 1.0;
-    if (stop == "max_turns") reward -= 0.25;  // the last action was stepped too
-    CHECK(s.at("reward").get<double>() == doctest::Approx(reward));
+  check_samples(run_dir, 16);
+}
+
+TEST_CASE("an environment in asynchronous RL with partial rollouts: trajectories span weight versions") {
+  TempDir dir;
+  const std::string d = dir.path();
+  const std::string config = write_inputs(d);
+  const std::string run_dir = d + "/run";
+  // Slow steps keep the rollout of step k+1 running while step k trains and syncs.
+  const ExitStatus status =
+      run_tandem({"run", config, "--run-dir", run_dir, "--set", "placement=disaggregated", "--set",
+                  "algorithm.async.max_staleness=1", "--set", "algorithm.async.partial_rollouts=true", "--set",
+                  "environment.kwargs={prefix: Say, delay: 0.3}", "--set", "experiment.steps=4"},
+                 d + "/run.out", 300);
+  INFO(read_text(d + "/run.out"));
+  REQUIRE(status.success());
+  double partial = 0;
+  for (const nlohmann::json& row : read_json_lines(run_dir + "/metrics.jsonl")) {
+    partial = std::max(partial, row.at("async/partial_share").get<double>());
+    CHECK(row.at("reward/mean").get<double>() == doctest::Approx(row.at("multi_turn/env_reward_mean").get<double>()));
   }
+  CHECK(partial > 0);  // some trajectories continued on newer weights
+  check_samples(run_dir, 32);
 }
 
 TEST_CASE("environment configs are refused before anything starts, naming where") {
