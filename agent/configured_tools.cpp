@@ -1,6 +1,7 @@
 #include "agent/configured_tools.h"
 
 #include "agent/http_tool.h"
+#include "agent/plugin_agents.h"
 #include "agent/python_environment.h"
 #include "agent/python_sandbox_tool.h"
 #include "agent/python_tool.h"
@@ -32,6 +33,7 @@ std::shared_ptr<Tool> make_configured_tool(const Config& config, size_t index) {
     o.search_path = config.python.path;
     return make_python_function_tool(o);
   }
+  if (!t.plugin.empty()) return make_plugin_tool(t.name);  // the library was loaded with the config's plugins
   if (t.builtin == "python") {
     PythonToolOptions o;
     o.limits.wall_s = t.timeout_s;
@@ -50,6 +52,7 @@ std::shared_ptr<Tool> make_configured_tool(const Config& config, size_t index) {
 
 std::unique_ptr<EnvironmentPool> make_configured_environment(const Config& config, const nlohmann::json& chat_template) {
   const EnvironmentConfig& e = config.environment;
+  if (!e.plugin.empty()) return make_plugin_environment_pool(e.name, nlohmann::json::parse(e.kwargs), chat_template);
   PythonEnvironmentOptions o;
   o.file = e.python;
   o.class_name = e.class_name;

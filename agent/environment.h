@@ -13,17 +13,13 @@
 #include "agent/tool.h"
 
 #include <nlohmann/json.hpp>
+#include <tandem/agent.h>  // EnvironmentMessage, and C++ plugins' environments
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace tandem {
-
-struct EnvironmentMessage {
-  std::string role = "user";
-  std::string content;
-};
 
 struct EnvironmentStart {
   uint64_t id = 0;                           // the instance, for step() and close()

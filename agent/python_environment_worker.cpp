@@ -115,22 +115,10 @@ class TandemEnvHost:
 // The prompt for `before` + `messages`, or why not.
 nlohmann::json render_prompt(const nlohmann::json& chat_template, const nlohmann::json& before,
                              const nlohmann::json& messages) {
-  if (!chat_template.is_object() || !chat_template.contains("source")) {
-    return {{"error", "no chat template was given to render the prompt"}};
-  }
-  JinjaInputs inputs;
-  inputs.messages = nlohmann::ordered_json::array();
-  for (const nlohmann::json& m : before) inputs.messages.push_back(nlohmann::ordered_json::parse(m.dump()));
-  for (const nlohmann::json& m : messages) inputs.messages.push_back(nlohmann::ordered_json::parse(m.dump()));
-  inputs.add_generation_prompt = true;
-  for (const auto& [name, token] : chat_template.value("special_tokens", nlohmann::json::object()).items()) {
-    if (token.is_string()) inputs.special_tokens[name] = token.get<std::string>();
-  }
-  for (const auto& [name, value] : chat_template.value("variables", nlohmann::json::object()).items()) {
-    inputs.extra[name] = value;
-  }
+  nlohmann::json all = before.is_array() ? before : nlohmann::json::array();
+  for (const nlohmann::json& m : messages) all.push_back(m);
   try {
-    return {{"messages", messages}, {"prompt", render_chat_template(chat_template["source"].get<std::string>(), inputs)}};
+    return {{"messages", messages}, {"prompt", render_environment_prompt(chat_template, all)}};
   } catch (const std::exception& e) {
     return {{"error", fmt::format("rendering reset()'s messages with the chat template failed: {}", e.what())}};
   }

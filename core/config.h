@@ -130,10 +130,12 @@ struct RolloutConfig {
 
 // An environment that replies to the policy's turns (multi-turn rollouts): a Python class
 // with __init__(self, row, **kwargs), reset(self) and step(self, action), one instance per
-// trajectory (docs/agents.md). Off while `python` is empty.
+// trajectory (docs/agents.md), or a C++ plugin's. Off while `python` and `plugin` are empty.
 struct EnvironmentConfig {
   std::string python;      // the .py file
   std::string class_name;  // key `class`: the class in it
+  std::string plugin;      // or a C++ plugin library (include/tandem/agent.h) ...
+  std::string name;        // ... and the environment it registered
   std::string kwargs = "{}";  // JSON object: more keyword arguments of __init__
   double timeout_s = 10.0;    // one reset() or step()'s deadline
   int64_t workers = 0;        // environment processes per rollout worker; 0: tool_concurrency, at most 4
@@ -145,6 +147,7 @@ struct ToolConfig {
   std::string function;  // python: the function's name (also the tool's name)
   std::string builtin;   // "python": the model's code, run in a fresh sandbox per call
   std::string http;      // a URL: each call POSTed there as {"name", "arguments"}
+  std::string plugin;    // a C++ plugin library whose tool `name` is it (include/tandem/agent.h)
   std::string name;      // the name the model calls; default: the function's, "python", or required for http
   std::string schema = "{}";  // JSON object: the tool's parameters schema; {}: from the function's signature and docstring
   std::string description;    // http, builtin: what the tool does, for the chat template's tool list
@@ -313,8 +316,9 @@ struct Config {
   LauncherConfig launcher;
   LoggingConfig logging;
 
+  bool has_environment() const { return !environment.python.empty() || !environment.plugin.empty(); }
   // Rollouts run as multi-turn trajectories: the config lists tools or an environment.
-  bool multi_turn() const { return !tools.empty() || !environment.python.empty(); }
+  bool multi_turn() const { return !tools.empty() || has_environment(); }
 };
 
 // A loaded config plus where each key came from, for messages about it later.

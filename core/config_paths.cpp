@@ -15,7 +15,11 @@ std::string* path_value(Config& c, const std::string& key) {
   if (key == "algorithm.plugin") return &c.algorithm.plugin;
   if (key == "data.chat_template") return &c.data.chat_template;
   if (key == "environment.python") return &c.environment.python;
-  if (key.rfind("tools.", 0) == 0) return &c.tools.at(std::stoul(key.substr(6))).python;
+  if (key == "environment.plugin") return &c.environment.plugin;
+  if (key.rfind("tools.", 0) == 0) {
+    ToolConfig& tool = c.tools.at(std::stoul(key.substr(6)));
+    return key.size() > 7 && key.compare(key.size() - 7, 7, ".plugin") == 0 ? &tool.plugin : &tool.python;
+  }
   const std::string prefix = "reward.";
   if (key.rfind(prefix, 0) == 0) {
     RewardConfig& reward = c.reward.at(std::stoul(key.substr(prefix.size())));
@@ -33,8 +37,12 @@ std::vector<std::string> config_path_keys(const Config& config) {
     keys.push_back("reward." + std::to_string(i) + ".plugin");
     keys.push_back("reward." + std::to_string(i) + ".python");
   }
-  for (size_t i = 0; i < config.tools.size(); ++i) keys.push_back("tools." + std::to_string(i) + ".python");
+  for (size_t i = 0; i < config.tools.size(); ++i) {
+    keys.push_back("tools." + std::to_string(i) + ".python");
+    keys.push_back("tools." + std::to_string(i) + ".plugin");
+  }
   keys.push_back("environment.python");
+  keys.push_back("environment.plugin");
   return keys;
 }
 

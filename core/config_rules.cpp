@@ -97,7 +97,7 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
             fmt::format("must exceed launcher.heartbeat_interval_s ({} <= {})", c.launcher.heartbeat_timeout_s,
                         c.launcher.heartbeat_interval_s));
   }
-  if (c.reward.empty() && c.environment.python.empty()) {
+  if (c.reward.empty() && !c.has_environment()) {
     problem("reward", "at least one reward function is needed (or an environment whose step() gives rewards)");
   }
   for (size_t i = 0; i < c.reward.size(); ++i) {
@@ -142,12 +142,14 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
   for (size_t i = 0; i < c.tools.size(); ++i) {
     const ToolConfig& t = c.tools[i];
     const std::string key = "tools." + std::to_string(i);
-    const int kinds = !t.python.empty() + !t.builtin.empty() + !t.http.empty();
+    const int kinds = !t.python.empty() + !t.builtin.empty() + !t.http.empty() + !t.plugin.empty();
     if (kinds != 1) {
-      problem_at({key + ".python", key + ".builtin", key + ".http"},
-                 "a tool is one of: a Python function (python: FILE.py, function: NAME), builtin: python, http: URL");
+      problem_at({key + ".python", key + ".builtin", key + ".http", key + ".plugin"},
+                 "a tool is one of: a Python function (python: FILE.py, function: NAME), builtin: python, http: URL, "
+                 "a C++ plugin's (plugin: LIB.so, name: NAME)");
       continue;
     }
+    if (!t.plugin.empty() && t.name.empty()) problem(key + ".name", "missing (the tool the plugin " + t.plugin + " registered)");
     if (!t.python.empty() && t.function.empty()) problem(key + ".function", "missing (the function in " + t.python + ")");
     if (t.python.empty() && !t.function.empty()) problem(key + ".function", "only python tools read function");
     if (!t.builtin.empty() && t.builtin != "python") {
@@ -167,11 +169,17 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
       }
     }
   }
+  if (!c.environment.python.empty() && !c.environment.plugin.empty()) {
+    problem_at({"environment.python", "environment.plugin"}, "an environment is a Python class or a C++ plugin's, not both");
+  }
+  if (!c.environment.plugin.empty() && c.environment.name.empty()) {
+    problem("environment.name", "missing (the environment the plugin " + c.environment.plugin + " registered)");
+  }
   if (!c.environment.python.empty() && c.environment.class_name.empty()) {
     problem("environment.class", "missing (the class in " + c.environment.python + ")");
   }
-  if (!c.environment.python.empty() && c.sft.steps > 0) {
-    problem_at({"sft.steps", "environment.python"},
+  if (c.has_environment() && c.sft.steps > 0) {
+    problem_at({"sft.steps", !c.environment.python.empty() ? "environment.python" : "environment.plugin"},
                "the supervised warm-up trains on prompts the dataset gives, and with an environment reset() makes "
                "them; warm the model up in a run of its own (tandem run with sft.steps and no environment)");
   }

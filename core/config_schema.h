@@ -147,6 +147,8 @@ template <class V> void describe(V& v, ToolConfig& c) {
   v.field("function", c.function, text(), "python: the function");
   v.field("builtin", c.builtin, text(), "python: runs the model's code ({\"code\": ...}) in a fresh sandbox per call");
   v.field("http", c.http, text(), "a URL: each call is POSTed as {\"name\", \"arguments\"}, answered by {\"output\": TEXT}");
+  v.field("plugin", c.plugin, text(),
+          "a C++ plugin library (relative to the config file's directory) that registered the tool `name`");
   v.field("name", c.name, text(), "the name the model calls; default: the function's name, or python (builtin)");
   v.field("schema", c.schema, mapping(),
           "the parameters' JSON schema; {}: from the function's signature and docstring (python tools)");
@@ -163,7 +165,10 @@ template <class V> void describe(V& v, EnvironmentConfig& c) {
   v.field("class", c.class_name, text(),
           "the class: __init__(self, row, **kwargs), reset(self) -> the first user message(s), "
           "step(self, action) -> (observation, reward, done, info)");
-  v.field("kwargs", c.kwargs, mapping(), "more keyword arguments for __init__");
+  v.field("plugin", c.plugin, text(),
+          "or a C++ plugin library (relative to the config file's directory) that registered the environment `name`");
+  v.field("name", c.name, text(), "plugin: the environment's registered name");
+  v.field("kwargs", c.kwargs, mapping(), "more keyword arguments for __init__ (plugin: the factory's kwargs_json)");
   v.field("timeout_s", c.timeout_s, positive(), "one reset() or step()'s deadline; past it the trajectory ends (tool_timeout)");
   v.field("workers", c.workers, at_least(0),
           "environment processes per rollout worker; 0: rollout.multi_turn.tool_concurrency, at most 4");

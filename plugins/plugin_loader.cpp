@@ -1,5 +1,6 @@
 #include "plugins/plugin_loader.h"
 
+#include "agent/plugin_agents.h"
 #include "core/error.h"
 #include "learner/objective_registry.h"
 #include "rewards/registry.h"
@@ -29,6 +30,12 @@ class ForwardingRegistry final : public PluginRegistry {
   }
   void add_policy_loss(const std::string& name, PolicyLossFn fn) override {
     guarded([&] { register_policy_loss(name, std::move(fn)); });
+  }
+  void add_tool(const std::string& name, PluginTool tool) override {
+    guarded([&] { register_plugin_tool(name, std::move(tool)); });
+  }
+  void add_environment(const std::string& name, EnvironmentFactory factory) override {
+    guarded([&] { register_plugin_environment(name, std::move(factory)); });
   }
 
  private:
@@ -108,6 +115,15 @@ void load_config_plugins(const Config& config, const std::function<std::string(c
     if (!config.reward[i].plugin.empty()) {
       named(fmt::format("reward.{}.plugin", i), [&] { load_plugin(config.reward[i].plugin); });
     }
+  }
+  for (size_t i = 0; i < config.tools.size(); ++i) {
+    if (config.tools[i].plugin.empty()) continue;
+    named(fmt::format("tools.{}.plugin", i), [&] { load_plugin(config.tools[i].plugin); });
+    named(fmt::format("tools.{}.name", i), [&] { make_plugin_tool(config.tools[i].name); });
+  }
+  if (!config.environment.plugin.empty()) {
+    named("environment.plugin", [&] { load_plugin(config.environment.plugin); });
+    named("environment.name", [&] { check_plugin_environment(config.environment.name); });
   }
   named("algorithm.advantage", [&] { find_advantage_estimator(config.algorithm.advantage); });
   named("algorithm.policy_loss", [&] { find_policy_loss(config.algorithm.policy_loss); });

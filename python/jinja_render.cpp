@@ -95,4 +95,21 @@ std::string render_chat_template(const std::string& source, const JinjaInputs& i
   }
 }
 
+std::string render_environment_prompt(const nlohmann::json& chat_template, const nlohmann::json& messages) {
+  if (!chat_template.is_object() || !chat_template.contains("source") || !chat_template["source"].is_string()) {
+    throw Error("no chat template was given to render the prompt");
+  }
+  JinjaInputs inputs;
+  inputs.messages = nlohmann::ordered_json::parse(messages.dump());
+  inputs.add_generation_prompt = true;
+  // Named copies: a range-for over .items() of a temporary would read freed memory.
+  const nlohmann::json special_tokens = chat_template.value("special_tokens", nlohmann::json::object());
+  const nlohmann::json variables = chat_template.value("variables", nlohmann::json::object());
+  for (const auto& [name, token] : special_tokens.items()) {
+    if (token.is_string()) inputs.special_tokens[name] = token.get<std::string>();
+  }
+  for (const auto& [name, value] : variables.items()) inputs.extra[name] = nlohmann::ordered_json::parse(value.dump());
+  return render_chat_template(chat_template["source"].get<std::string>(), inputs);
+}
+
 }  // namespace tandem::python

@@ -24,4 +24,9 @@ struct JinjaInputs {
 // and line.
 std::string render_chat_template(const std::string& source, const JinjaInputs& inputs);
 
+// An environment's prompt: `messages` through the template given as JSON {"source",
+// "special_tokens": {...}, "variables": {...}} (RunInputs::environment_template), ending
+// with the assistant's header. Errors as above.
+std::string render_environment_prompt(const nlohmann::json& chat_template, const nlohmann::json& messages);
+
 }  // namespace tandem::python

@@ -19,7 +19,7 @@ RolloutMultiTurn::RolloutMultiTurn(const Config& config, const std::string& mode
   std::vector<std::shared_ptr<Tool>> tools = make_configured_tools(config);
   double longest = 0;
   for (const ToolConfig& t : config.tools) longest = std::max(longest, t.timeout_s);
-  if (!config.environment.python.empty()) {
+  if (config.has_environment()) {
     environment_ = make_configured_environment(config, nlohmann::json::parse(environment_template, nullptr, false));
     longest = std::max(longest, config.environment.timeout_s);
   }

@@ -41,6 +41,7 @@ struct RolloutState {
   KeptEndpoint<WeightReceiver> receiver{make_weight_receiver};
   RolloutConfig rollout;
   std::unique_ptr<RolloutMultiTurn> multi_turn;  // the config lists tools or an environment
+  std::function<void(const Config&)> prepare;     // rollout_command_handler's
 
   RolloutEngine& require_engine(const std::string& command) {
     if (!engine) throw Error(fmt::format("{}: send rollout_init first", command));
@@ -50,6 +51,7 @@ struct RolloutState {
   CommandResult init(const CommandMsg& command, const std::vector<std::string>&) {
     const Body<wire::RolloutInit> body(command.body, command.name);
     const Config config = load_config_text(to_string(body->getConfig()), "rollout_init config").config;
+    if (prepare) prepare(config);
     const std::string model_dir = resolve_model_path(to_string(body->getModel()));
     ModelConfig model = read_model_config(model_dir + "/config.json");
     // The tokenizer's size when the checkpoint pads its vocabulary (model_config.h).
@@ -255,8 +257,9 @@ const std::map<std::string, RolloutMethod>& rollout_commands() {
 
 }  // namespace
 
-CommandHandler rollout_command_handler() {
+CommandHandler rollout_command_handler(std::function<void(const Config&)> prepare) {
   auto state = std::make_shared<RolloutState>();
+  state->prepare = std::move(prepare);
   return [state](const CommandMsg& command, const std::vector<std::string>& attachments) -> CommandResult {
     const auto found = rollout_commands().find(command.name);
     if (found == rollout_commands().end()) throw unknown_command("rollout", command.name, rollout_commands());

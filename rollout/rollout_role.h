@@ -6,12 +6,17 @@
 
 #include "core/worker_runtime.h"
 
+#include "core/config.h"
+
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace tandem {
 
-CommandHandler rollout_command_handler();
+// `prepare` runs at rollout_init with the run's config, before anything is built (the
+// worker loads the config's plugins there: their tools and environments).
+CommandHandler rollout_command_handler(std::function<void(const Config&)> prepare = {});
 
 // The names of the commands rollout_command_handler serves (its table's keys): a colocated
 // worker routes by them.

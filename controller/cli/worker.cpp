@@ -1,3 +1,4 @@
+#include "agent/plugin_agents.h"
 #include "controller/cli/cli.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -6,6 +7,7 @@
 #include "core/worker_runtime.h"
 #include "learner/learner_role.h"
 #include "plugins/plugin_loader.h"
+#include "python/jinja_render.h"
 #include "rollout/rollout_role.h"
 
 #include <unistd.h>
@@ -64,15 +66,18 @@ CommandHandler traced(CommandHandler handler, const std::string& worker) {
 
 int cli_worker(const WorkerArgs& args) {
   CommandHandler handler;
+  // Plugins' environments render their prompts with the chat template in this process.
+  set_chat_template_renderer(python::render_environment_prompt);
+  const auto load_plugins = [](const Config& config) { load_config_plugins(config, "rollout_init config"); };
   if (args.role == "rollout") {
-    handler = rollout_command_handler();
+    handler = rollout_command_handler(load_plugins);
   } else if (args.role == "learner") {
     handler = learner_command_handler(
         [](const Config& config) { load_config_plugins(config, "learner_init config"); });
   } else if (args.role == "colocated") {
     // One process, both roles (placement: colocated): each command goes to the role whose
     // table serves it.
-    const CommandHandler rollout = rollout_command_handler();
+    const CommandHandler rollout = rollout_command_handler(load_plugins);
     const CommandHandler learner = learner_command_handler(
         [](const Config& config) { load_config_plugins(config, "learner_init config"); });
     std::map<std::string, CommandHandler> routes;

@@ -81,7 +81,7 @@ MetricRow multi_turn_metrics(const Config& c, const std::vector<Sample>& samples
                    {"multi_turn/tool_seconds_mean", calls > 0 ? tool_seconds / calls : 0.0},
                    {"multi_turn/policy_tokens_mean", policy_tokens / n}};
   for (const auto& [reason, count] : stops) row.emplace_back("multi_turn/stop/" + reason, count);
-  if (!c.environment.python.empty()) {
+  if (c.has_environment()) {
     row.emplace_back("multi_turn/env_reward_mean", environment_reward / n);
     row.emplace_back("multi_turn/env_steps_mean", environment_steps / n);
   }

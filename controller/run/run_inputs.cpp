@@ -139,7 +139,7 @@ PromptSet load_prompts(const LoadedConfig& loaded, const std::string& key, const
   Dataset all;
   try {
     all = load_dataset(spec, DatasetKeys{c.data.prompt_key, c.data.answer_key, c.sft.response_key,
-                                         !c.environment.python.empty()});
+                                         c.has_environment()});
   } catch (const Error& e) {
     std::string what = e.what();
     for (const char* data_key : {"data.prompt_key", "data.answer_key"}) {
@@ -151,7 +151,7 @@ PromptSet load_prompts(const LoadedConfig& loaded, const std::string& key, const
     if (what.rfind("data.train:", 0) == 0) what = key + what.substr(std::string("data.train").size());
     throw UsageError(what.rfind(key + ":", 0) == 0 ? fmt::format("{}: {}", loaded.origin_of(key), what) : what);
   }
-  if (!c.environment.python.empty()) return environment_prompts(c, std::move(all), in, training);
+  if (c.has_environment()) return environment_prompts(c, std::move(all), in, training);
   try {
     render_chat_prompts(all, c.data, in.chat_template, in.tool_schemas);
   } catch (const Error& e) {
@@ -249,7 +249,7 @@ RunInputs load_run_inputs(const LoadedConfig& loaded) {
   load_model(loaded, in);
   if (loaded.config.multi_turn()) load_tools(loaded, in);  // before the data: prompts show the tools
   load_data(loaded, in);
-  if (!loaded.config.environment.python.empty()) check_environment(loaded, in);
+  if (loaded.config.has_environment()) check_environment(loaded, in);
   return in;
 }
 

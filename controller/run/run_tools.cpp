@@ -3,6 +3,7 @@
 
 #include "agent/chat_turn_template.h"
 #include "agent/configured_tools.h"
+#include "agent/plugin_agents.h"
 #include "agent/tool_call_parser.h"
 #include "core/config_error.h"
 #include "python/jinja_render.h"
@@ -18,7 +19,7 @@ namespace {
 // The key a tool entry's kind sits at (its python, builtin or http), for messages.
 std::string tool_key(const ToolConfig& t, size_t index) {
   const std::string base = "tools." + std::to_string(index);
-  return base + (!t.python.empty() ? ".python" : !t.builtin.empty() ? ".builtin" : ".http");
+  return base + (!t.python.empty() ? ".python" : !t.builtin.empty() ? ".builtin" : !t.plugin.empty() ? ".plugin" : ".http");
 }
 
 }  // namespace
@@ -28,6 +29,7 @@ void load_tools(const LoadedConfig& loaded, RunInputs& in) {
   auto fail = [&](const std::string& key, const std::string& message) {
     throw UsageError(fmt::format("{}: {}: {}", loaded.origin_of(key), key, message));
   };
+  set_chat_template_renderer(python::render_environment_prompt);  // plugins' environments' prompts
   if (!in.chat_template) {
     fail("tools", "multi-turn rollouts render tool results with the chat template, and there is none (data.chat_template "
                   "is none, or the model's tokenizer_config.json has no chat_template)");
@@ -87,7 +89,7 @@ void load_tools(const LoadedConfig& loaded, RunInputs& in) {
   } catch (const Error& e) {
     fail("data.chat_template", e.what());
   }
-  if (!c.environment.python.empty()) {
+  if (c.has_environment()) {
     nlohmann::json variables = nlohmann::json::object();
     if (!in.tool_schemas.empty()) variables["tools"] = in.tool_schemas;
     in.environment_template =
@@ -103,7 +105,8 @@ void check_environment(const LoadedConfig& loaded, const RunInputs& in) {
   try {
     pool = make_configured_environment(one, nlohmann::json::parse(in.environment_template));
   } catch (const Error& e) {
-    throw UsageError(fmt::format("{}: environment.python: {}", loaded.origin_of("environment.python"), e.what()));
+    const std::string key = !c.environment.python.empty() ? "environment.python" : "environment.name";
+    throw UsageError(fmt::format("{}: {}: {}", loaded.origin_of(key), key, e.what()));
   }
   // The first row's instance: reset() runs and its prompt fits.
   const nlohmann::json row = nlohmann::json::parse(in.environment_rows.at(0));
@@ -112,7 +115,8 @@ void check_environment(const LoadedConfig& loaded, const RunInputs& in) {
   try {
     start = pool->start(row["row"], row["before"]);
   } catch (const Error& e) {
-    throw UsageError(fmt::format("{}: the environment ({}) could not start on it: {}", where, c.environment.python, e.what()));
+    throw UsageError(fmt::format("{}: the environment ({}) could not start on it: {}", where,
+                                 !c.environment.python.empty() ? c.environment.python : c.environment.name, e.what()));
   }
   pool->close(start.id);
   const int64_t length = static_cast<int64_t>(in.tokenizer->encode(start.prompt).size());

@@ -1,5 +1,5 @@
-// Public plugin API: how a shared library adds reward functions, advantage estimators
-// and policy losses to tandem. This folder holds the only headers a plugin compiles
+// Public plugin API: how a shared library adds reward functions, advantage estimators,
+// policy losses, tools and environments to tandem. This folder holds the only headers a plugin compiles
 // against (plus libtorch's, for the objectives' tensors).
 //
 //   #include <tandem/plugin.h>
@@ -17,6 +17,7 @@
 // (a built-in's included) is an error naming the plugin.
 #pragma once
 
+#include "agent.h"
 #include "objectives.h"
 #include "reward.h"
 
@@ -25,7 +26,7 @@
 #include <string>
 
 // Bumped whenever a type in this folder changes in a way that breaks built plugins.
-#define TANDEM_PLUGIN_API_VERSION 1
+#define TANDEM_PLUGIN_API_VERSION 2
 
 namespace tandem {
 
@@ -34,6 +35,9 @@ class PluginRegistry {
   virtual void add_reward(const std::string& name, RewardFn fn) = 0;
   virtual void add_advantage_estimator(const std::string& name, AdvantageEstimatorFn fn) = 0;
   virtual void add_policy_loss(const std::string& name, PolicyLossFn fn) = 0;
+  // Multi-turn (include/tandem/agent.h): a tool the policy may call, an environment.
+  virtual void add_tool(const std::string& name, PluginTool tool) = 0;
+  virtual void add_environment(const std::string& name, EnvironmentFactory factory) = 0;
 
  protected:
   ~PluginRegistry() = default;

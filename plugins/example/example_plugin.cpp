@@ -1,16 +1,21 @@
-// An example tandem plugin: one reward function, one advantage estimator and one policy
-// loss, registered under names a config can use:
+// An example tandem plugin: one reward function, one advantage estimator, one policy
+// loss, one tool and one environment, registered under names a config can use:
 //
 //   algorithm: {plugin: build/plugins/example/libtandem_example_plugin.so,
 //               advantage: group_median, policy_loss: vanilla_pg}
 //   reward: [{plugin: build/plugins/example/libtandem_example_plugin.so, name: exact_answer}]
+//   tools: [{plugin: build/plugins/example/libtandem_example_plugin.so, name: count_letters}]
+//   environment: {plugin: build/plugins/example/libtandem_example_plugin.so, name: say_number}
 #include <tandem/plugin.h>
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <memory>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace {
@@ -61,7 +66,47 @@ tandem::PolicyLossResult vanilla_pg(const tandem::PolicyLossInputs& in, const ta
   return out;
 }
 
+// The integer after `"key":` in a JSON object's text (a plugin gets rows and arguments as
+// JSON text; a real one would use a JSON library).
+long json_integer(const std::string& json, const std::string& key) {
+  const size_t at = json.find("\"" + key + "\":");
+  if (at == std::string::npos) throw std::runtime_error("no integer \"" + key + "\" in " + json);
+  return std::stol(json.substr(at + key.size() + 3));
+}
+
+// A tool: how many letters a word has ({"word": "..."}).
+std::string count_letters(const std::string& arguments_json) {
+  const size_t at = arguments_json.find("\"word\":");
+  if (at == std::string::npos) throw std::runtime_error("give {\"word\": TEXT}");
+  const size_t open = arguments_json.find('"', at + 7), close = arguments_json.find('"', open + 1);
+  if (open == std::string::npos || close == std::string::npos) throw std::runtime_error("give {\"word\": TEXT}");
+  return std::to_string(close - open - 1);
+}
+
+// An environment: the model must say the row's `number`; -0.25 for each wrong turn, 1 for
+// the right one.
+class SayNumber : public tandem::Environment {
+ public:
+  explicit SayNumber(long number) : number_(std::to_string(number)) {}
+  std::vector<tandem::EnvironmentMessage> reset() override {
+    return {{"system", "Be brief."}, {"user", "Say " + number_ + "."}};
+  }
+  tandem::EnvironmentStepResult step(const std::string& action) override {
+    if (action.find(number_) != std::string::npos) return {{{"user", "Right."}}, 1.0, true};
+    return {{{"user", "No. Say " + number_ + "."}}, -0.25, false};
+  }
+
+ private:
+  std::string number_;
+};
+
 void register_all(tandem::PluginRegistry& registry) {
+  registry.add_tool("count_letters", {"Counts the letters of a word.",
+                                      R"({"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]})",
+                                      count_letters});
+  registry.add_environment("say_number", [](const std::string& row_json, const std::string&) {
+    return std::make_unique<SayNumber>(json_integer(row_json, "number"));
+  });
   registry.add_reward("exact_answer", exact_answer);
   registry.add_advantage_estimator("group_median", group_median);
   registry.add_policy_loss("vanilla_pg", vanilla_pg);

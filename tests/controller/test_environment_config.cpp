@@ -5,7 +5,7 @@
 // trajectories continue on newer weights. And what `validate` refuses, exit 2 naming
 // where: a missing class, methods with the wrong signatures, a reset() that raises on the
 // first row (naming the row), a reset() prompt over the limit, a warm-up with an
-// environment.
+// environment. A C++ plugin's environment (the example plugin's) runs the same way.
 #include "core/files.h"
 #include "tests/support/run_tandem.h"
 
@@ -166,6 +166,36 @@ TEST_CASE("an environment in asynchronous RL with partial rollouts: trajectories
   }
   CHECK(partial > 0);  // some trajectories continued on newer weights
   check_samples(run_dir, 32);
+}
+
+// The example plugin's say_number is Countdown in C++ (plugins/example/example_plugin.cpp).
+std::vector<std::string> plugin_environment(const std::string& name = "say_number") {
+  return {"--set", "environment.python=\"\"", "--set", "environment.class=\"\"", "--set",
+          "environment.plugin=" + std::string(EXAMPLE_PLUGIN), "--set", "environment.name=" + name, "--set",
+          "environment.kwargs={}"};
+}
+
+TEST_CASE("a C++ plugin's environment runs like a Python one") {
+  TempDir dir;
+  const std::string d = dir.path();
+  const std::string config = write_inputs(d);
+  const std::string run_dir = d + "/run";
+  std::vector<std::string> args = {"run", config, "--run-dir", run_dir};
+  for (const std::string& a : plugin_environment()) args.push_back(a);
+  const ExitStatus status = run_tandem(args, d + "/run.out", 300);
+  INFO(read_text(d + "/run.out"));
+  REQUIRE(status.success());
+  for (const nlohmann::json& row : read_json_lines(run_dir + "/metrics.jsonl")) {
+    CHECK(row.at("reward/mean").get<double>() == doctest::Approx(row.at("multi_turn/env_reward_mean").get<double>()));
+    CHECK(row.at("multi_turn/env_steps_mean").get<double>() >= 1.0);
+  }
+  check_samples(run_dir, 16);
+
+  std::vector<std::string> missing = {"validate", config};
+  for (const std::string& a : plugin_environment("say_word")) missing.push_back(a);
+  CHECK(run_tandem(missing, d + "/missing.out", 120).exit_code == 2);
+  CHECK(read_text(d + "/missing.out").find("environment.name: no plugin registered an environment \"say_word\"") !=
+        std::string::npos);
 }
 
 TEST_CASE("environment configs are refused before anything starts, naming where") {

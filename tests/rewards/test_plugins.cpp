@@ -1,6 +1,7 @@
 // Plugins (include/tandem/plugin.h): the example plugin loads and its objectives and
 // reward compute what they say (float64 references); broken libraries are clear errors
 // naming the library; configs name plugin objectives.
+#include "agent/plugin_agents.h"
 #include "core/config.h"
 #include "core/config_error.h"
 #include "core/error.h"
@@ -12,6 +13,7 @@
 
 #include <ATen/ATen.h>
 #include <doctest/doctest.h>
+#include <tandem/plugin.h>
 
 #include <algorithm>
 #include <cmath>
@@ -120,10 +122,51 @@ TEST_CASE("exact_answer scores the trimmed response against the row's answer") {
   CHECK_THROWS_WITH(reward({prompt, right, ids, no_answer}), doctest::Contains("no \"answer\" field"));
 }
 
+TEST_CASE("a plugin's tool and environment: schema, calls, errors the model reads, instances") {
+  load_plugin(kExample);
+  std::shared_ptr<Tool> tool = make_plugin_tool("count_letters");
+  CHECK(tool->schema()["function"]["name"] == "count_letters");
+  CHECK(tool->schema()["function"]["parameters"]["required"][0] == "word");
+  const ToolResult counted = tool->call({{"word", "hello"}});
+  CHECK(counted.observation == "5");
+  CHECK_FALSE(counted.error);
+  const ToolResult wrong = tool->call({{"text", "hello"}});  // the plugin throws: the model reads it
+  CHECK(wrong.error);
+  CHECK(wrong.observation == "Error: give {\"word\": TEXT}");
+  CHECK_THROWS_WITH_AS(make_plugin_tool("count_words"),
+                       doctest::Contains("no plugin registered a tool \"count_words\" (plugins' tools: count_letters"),
+                       Error);
+
+  set_chat_template_renderer([](const nlohmann::json&, const nlohmann::json& messages) {
+    std::string text;
+    for (const nlohmann::json& m : messages) text += m["role"].get<std::string>() + ":" + m["content"].get<std::string>() + "|";
+    return text;
+  });
+  std::unique_ptr<EnvironmentPool> pool = make_plugin_environment_pool("say_number", nlohmann::json::object(), {});
+  const EnvironmentStart a = pool->start({{"number", 12}}, nlohmann::json::array({{{"role", "system"}, {"content", "Hi."}}}));
+  const EnvironmentStart b = pool->start({{"number", 7}}, nlohmann::json::array());
+  CHECK(a.prompt == "system:Hi.|system:Be brief.|user:Say 12.|");
+  CHECK(b.prompt == "system:Be brief.|user:Say 7.|");
+  EnvironmentStep s = pool->step(a.id, "7");
+  CHECK_FALSE(s.done);
+  CHECK(s.reward == -0.25);
+  CHECK(s.messages.at(0).content == "No. Say 12.");
+  s = pool->step(b.id, "7");
+  CHECK(s.done);
+  CHECK(s.reward == 1.0);
+  pool->close(a.id);
+  CHECK_THROWS_AS(pool->step(a.id, "12"), ToolUnavailable);
+  CHECK_THROWS_WITH_AS(pool->start({{"other", 1}}, nlohmann::json::array()),
+                       doctest::Contains("environment say_number: making or resetting an instance failed: no integer"), Error);
+  CHECK_THROWS_WITH_AS(make_plugin_environment_pool("say_word", nlohmann::json::object(), {}),
+                       doctest::Contains("no plugin registered an environment \"say_word\" (plugins' environments: say_number)"),
+                       Error);
+}
+
 TEST_CASE("broken plugin libraries are errors naming the library and the fault") {
   CHECK_THROWS_WITH_AS(load_plugin("/nonexistent/libnothing.so"),
                        doctest::Contains("plugin /nonexistent/libnothing.so: cannot load"), Error);
-  CHECK_THROWS_WITH_AS(load_plugin(broken(1)), doctest::Contains("built for plugin API version 999"), Error);
+  CHECK_THROWS_WITH_AS(load_plugin(broken(1)), doctest::Contains(("built for plugin API version " + std::to_string(TANDEM_PLUGIN_API_VERSION + 998)).c_str()), Error);
   CHECK_THROWS_WITH_AS(load_plugin(broken(2)),
                        doctest::Contains("its registration threw: the plugin's own config is missing"), Error);
   CHECK_THROWS_WITH_AS(load_plugin(broken(3)), doctest::Contains("named grpo is already registered"), Error);
