@@ -118,6 +118,8 @@ void check_samples(const std::string& run_dir, size_t expected) {
     REQUIRE((stop == "env_done" || stop == "max_turns"));
     if (stop == "env_done") reward += 1.0;
     if (stop == "max_turns") reward -= 0.25;  // the last action was stepped too
+    // Rewards are multiples of 1/4 (-0.25, 1): float64 sums of them are exact in any order;
+    // Approx's default 1.2e-5 relative bound is slack, not a measured figure.
     CHECK(s.at("reward").get<double>() == doctest::Approx(reward));
   }
 }
@@ -136,7 +138,9 @@ TEST_CASE("an environment from config: reset() makes the prompts, step() rewards
   const std::vector<nlohmann::json> metrics = read_json_lines(run_dir + "/metrics.jsonl");
   REQUIRE(metrics.size() == 2);
   for (const nlohmann::json& row : metrics) {
-    // No reward section: the reward is the environment's alone.
+    // No reward section: the reward is the environment's alone. Both means average the
+    // same multiples of 1/4 over 8 samples (float64: exact whatever the order), so
+    // Approx's default 1.2e-5 relative bound is slack on any CPU.
     CHECK(row.at("reward/mean").get<double>() == doctest::Approx(row.at("multi_turn/env_reward_mean").get<double>()));
     CHECK(row.at("multi_turn/env_steps_mean").get<double>() >= 1.0);
     // Batch 4 x group 2, each ended by the environment or the turns (200 tokens hold 3
@@ -162,6 +166,7 @@ TEST_CASE("an environment in asynchronous RL with partial rollouts: trajectories
   double partial = 0;
   for (const nlohmann::json& row : read_json_lines(run_dir + "/metrics.jsonl")) {
     partial = std::max(partial, row.at("async/partial_share").get<double>());
+    // Means of the same multiples of 1/4: exact in float64, the default bound is slack.
     CHECK(row.at("reward/mean").get<double>() == doctest::Approx(row.at("multi_turn/env_reward_mean").get<double>()));
   }
   CHECK(partial > 0);  // some trajectories continued on newer weights
@@ -186,6 +191,7 @@ TEST_CASE("a C++ plugin's environment runs like a Python one") {
   INFO(read_text(d + "/run.out"));
   REQUIRE(status.success());
   for (const nlohmann::json& row : read_json_lines(run_dir + "/metrics.jsonl")) {
+    // Means of the same multiples of 1/4: exact in float64, the default bound is slack.
     CHECK(row.at("reward/mean").get<double>() == doctest::Approx(row.at("multi_turn/env_reward_mean").get<double>()));
     CHECK(row.at("multi_turn/env_steps_mean").get<double>() >= 1.0);
   }
