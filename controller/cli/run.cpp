@@ -8,6 +8,7 @@
 #include "controller/run/metrics_writer.h"
 #include "controller/run/progress.h"
 #include "controller/run/run_dir.h"
+#include "controller/run/run_lock.h"
 #include "controller/run/run_status.h"
 #include "controller/loop/training_loop.h"
 #include "controller/workers/worker_pool.h"
@@ -223,6 +224,10 @@ int cli_run(const RunArgs& args) {
   check_run_dir_free(run_dir);
 
   create_run_dir(run_dir);
+  // Held until the run ends. A second `tandem run` racing into the same directory finds it
+  // taken, or (when the first already ended) finds its config.yaml.
+  const RunDirLock lock = RunDirLock::acquire(run_dir, "run");
+  if (std::filesystem::exists(run_dir + "/config.yaml")) check_run_dir_free(run_dir);
   write_file_atomic(run_dir + "/config.yaml", config_to_yaml(c));
   return run_in(c, std::move(inputs), run_dir, false);
 }
@@ -232,6 +237,8 @@ int cli_resume(const ResumeArgs& args) {
   if (!std::filesystem::is_regular_file(config_path)) {
     throw UsageError(fmt::format("tandem resume: {} is not a run directory (no config.yaml in it)", args.run_dir));
   }
+  // Before anything is read or changed: a live controller's directory is its own.
+  const RunDirLock lock = RunDirLock::acquire(args.run_dir, "resume");
   LoadedConfig loaded = load_config_file(config_path, args.overrides);
   const int64_t steps = loaded.config.experiment.steps;
   const std::optional<int64_t> finished = finished_steps(args.run_dir);

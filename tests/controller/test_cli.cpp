@@ -258,3 +258,63 @@ TEST_CASE("tandem status tells a running run's step and workers; tandem stop che
   CHECK(run_tandem({"stop", run}, dir.path() + "/again.txt").exit_code == 2);
   CHECK(run_tandem({"status", dir.path()}, dir.path() + "/none.txt").exit_code == 2);
 }
+
+TEST_CASE("one controller per run directory: resume and run refuse a live run's directory, naming its pid") {
+  TempDir dir;
+  std::vector<int> workers;
+  ChildProcess controller = start_long_run(dir, workers);
+  const std::string run = dir.path() + "/run";
+  const std::string holder = fmt::format("pid {}", controller.pid());
+  const size_t metrics_before = read_text(run + "/metrics.jsonl").size();
+
+  const std::string resumed = dir.path() + "/resume.txt";
+  CHECK(run_tandem({"resume", run}, resumed).exit_code == 2);
+  CHECK_MESSAGE(read_text(resumed).find(holder) != std::string::npos, read_text(resumed));
+  const std::string again = dir.path() + "/again.txt";
+  CHECK(run_tandem({"run", dir.path() + "/long.yaml", "--run-dir", run}, again).exit_code == 2);
+  // The live run lost nothing: its metrics only grew, and it still runs.
+  CHECK(read_text(run + "/metrics.jsonl").size() >= metrics_before);
+  CHECK(controller.running());
+  // `status` reads liveness from the lock.
+  CHECK(run_tandem({"status", run}, dir.path() + "/status.txt").success());
+  CHECK_MESSAGE(read_text(dir.path() + "/status.txt").find("running (pid") != std::string::npos,
+                read_text(dir.path() + "/status.txt"));
+
+  REQUIRE(::kill(controller.pid(), SIGKILL) == 0);  // dies holding the lock: the kernel drops it
+  REQUIRE(controller.wait_for(30).has_value());
+  CHECK(all_gone_within(workers, 10));
+  CHECK(run_tandem({"status", run}, dir.path() + "/dead.txt").exit_code == 1);
+  CHECK_MESSAGE(read_text(dir.path() + "/dead.txt").find("controller gone") != std::string::npos,
+                read_text(dir.path() + "/dead.txt"));
+}
+
+TEST_CASE("several `tandem run` racing into one --run-dir: one runs, the others refuse with exit 2") {
+  TempDir dir;
+  const std::string config = dir.path() + "/short.yaml";
+  std::string text = long_run_config;
+  text.replace(text.find("steps: 1000000"), 14, "steps: 2");
+  write_file(config, text);
+  const std::string run = dir.path() + "/run";
+  std::vector<ChildProcess> racers;
+  for (int i = 0; i < 4; ++i) {
+    racers.push_back(ChildProcess::spawn({TANDEM_BINARY, "run", config, "--run-dir", run},
+                                         {fmt::format("{}/racer{}.txt", dir.path(), i), false}));
+  }
+  int succeeded = 0;
+  for (int i = 0; i < 4; ++i) {
+    const std::optional<ExitStatus> ended = racers[i].wait_for(120);
+    REQUIRE(ended.has_value());
+    const std::string said = read_text(fmt::format("{}/racer{}.txt", dir.path(), i));
+    if (ended->success()) {
+      ++succeeded;
+      continue;
+    }
+    CHECK_MESSAGE(ended->exit_code == 2, said);
+    const bool named = said.find("in use by a running controller (pid ") != std::string::npos ||
+                       said.find("already exists and is not empty") != std::string::npos;
+    CHECK_MESSAGE(named, said);
+  }
+  CHECK(succeeded == 1);
+  const std::string metrics = read_text(run + "/metrics.jsonl");
+  CHECK(std::count(metrics.begin(), metrics.end(), '\n') == 2);
+}

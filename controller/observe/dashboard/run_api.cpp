@@ -1,4 +1,5 @@
 #include "controller/observe/dashboard/run_api.h"
+#include "controller/run/run_lock.h"
 
 #include "controller/observe/dashboard/jsonl_files.h"
 #include "controller/observe/dashboard/log_errors.h"
@@ -147,7 +148,9 @@ std::string RunApi::status() {
   json status = text ? json::parse(*text, nullptr, /*allow_exceptions=*/false) : json();
   if (status.is_object()) out = status;
   out["status_present"] = status.is_object();
-  if (status.is_object() && status.value("pid", 0) > 0 && status.value("hostname", "") == this_hostname()) {
+  if (const std::optional<RunLockHolder> lock = run_lock_holder(run_dir_)) {
+    out["controller_alive"] = lock->held;  // the run directory's lock answers from any host
+  } else if (status.is_object() && status.value("pid", 0) > 0 && status.value("hostname", "") == this_hostname()) {
     out["controller_alive"] = process_alive(status.value("pid", 0));
   } else {
     out["controller_alive"] = nullptr;  // not checkable from this host
