@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   for (const Subcommand& s : subcommands()) {
     CLI::App* command = app.add_subcommand(s.name, s.help);
     commands.emplace_back(command, s.define(*command));
+    refuse_meaningless_values(*command);
   }
 
   try {

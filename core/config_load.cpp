@@ -354,9 +354,22 @@ LoadedConfig load_from_document(YAML::Node root, const std::string& source,
   return loaded;
 }
 
+// Configs are hand-written: a bigger file is a mistake (a dataset or model named instead).
+constexpr uint64_t kMaxConfigBytes = 16ull << 20;
+
+// A config is one YAML document: a second one (after ---) would be silently ignored.
 YAML::Node parse_yaml(const std::string& text, const std::string& source) {
   try {
-    return YAML::Load(text);
+    std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    if (documents.empty()) return YAML::Node();
+    for (size_t i = 1; i < documents.size(); ++i) {
+      if (documents[i].IsNull()) continue;  // a trailing "---" with nothing after it
+      const YAML::Mark mark = documents[i].Mark();
+      throw ConfigError({fmt::format("{}:{}:{}: a second YAML document (after ---); a config is one document: merge "
+                                     "the two, or keep each in its own file",
+                                     source, mark.line + 1, mark.column + 1)});
+    }
+    return documents.front();
   } catch (const YAML::Exception& e) {
     throw ConfigError({fmt::format("{}:{}:{}: invalid YAML: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg)});
   }
@@ -367,7 +380,10 @@ YAML::Node parse_yaml(const std::string& text, const std::string& source) {
 ConfigError::ConfigError(std::vector<std::string> problems)
     : UsageError([&] {
         std::string all;
-        for (const auto& p : problems) all += (all.empty() ? "" : "\n") + p;
+        for (auto& p : problems) {
+          p = printable_message(p);
+          all += (all.empty() ? "" : "\n") + p;
+        }
         return all;
       }()),
       problems_(std::move(problems)) {}
@@ -383,9 +399,13 @@ LoadedConfig load_config_text(const std::string& yaml_text, const std::string& s
 }
 
 LoadedConfig load_config_file(const std::string& path, const std::vector<std::string>& overrides) {
-  std::optional<std::string> text = read_file(path);
-  if (!text) throw ConfigError({fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno))});
-  YAML::Node root = parse_yaml(*text, path);
+  std::string text;
+  try {
+    text = read_input_file(path, kMaxConfigBytes);
+  } catch (const Error& e) {
+    throw ConfigError({fmt::format("{}: cannot read the config file: {}", path, e.what())});
+  }
+  YAML::Node root = parse_yaml(text, path);
   if (root.IsNull()) {
     // Most likely the wrong file, or one not saved yet: running the defaults would hide that.
     throw ConfigError({fmt::format("{}: the config file is empty; start from configs/quickstart.yaml "

@@ -32,6 +32,42 @@ YAML::Node default_node(const std::string& key_path) {
 
 }  // namespace
 
+namespace {
+
+// `reward[0].weight` is accepted as `reward.0.weight`, the spelling messages use. Returns
+// what is wrong with `written` (empty when nothing is): a bracket that is not `[digits]`
+// after a name, followed by `.`, `[` or the end. (Empty parts are found by the caller.)
+std::string normalise_key_path(const std::string& written, std::string& key_path) {
+  key_path.clear();
+  size_t i = 0;
+  while (i < written.size()) {
+    const char ch = written[i];
+    if (ch == '[') {
+      const size_t close = written.find(']', i);
+      const std::string index = close == std::string::npos ? "" : written.substr(i + 1, close - i - 1);
+      if (close == std::string::npos || index.empty() || index.find_first_not_of("0123456789") != std::string::npos) {
+        return fmt::format("key \"{}\": a list index is written [N] (e.g. reward[0].weight); column {}", written,
+                           i + 1);
+      }
+      if (key_path.empty() || key_path.back() == '.') {
+        return fmt::format("key \"{}\": [{}] must follow a key name; column {}", written, index, i + 1);
+      }
+      key_path += "." + index;
+      i = close + 1;
+      if (i < written.size() && written[i] != '.' && written[i] != '[') {
+        return fmt::format("key \"{}\": expected . or [ after [{}]; column {}", written, index, i + 1);
+      }
+      continue;
+    }
+    if (ch == ']') return fmt::format("key \"{}\": ] without [; column {}", written, i + 1);
+    key_path += ch;
+    ++i;
+  }
+  return {};
+}
+
+}  // namespace
+
 // Applies one `key.path=value` override to the document, recording its origin.
 void apply_override(YAML::Node& root, const std::string& text, LoadContext& context) {
   std::string origin = "--set " + text;
@@ -40,14 +76,10 @@ void apply_override(YAML::Node& root, const std::string& text, LoadContext& cont
     context.problems.push_back(fmt::format("{}: expected key.path=value", origin));
     return;
   }
-  // `reward[0].weight` is accepted as `reward.0.weight`, the spelling messages use.
   std::string key_path;
-  for (char ch : text.substr(0, eq)) {
-    if (ch == '[') {
-      key_path += '.';
-    } else if (ch != ']') {
-      key_path += ch;
-    }
+  if (std::string problem = normalise_key_path(text.substr(0, eq), key_path); !problem.empty()) {
+    context.problems.push_back(fmt::format("{}: {}", origin, problem));
+    return;
   }
   YAML::Node value;
   try {

@@ -6,6 +6,20 @@
 #include <fmt/format.h>
 
 namespace tandem {
+namespace {
+
+// What keeps `name` from being one file name (empty when nothing does).
+std::string path_component_problem(const std::string& name) {
+  if (name == "." || name == "..") return "\"" + name + "\" names a directory, not a run";
+  if (name.find('/') != std::string::npos) return "\"" + name + "\" has a /";
+  for (const char ch : name) {
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) return "it has a control character";
+  }
+  if (name.size() > 200) return fmt::format("{} bytes long (at most 200)", name.size());
+  return {};
+}
+
+}  // namespace
 
 void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& problems) {
   const Config& c = loaded.config;
@@ -225,6 +239,9 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
             "kl.coef stays fixed)");
   }
   if (c.experiment.keep_checkpoints < 1) problem("experiment.keep_checkpoints", "must keep at least one");
+  if (std::string why = path_component_problem(c.experiment.name); !why.empty()) {
+    problem("experiment.name", "the run directory defaults to runs/<name>-<time>, so the name is one file name: " + why);
+  }
 }
 
 }  // namespace tandem

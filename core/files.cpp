@@ -3,9 +3,11 @@
 #include "core/error.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -22,6 +24,63 @@ std::optional<std::string> read_file(const std::string& path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();
+}
+
+std::string read_input_file(const std::string& path, uint64_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; the type check below refuses it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw Error(std::string(std::strerror(errno)));
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw Error(std::string(std::strerror(err)));
+  }
+  const char* kind = S_ISDIR(info.st_mode)    ? "a directory"
+                     : S_ISFIFO(info.st_mode) ? "a FIFO (named pipe)"
+                     : S_ISCHR(info.st_mode)  ? "a character device"
+                     : S_ISBLK(info.st_mode)  ? "a block device"
+                     : S_ISSOCK(info.st_mode) ? "a socket"
+                                              : nullptr;
+  if (kind != nullptr || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    throw Error(fmt::format("it is {}, not a regular file", kind ? kind : "not a regular file"));
+  }
+  if (static_cast<uint64_t>(info.st_size) > max_bytes) {
+    ::close(fd);
+    throw Error(fmt::format("it is {} bytes, more than the {} this input may have",
+                            static_cast<uint64_t>(info.st_size), max_bytes));
+  }
+  std::string text;
+  text.resize(static_cast<size_t>(info.st_size));
+  size_t filled = 0;
+  // Read to the end (the file may have grown since fstat), never past the bound.
+  while (true) {
+    if (filled == text.size()) {
+      if (text.size() >= max_bytes) {
+        char probe = 0;
+        const ssize_t more = ::read(fd, &probe, 1);
+        if (more > 0) {
+          ::close(fd);
+          throw Error(fmt::format("it grew past the {} bytes this input may have while it was read", max_bytes));
+        }
+        break;
+      }
+      text.resize(std::min<uint64_t>(max_bytes, text.size() + 65536));
+    }
+    const ssize_t n = ::read(fd, text.data() + filled, text.size() - filled);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      throw Error(std::string(std::strerror(err)));
+    }
+    if (n == 0) break;
+    filled += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  text.resize(filled);
+  return text;
 }
 
 TempDir::TempDir(const std::string& prefix) {

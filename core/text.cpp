@@ -78,6 +78,43 @@ std::string quoted(const std::string& text, size_t max_length) {
   return out + "\"";
 }
 
+std::string printable_message(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+size_t json_nesting_depth(std::string_view json_text) {
+  size_t depth = 0;
+  size_t deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < json_text.size(); ++i) {
+    const char ch = json_text[i];
+    if (in_string) {
+      if (ch == '\\') {
+        ++i;  // the escaped character cannot end the string
+      } else if (ch == '"') {
+        in_string = false;
+      }
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((ch == ']' || ch == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 std::string shell_quote(const std::string& text, bool always) {
   const char* safe = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:=@,+";
   if (!always && !text.empty() && text.find_first_not_of(safe) == std::string::npos) return text;

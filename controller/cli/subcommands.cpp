@@ -7,6 +7,7 @@
 #include "agent/python_tool_worker.h"
 #include "rewards/python/worker.h"
 
+#include <cmath>
 #include <memory>
 
 namespace tandem {
@@ -245,6 +246,28 @@ Runner define_k8s(CLI::App& c) {
 }
 
 }  // namespace
+
+void refuse_meaningless_values(CLI::App& command) {
+  static const CLI::Validator finite(
+      [](std::string& text) -> std::string {
+        double value = 0;
+        if (CLI::detail::lexical_cast(text, value) && !std::isfinite(value)) return "must be a finite number, not " + text;
+        return {};
+      },
+      "FINITE");
+  static const CLI::Validator not_empty(
+      [](std::string& text) -> std::string { return text.empty() ? "must not be empty" : std::string(); }, "NONEMPTY");
+  for (CLI::Option* option : command.get_options()) {
+    if (option->get_type_size() == 0) continue;  // a flag
+    // The type name, then the descriptions of the checks it has: "FLOAT:NONNEGATIVE".
+    const std::string type = option->get_type_name();
+    const std::string base = type.substr(0, type.find(':'));
+    if (base == "FLOAT") option->check(finite);
+    const std::string name = option->get_name(/*positional=*/false, /*all_options=*/false);
+    if (base == "TEXT" && name != "--prompt" && name != "--text" && name != "--stop") option->check(not_empty);
+  }
+  for (CLI::App* sub : command.get_subcommands({})) refuse_meaningless_values(*sub);
+}
 
 const std::vector<Subcommand>& subcommands() {
   static const std::vector<Subcommand> table = {

@@ -19,4 +19,9 @@ struct Subcommand {
 // Every subcommand, in the order `tandem --help` lists them.
 const std::vector<Subcommand>& subcommands();
 
+// Checks every option of `command` (and its own subcommands) gets for values no option
+// means: a number that is not finite (`--temperature nan`), an empty text (`--run-dir ''`).
+// Texts where empty is a value (`--prompt ''`) are left alone.
+void refuse_meaningless_values(CLI::App& command);
+
 }  // namespace tandem

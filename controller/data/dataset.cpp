@@ -16,6 +16,12 @@ namespace tandem {
 
 namespace {
 
+// A dataset is read whole into memory; past this it should be split or streamed.
+constexpr uint64_t kMaxDatasetBytes = 8ull << 30;
+// Real rows nest a few levels (messages, tool calls); a deeper one is refused before any
+// recursive walk of it (validation, dump) could overflow the stack.
+constexpr size_t kMaxRowNesting = 64;
+
 std::vector<DataRow> addition_rows(int64_t max_operand) {
   std::vector<DataRow> rows;
   for (int64_t a = 0; a <= max_operand; ++a) {
@@ -64,6 +70,10 @@ std::vector<nlohmann::ordered_json> jsonl_objects(const std::string& path, const
   std::string line;
   for (int64_t number = 1; std::getline(lines, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are allowed
+    if (json_nesting_depth(line) > kMaxRowNesting) {
+      throw Error(fmt::format("{}:{}: the row nests arrays and objects more than {} deep", path, number,
+                              kMaxRowNesting));
+    }
     nlohmann::ordered_json object;
     try {
       object = nlohmann::ordered_json::parse(line);
@@ -86,6 +96,9 @@ std::vector<nlohmann::ordered_json> jsonl_objects(const std::string& path, const
 
 // The objects of a .json file holding one array of them.
 std::vector<nlohmann::ordered_json> json_array_objects(const std::string& path, const std::string& text) {
+  if (json_nesting_depth(text) > kMaxRowNesting + 1) {
+    throw Error(fmt::format("{}: a row nests arrays and objects more than {} deep", path, kMaxRowNesting));
+  }
   nlohmann::ordered_json array;
   try {
     array = nlohmann::ordered_json::parse(text);
@@ -119,10 +132,14 @@ std::vector<nlohmann::ordered_json> file_objects(const std::string& path, std::v
         "pandas.read_parquet('{}').to_json('{}.jsonl', orient='records', lines=True, force_ascii=False)\"",
         path, path, path.substr(0, path.size() - 8)));
   }
-  std::optional<std::string> text = read_file(path);
-  if (!text) throw Error(fmt::format("data.train: cannot read {}: {}", path, std::strerror(errno)));
-  if (ends_with(path, ".json")) return json_array_objects(path, *text);
-  return jsonl_objects(path, *text, line_numbers);
+  std::string text;
+  try {
+    text = read_input_file(path, kMaxDatasetBytes);
+  } catch (const Error& e) {
+    throw Error(fmt::format("data.train: cannot read {}: {}", path, e.what()));
+  }
+  if (ends_with(path, ".json")) return json_array_objects(path, text);
+  return jsonl_objects(path, text, line_numbers);
 }
 
 // A prompt message list: [{role: string, content: string}, ...], at least one.

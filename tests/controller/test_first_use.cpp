@@ -75,6 +75,9 @@ TEST_CASE("validate and run refuse, before anything starts, what run cannot do (
              "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
              "    return float(solution_str.strip() == ground_truth)\n");
   fs::create_directories(d + "/not_a_model");
+  write_text(d + "/data/deep.jsonl", std::string(kRows).substr(0, std::string(kRows).find('\n') + 1) +
+                                         "{\"prompt\": " + std::string(100000, '[') + std::string(100000, ']') + "}\n");
+  REQUIRE(::mkfifo((d + "/data/fifo.jsonl").c_str(), 0600) == 0);  // a reader would wait forever for a writer
   const std::vector<RefusedCase> cases = {
       {"kl in reward", with(&SmallConfig::algorithm, "{group_size: 2, kl: {coef: 0.1, in: reward}}").text(),
        "c.yaml:4:44: algorithm.kl.in: reward is not implemented yet"},
@@ -124,6 +127,19 @@ TEST_CASE("validate and run refuse, before anything starts, what run cannot do (
       {"unknown reward", with(&SmallConfig::extra, "reward: [{name: math}]\n").text(),
        "c.yaml:8:11: reward.0.name: unknown reward function"},
       {"empty config", "# nothing yet\n", d + "/c.yaml: the config file is empty"},
+      // Hostile or careless input (issue 29): each refused with where it is wrong.
+      {"a name that leaves runs/", with(&SmallConfig::experiment, "{name: ../../escape, steps: 3}").text(),
+       "c.yaml:1:14: experiment.name: the run directory defaults to runs/<name>-<time>, so the name is one file "
+       "name: \"../../escape\" has a /"},
+      {"a row nested 100000 deep", with(&SmallConfig::data, "{train: data/deep.jsonl}").text(),
+       d + "/data/deep.jsonl:2: the row nests arrays and objects more than 64 deep"},
+      {"a FIFO as the dataset", with(&SmallConfig::data, "{train: data/fifo.jsonl}").text(),
+       "data.train: cannot read " + d + "/data/fifo.jsonl: it is a FIFO (named pipe), not a regular file"},
+      {"a device as the dataset", with(&SmallConfig::data, "{train: /dev/zero}").text(),
+       "data.train: cannot read /dev/zero: it is a character device, not a regular file"},
+      {"a second YAML document", SmallConfig().text() + "---\nexperiment: {name: other}\n",
+       "c.yaml:9:1: a second YAML document (after ---)"},
+      {"a NUL in a key", SmallConfig().text() + "\"a\\0b\": 1\n", "c.yaml:8:1: a\\x00b: unknown key"},
   };
   for (const RefusedCase& refused : cases) {
     INFO(refused.name);
@@ -201,6 +217,27 @@ TEST_CASE("validate and run refuse, before anything starts, what run cannot do (
         2);
   CHECK(read_text(out).find("--set reward=[{name: x, plugin: libnot_here.so}]: reward.0.plugin: ") != std::string::npos);
   CHECK(read_text(out).find((fs::current_path() / "libnot_here.so").string()) != std::string::npos);
+  // Inputs that are not regular files, or command-line values no option means.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused_lines = {
+      {{"validate", "/dev/zero"}, "/dev/zero: cannot read the config file: it is a character device, not a regular file"},
+      {{"validate", d + "/data/fifo.jsonl"}, "it is a FIFO (named pipe), not a regular file"},
+      {{"validate", d}, d + ": cannot read the config file: it is a directory, not a regular file"},
+      {{"validate", d + "/c.yaml", "--set", "reward[0.weight=2"},
+       "--set reward[0.weight=2: key \"reward[0.weight\": a list index is written [N]"},
+      {{"validate", d + "/c.yaml", "--set", "reward[0]weight=2"}, "expected . or [ after [0]"},
+      {{"run", d + "/c.yaml", "--run-dir", ""}, "--run-dir: must not be empty"},
+      {{"generate", "--model", "builtin:tiny", "--prompt", "1+1=", "--temperature", "nan"},
+       "--temperature: must be a finite number, not nan"},
+      {{"generate", "--model", "builtin:tiny", "--prompt", "1+1=", "--top-p", "nan"},
+       "--top-p: must be a finite number, not nan"},
+  };
+  for (const auto& [line, expected] : refused_lines) {
+    INFO(line.back());
+    fs::remove(out);
+    CHECK(run_tandem(line, out).exit_code == 2);
+    CHECK_MESSAGE(read_text(out).find(expected) != std::string::npos, read_text(out));
+  }
+  CHECK_FALSE(fs::exists(d + "/run"));
   // --help shows the defaults.
   fs::remove(out);
   CHECK(run_tandem({"generate", "--help"}, out).exit_code == 0);
