@@ -191,6 +191,8 @@ struct RewardConfig {
   std::string http;         // a URL: samples are POSTed there in JSON batches
   double timeout_s = 30.0;  // python: longest a call may take; http: longest one request may take
   int64_t workers = 0;      // processes (python), threads (C++) or concurrent requests (http); 0: cores
+  int64_t memory_mb = 8192;    // python: RLIMIT_DATA of each worker process; 0: no limit
+  int64_t max_processes = 64;  // python: processes in a worker's process group; 0: no limit
   int64_t retries = 3;      // http: attempts after the first on a connection error, timeout, 429 or 5xx
   int64_t batch_size = 0;   // http: samples per request; 0: the step's samples split over `workers`
   double weight = 1.0;

@@ -257,6 +257,12 @@ template <class V> void describe(V& v, RewardConfig& c) {
   v.field("workers", c.workers, at_least(0),
           "processes (python), threads (C++) or concurrent requests (http) scoring samples in parallel; 0: this "
           "host's cores (at most 8)");
+  v.field("memory_mb", c.memory_mb, at_least(0),
+          "python: the memory each worker process may map (RLIMIT_DATA: heap and anonymous maps, reserved or "
+          "touched; past it an allocation fails with MemoryError, the sample's error); 0: no limit");
+  v.field("max_processes", c.max_processes, at_least(0),
+          "python: processes each worker's process group may hold at once (the worker and what it forks); past it "
+          "the group is killed and the sample fails; 0: no limit");
   v.field("retries", c.retries, at_least(0),
           "http: attempts after the first when the server cannot be reached, times out, or answers 429 or 5xx "
           "(backoff 0.5 s, doubling)");

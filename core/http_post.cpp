@@ -1,6 +1,7 @@
 #include "core/http_post.h"
 
 #include <curl/curl.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <mutex>
@@ -9,8 +10,22 @@ namespace tandem {
 
 namespace {
 
-size_t append_to_string(char* data, size_t size, size_t count, void* out) {
-  static_cast<std::string*>(out)->append(data, size * count);
+// Answers are scores or a tool's output: a bigger one is a misbehaving server, and reading
+// it whole would cost the controller its memory.
+constexpr size_t kMaxAnswerBytes = 16u << 20;
+
+struct Answer {
+  std::string body;
+  bool too_large = false;
+};
+
+size_t append_to_answer(char* data, size_t size, size_t count, void* out) {
+  Answer& answer = *static_cast<Answer*>(out);
+  if (answer.body.size() + size * count > kMaxAnswerBytes) {
+    answer.too_large = true;
+    return 0;  // curl aborts the transfer (CURLE_WRITE_ERROR)
+  }
+  answer.body.append(data, size * count);
   return size * count;
 }
 
@@ -35,10 +50,15 @@ HttpPostResult http_post_json(const std::string& url, const std::string& body, d
   curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, std::max(1L, static_cast<long>(timeout_s * 1000)));
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);  // timeouts without SIGALRM: callers post from threads
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, append_to_string);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response.body);
+  Answer answer;
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, append_to_answer);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &answer);
   const CURLcode code = curl_easy_perform(curl);
-  if (code == CURLE_OK) {
+  response.body = std::move(answer.body);
+  if (answer.too_large) {
+    response.body = fmt::format("the answer is larger than {} MiB; it was cut off unread", kMaxAnswerBytes >> 20);
+    response.permanent = true;
+  } else if (code == CURLE_OK) {
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
   } else {
     response.body = error[0] ? error : curl_easy_strerror(code);

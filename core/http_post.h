@@ -9,7 +9,7 @@ namespace tandem {
 struct HttpPostResult {
   long status = 0;         // 0: no HTTP answer (the connection failed or timed out)
   std::string body;        // the answer, or curl's message when status is 0
-  bool permanent = false;  // no answer, and trying again cannot help (a malformed URL)
+  bool permanent = false;  // no answer, and trying again cannot help (a malformed URL, an answer over 16 MiB)
   bool timed_out = false;  // no answer within timeout_s
 };
 

@@ -5,6 +5,8 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,7 +14,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 namespace tandem {
@@ -81,6 +85,11 @@ ChildProcess ChildProcess::spawn(const std::vector<std::string>& argv, const Spa
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(125);  // the parent died before prctl took effect
+    if (options.own_process_group) ::setpgid(0, 0);
+    if (options.max_data_bytes > 0) {
+      const struct rlimit limit = {options.max_data_bytes, options.max_data_bytes};
+      ::setrlimit(RLIMIT_DATA, &limit);
+    }
     if (options.ignore_interrupt) ::signal(SIGINT, SIG_IGN);
     ::signal(SIGTERM, SIG_DFL);
     ::signal(SIGPIPE, SIG_DFL);
@@ -105,25 +114,42 @@ ChildProcess ChildProcess::spawn(const std::vector<std::string>& argv, const Spa
   }
   if (output_fd >= 0) ::close(output_fd);
   if (null_fd >= 0) ::close(null_fd);
+  // Also in the parent: whichever runs first, the group exists before anyone kills it.
+  if (options.own_process_group) ::setpgid(pid, pid);
   ChildProcess child;
   child.pid_ = pid;
+  child.own_group_ = options.own_process_group;
   return child;
 }
 
-ChildProcess::~ChildProcess() { kill_and_reap(); }
+ChildProcess::~ChildProcess() {
+  kill_and_reap();
+  if (exit_fd_ >= 0) ::close(exit_fd_);
+}
 
-ChildProcess::ChildProcess(ChildProcess&& other) noexcept : pid_(other.pid_), status_(other.status_) {
+ChildProcess::ChildProcess(ChildProcess&& other) noexcept
+    : pid_(other.pid_), own_group_(other.own_group_), exit_fd_(other.exit_fd_), status_(other.status_) {
   other.pid_ = -1;
+  other.exit_fd_ = -1;
 }
 
 ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
   if (this != &other) {
     kill_and_reap();
+    if (exit_fd_ >= 0) ::close(exit_fd_);
     pid_ = other.pid_;
+    own_group_ = other.own_group_;
+    exit_fd_ = other.exit_fd_;
     status_ = other.status_;
     other.pid_ = -1;
+    other.exit_fd_ = -1;
   }
   return *this;
+}
+
+int ChildProcess::exit_fd() {
+  if (exit_fd_ < 0 && pid_ > 0 && !status_) exit_fd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+  return exit_fd_;
 }
 
 std::optional<ExitStatus> ChildProcess::poll() {
@@ -148,6 +174,9 @@ void ChildProcess::send_signal(int signal) {
 }
 
 void ChildProcess::kill_and_reap() {
+  // The group's id stays the leader's pid while any member lives (the kernel does not
+  // reuse it meanwhile), so this reaches what the leader forked even after it ended.
+  if (pid_ > 0 && own_group_) ::kill(-pid_, SIGKILL);
   if (pid_ <= 0 || status_) return;
   ::kill(pid_, SIGKILL);
   int status = 0;
@@ -167,6 +196,25 @@ bool process_alive(pid_t pid) {
   return state != 'Z' && state != 'X';
 }
 
+size_t processes_in_group(pid_t group) {
+  size_t count = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    // After the parenthesised command name: state, ppid, pgrp.
+    const size_t close = content.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(content.substr(close + 2));
+    char state = 0;
+    long ppid = 0, pgrp = 0;
+    if (rest >> state >> ppid >> pgrp && pgrp == group && state != 'Z' && state != 'X') ++count;
+  }
+  return count;
+}
+
 std::string find_on_path(const std::string& name) {
   if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0 ? name : "";
   const char* path = std::getenv("PATH");
@@ -183,6 +231,12 @@ std::string find_on_path(const std::string& name) {
 }
 
 PipedChild spawn_piped(const std::vector<std::string>& argv, const std::string& output_path) {
+  SpawnOptions options;
+  options.output_path = output_path;
+  return spawn_piped(argv, std::move(options));
+}
+
+PipedChild spawn_piped(const std::vector<std::string>& argv, SpawnOptions options) {
   int requests[2], replies[2];
   if (::pipe2(requests, O_CLOEXEC) != 0) throw Error(fmt::format("{}: pipe failed: {}", argv.at(0), std::strerror(errno)));
   if (::pipe2(replies, O_CLOEXEC) != 0) {
@@ -190,8 +244,6 @@ PipedChild spawn_piped(const std::vector<std::string>& argv, const std::string& 
     ::close(requests[1]);
     throw Error(fmt::format("{}: pipe failed: {}", argv.at(0), std::strerror(errno)));
   }
-  SpawnOptions options;
-  options.output_path = output_path;
   options.stdin_fd = requests[0];
   options.stdout_fd = replies[1];
   PipedChild child;

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +32,12 @@ struct SpawnOptions {
   int stdout_fd = -1;
   // "NAME=value" entries added to (or replacing in) the child's environment.
   std::vector<std::string> environment = {};
+  // Untrusted code (rewards): the child leads a process group of its own, which
+  // kill_and_reap() kills whole, so what it forks does not outlive it.
+  bool own_process_group = false;
+  // RLIMIT_DATA in bytes (0: unlimited): the private writable memory the child may map,
+  // reserved or touched; an allocation past it fails (Python: MemoryError).
+  uint64_t max_data_bytes = 0;
 };
 
 // The full path of program `name` on $PATH (or `name` itself when it holds a slash);
@@ -59,13 +66,22 @@ class ChildProcess {
   // Waits up to timeout_s; returns the status if it ended by then.
   std::optional<ExitStatus> wait_for(double timeout_s);
   void send_signal(int signal);
-  // SIGKILL and reap (no-op when already ended).
+  // SIGKILL and reap (no-op when already ended). With own_process_group, every process
+  // left in the group is killed too, even after the leader ended.
   void kill_and_reap();
+  // A descriptor that polls readable once the process has exited (pidfd_open; owned
+  // here). -1 where the kernel has no pidfd (before Linux 5.3).
+  int exit_fd();
 
  private:
   pid_t pid_ = -1;
+  bool own_group_ = false;
+  int exit_fd_ = -1;
   std::optional<ExitStatus> status_;
 };
+
+// How many processes are in process group `group` now (from /proc).
+size_t processes_in_group(pid_t group);
 
 // A child whose stdin and stdout are pipes to us (a line-protocol worker: Python rewards
 // and tools). Its stderr goes to `output_path` (empty: ours). Both ends are close-on-exec.
@@ -75,6 +91,8 @@ struct PipedChild {
   int from_child = -1;  // its stdout
 };
 PipedChild spawn_piped(const std::vector<std::string>& argv, const std::string& output_path);
+// The same with more options (a process group, limits); stdin_fd and stdout_fd are set here.
+PipedChild spawn_piped(const std::vector<std::string>& argv, SpawnOptions options);
 
 // Runs a command to its end and returns what it printed (stdout and stderr together).
 // Error naming the command when it cannot start, runs past timeout_s (it is killed), or

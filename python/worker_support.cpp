@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -62,10 +63,28 @@ void send(FILE* out, const nlohmann::json& message) {
   std::fflush(out);
 }
 
-// The JSON value as the Python object json.loads would make, built directly.
+namespace {
+FILE* requests = nullptr;  // the protocol's own copy of stdin (claim_stdin)
+}  // namespace
+
+FILE* claim_stdin() {
+  const int request_fd = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (request_fd < 0 || null_fd < 0) return nullptr;
+  ::dup2(null_fd, STDIN_FILENO);  // input() or sys.stdin.read() in user code reads nothing
+  ::close(null_fd);
+  requests = ::fdopen(request_fd, "r");
+  return requests;
+}
+
 bool read_request(std::string& line) {
   pybind11::gil_scoped_release idle;
-  return static_cast<bool>(std::getline(std::cin, line));
+  char* text = nullptr;
+  size_t capacity = 0;
+  const ssize_t n = requests ? ::getline(&text, &capacity, requests) : -1;
+  if (n > 0) line.assign(text, static_cast<size_t>(text[n - 1] == '\n' ? n - 1 : n));
+  std::free(text);
+  return n > 0;
 }
 
 py::object from_json(const nlohmann::json& value) {
@@ -103,6 +122,10 @@ std::string type_name(const py::handle& value) { return py::str(py::type::of(val
 FILE* begin_worker() {
   FILE* out = claim_stdout();
   if (!out) return nullptr;
+  if (!claim_stdin()) {
+    send(out, {{"error", fmt::format("cannot move the request channel off stdin: {}", std::strerror(errno))}});
+    return nullptr;
+  }
   try {
     ensure_started();
   } catch (const std::exception& e) {

@@ -13,7 +13,7 @@
 
 namespace tandem::python {
 
-// A worker's start: claims stdout (claim_stdout) and starts the interpreter. Null when
+// A worker's start: claims stdout and stdin (claim_stdout, claim_stdin) and starts the interpreter. Null when
 // either fails (an {"error"} line was sent where possible): the worker exits 1.
 FILE* begin_worker();
 
@@ -24,7 +24,10 @@ FILE* claim_stdout();
 void redirect_output(const std::string& path);
 // One protocol line.
 void send(FILE* out, const nlohmann::json& message);
-// The next request line from stdin, waited for with the GIL released (the user's Python
+// The protocol's own copy of stdin; fd 0 itself is pointed at /dev/null, so user code that
+// reads stdin cannot swallow requests. (begin_worker calls it.)
+FILE* claim_stdin();
+// The next request line from the request channel (claim_stdin), waited for with the GIL released (the user's Python
 // threads run meanwhile). False at end of input. Needs the GIL held.
 bool read_request(std::string& line);
 // The JSON value as the Python object json.loads would make, built directly.

@@ -2,7 +2,9 @@
 
 #include "core/process.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/log.h"
+#include "core/signals.h"
 
 #include <fcntl.h>
 #include <nlohmann/json.hpp>
@@ -15,6 +17,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <fstream>
 
 namespace tandem {
 
@@ -22,6 +25,14 @@ namespace {
 
 // How long a worker may take to import the reward file (numpy, sympy, a model...).
 constexpr double kStartupSeconds = 120.0;
+// The longest wait between looks at interrupts, deadlines and process counts.
+constexpr int64_t kPollMs = 200;
+
+// Ctrl-C or SIGTERM: a call in progress is not waited for (the workers are killed when
+// the pool is destroyed, right after the controller's loop unwinds).
+void throw_if_interrupted() {
+  if (const int signal = pending_interrupt()) throw Error(fmt::format("interrupted by {}", signal_name(signal)));
+}
 
 void close_fd(int& fd) {
   if (fd >= 0) ::close(fd);
@@ -71,6 +82,14 @@ PythonRewardPool::PythonRewardPool(const RewardConfig& config, size_t index, con
       search_path_(std::move(search_path)) {
   // A worker that dies while we write its request must not take the controller with it.
   ::signal(SIGPIPE, SIG_IGN);
+  // Until the run's log exists (set_log_path), the workers' output (an import-time print)
+  // is kept in a file of our own, never on the console.
+  char pending[] = "/tmp/tandem-reward-output-XXXXXX";
+  const int fd = ::mkstemp(pending);
+  if (fd >= 0) {
+    ::close(fd);
+    pending_output_ = log_path_ = pending;
+  }
   workers_.resize(static_cast<size_t>(reward_parallelism(config.workers)));
   try {
     for (size_t slot = 0; slot < workers_.size(); ++slot) start_worker(slot);
@@ -83,6 +102,7 @@ PythonRewardPool::PythonRewardPool(const RewardConfig& config, size_t index, con
 
 PythonRewardPool::~PythonRewardPool() {
   for (Worker& worker : workers_) stop_worker(worker);
+  if (!pending_output_.empty()) ::unlink(pending_output_.c_str());
 }
 
 std::string PythonRewardPool::what() const {
@@ -90,6 +110,14 @@ std::string PythonRewardPool::what() const {
 }
 
 void PythonRewardPool::set_log_path(const std::string& path) {
+  if (!pending_output_.empty()) {  // what the workers printed before the log existed goes first
+    const std::optional<std::string> printed = read_file(pending_output_);
+    if (printed && !printed->empty()) {
+      std::ofstream(path, std::ios::app) << *printed;
+    }
+    ::unlink(pending_output_.c_str());
+    pending_output_.clear();
+  }
   log_path_ = path;  // for workers started from now on
   // The running ones reopen their output there: no restart (the controller must not stop
   // heartbeating its other workers for an import's time). No reply comes for this line.
@@ -106,7 +134,11 @@ void PythonRewardPool::start_worker(size_t slot) {
   if (config_.reward_kwargs != "{}") argv.insert(argv.end(), {"--kwargs", config_.reward_kwargs});
   for (const std::string& directory : search_path_) argv.insert(argv.end(), {"--path", directory});
   Worker& worker = workers_[slot];
-  PipedChild child = spawn_piped(argv, log_path_);  // log_path_ empty: the worker's stderr is ours
+  SpawnOptions options;
+  options.output_path = log_path_;  // empty only when no temporary file could be made: then ours
+  options.own_process_group = true;  // what the reward forks is killed with it
+  options.max_data_bytes = static_cast<uint64_t>(config_.memory_mb) << 20;
+  PipedChild child = spawn_piped(argv, std::move(options));
   worker.process = std::move(child.process);
   worker.to_child = child.to_child;
   worker.from_child = child.from_child;
@@ -159,11 +191,12 @@ void PythonRewardPool::wait_until_ready() {
       slots.push_back(slot);
     }
     if (fds.empty()) return;
+    throw_if_interrupted();
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) {
       throw Error(fmt::format("{}: the reward worker did not import the file within {} s", what(), kStartupSeconds));
     }
-    if (::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left, 1000))) < 0 && errno != EINTR) {
+    if (::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left, kPollMs))) < 0 && errno != EINTR) {
       throw Error(fmt::format("{}: poll failed: {}", what(), std::strerror(errno)));
     }
     for (size_t k = 0; k < fds.size(); ++k) {
@@ -237,7 +270,12 @@ std::vector<RewardOutcome> PythonRewardPool::score(const std::vector<RewardInput
   size_t remaining = inputs.size();
   int failed_writes = 0;
 
+  // on_error: fail ends the step at its first error: the rest need not be scored.
+  const bool stop_at_first_error = config_.on_error != "fallback";
+  // Counting a group's processes reads /proc: at most every kPollMs, not at every reply.
+  Clock::time_point next_process_count = Clock::now();
   while (remaining > 0) {
+    throw_if_interrupted();
     for (size_t slot = 0; slot < workers && !queue.empty(); ++slot) {
       Worker& worker = workers_[slot];
       if (worker.answered < worker.calls.size()) continue;  // busy
@@ -269,42 +307,66 @@ std::vector<RewardOutcome> PythonRewardPool::score(const std::vector<RewardInput
     remaining = static_cast<size_t>(std::count(done.begin(), done.end(), false));
     if (remaining == 0) break;
 
+    // Per busy worker: its reply pipe, then its pidfd (readable once it exits: a process it
+    // forked may hold the pipe open past its death).
     std::vector<pollfd> fds;
     std::vector<size_t> slots;
     Clock::time_point soonest = Clock::time_point::max();
     for (size_t slot = 0; slot < workers; ++slot) {
-      const Worker& worker = workers_[slot];
+      Worker& worker = workers_[slot];
       if (worker.answered >= worker.calls.size()) continue;
       fds.push_back({worker.from_child, POLLIN, 0});
+      fds.push_back({worker.process.exit_fd(), POLLIN, 0});
       slots.push_back(slot);
       soonest = std::min(soonest, worker.deadline);
     }
     if (fds.empty()) continue;  // every chunk went back to the queue: send again
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(soonest - Clock::now()).count() + 1;
-    if (::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<int64_t>(wait, 0, 1000))) < 0 && errno != EINTR) {
+    if (::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<int64_t>(wait, 0, kPollMs))) < 0 &&
+        errno != EINTR) {
       throw Error(fmt::format("{}: poll failed: {}", what(), std::strerror(errno)));
     }
-    for (size_t k = 0; k < fds.size(); ++k) {
+    const bool count_processes = config_.max_processes > 0 && Clock::now() >= next_process_count;
+    if (count_processes) next_process_count = Clock::now() + std::chrono::milliseconds(kPollMs);
+    for (size_t k = 0; k < slots.size(); ++k) {
       const size_t slot = slots[k];
       Worker& worker = workers_[slot];
-      if (fds[k].revents) {
+      const pollfd& pipe = fds[2 * k];
+      const pollfd& exited = fds[2 * k + 1];
+      if (pipe.revents || exited.revents) {
         std::vector<std::string> lines;
-        const bool open = read_lines(worker, lines);
+        // Replies first: a worker may write its last ones and then exit.
+        const bool open = pipe.revents ? read_lines(worker, lines) : !exited.revents;
+        bool failed = false;
         for (const std::string& line : lines) {
           if (worker.answered >= worker.calls.size()) break;
           const size_t call = worker.calls[worker.answered++];
           outcomes[call] = outcome_from_line(line);
           done[call] = true;
+          failed = failed || !outcomes[call].error.empty();
           worker.deadline = Clock::now() + timeout;
         }
+        if (failed && stop_at_first_error) return outcomes;  // the next score() restarts busy workers
         if (!open) {
           const std::optional<ExitStatus> status = worker.process.wait_for(5.0);
           replace(slot, fmt::format("the reward worker {} while scoring this sample{}",
                                     status ? status->describe() : std::string("closed its output"),
                                     log_path_.empty() ? "" : fmt::format(" (its output: {})", log_path_)),
                   queue, outcomes, done);
+          if (stop_at_first_error) return outcomes;
           break;  // the replacement took time: poll the others afresh before judging their deadlines
         }
+      }
+      if (count_processes && worker.answered < worker.calls.size() &&
+          processes_in_group(worker.process.pid()) > static_cast<size_t>(config_.max_processes)) {
+        log::warn("{}: its worker (pid {}) holds more than {} processes: its process group is killed", what(),
+                  worker.process.pid(), config_.max_processes);
+        replace(slot, fmt::format("the reward started more than {} processes (reward.{}.max_processes); its worker "
+                                  "and every process it started were killed",
+                                  config_.max_processes, index_),
+                queue, outcomes, done);
+        if (stop_at_first_error) return outcomes;
+        break;
       }
       if (worker.answered < worker.calls.size() && Clock::now() >= worker.deadline) {
         ++timeouts_;
@@ -313,6 +375,7 @@ std::vector<RewardOutcome> PythonRewardPool::score(const std::vector<RewardInput
         replace(slot, fmt::format("timed out after {} s (reward.{}.timeout_s); its worker was killed and replaced",
                                   config_.timeout_s, index_),
                 queue, outcomes, done);
+        if (stop_at_first_error) return outcomes;
         break;  // as above
       }
     }

@@ -9,6 +9,16 @@
 // worker that dies (a crash in a C extension, os._exit) is replaced the same way. A
 // Python exception is the sample's error, with the traceback.
 //
+// Containment (untrusted code): each worker leads its own process group, killed whole
+// when the worker is replaced or the pool ends, so what a reward forks never outlives it;
+// RLIMIT_DATA bounds its memory (reward.memory_mb) and a group holding more than
+// reward.max_processes processes is killed; requests arrive on a descriptor of their own
+// (stdin is /dev/null to user code) and replies leave on another (print() goes to the
+// log); the worker's exit is seen through its pidfd even when a forked child keeps the
+// pipe open. Its output goes to RUN_DIR/logs/reward-*.log (before the run directory
+// exists, to a temporary file later appended there). An interrupt (Ctrl-C, SIGTERM) ends
+// score() at once; with on_error: fail, score() returns at the first error.
+//
 // The function's arguments are reward_arguments() (reward_scoring.h), null as None.
 #pragma once
 
@@ -71,6 +81,7 @@ class PythonRewardPool : public RewardScorer {
   std::string binary_;
   std::vector<std::string> search_path_;
   std::string log_path_;
+  std::string pending_output_;  // the temporary file the workers write to until set_log_path
   std::vector<Worker> workers_;
   std::vector<std::string> requests_;  // the calls of the current score(), as JSON text
   int64_t timeouts_ = 0;

@@ -114,7 +114,9 @@ TEST_CASE("multi-turn: the conversation and stop reason join extra_info, the ans
 }
 
 TEST_CASE("an exception is that sample's error, with the traceback; the others are scored") {
-  PythonRewardPool pool(python_reward("fails_on_boom"), 0, TANDEM_BINARY);
+  RewardConfig config = python_reward("fails_on_boom");
+  config.on_error = "fallback";  // with fail, score() returns at the first error
+  PythonRewardPool pool(config, 0, TANDEM_BINARY);
   Samples samples({"fine", "boom!", "fine too"});
   const std::vector<RewardOutcome> outcomes = pool.score(samples.inputs);
   CHECK(outcomes[0].error.empty());
@@ -141,6 +143,7 @@ TEST_CASE("results that are not scores are errors saying what came back") {
 TEST_CASE("a call past timeout_s kills and replaces its worker; the sample gets a timeout error") {
   RewardConfig config = python_reward("sleeps_on_slow", 2);
   config.timeout_s = 1.0;
+  config.on_error = "fallback";
   PythonRewardPool pool(config, 3, TANDEM_BINARY);
   Samples samples({"a", "slow", "b", "c", "d", "e"});
   const std::vector<RewardOutcome> outcomes = pool.score(samples.inputs);
@@ -156,7 +159,9 @@ TEST_CASE("a call past timeout_s kills and replaces its worker; the sample gets 
 }
 
 TEST_CASE("a worker that dies is replaced; its sample's error says how it ended") {
-  PythonRewardPool pool(python_reward("dies_on_crash", 1), 0, TANDEM_BINARY);
+  RewardConfig config = python_reward("dies_on_crash", 1);
+  config.on_error = "fallback";
+  PythonRewardPool pool(config, 0, TANDEM_BINARY);
   Samples samples({"a", "crash", "b"});
   const std::vector<RewardOutcome> outcomes = pool.score(samples.inputs);
   CHECK(outcomes[0].result.score == 4.0);
@@ -173,6 +178,7 @@ TEST_CASE("the batched form takes lists and returns one score per sample") {
   const std::vector<RewardOutcome> outcomes = pool.score(samples.inputs);
   for (size_t i = 0; i < outcomes.size(); ++i) CHECK(outcomes[i].result.score == static_cast<double>(i + 1));
   config.function = "batched_wrong_length";
+  config.on_error = "fallback";  // every chunk answered (with fail, score() returns at the first error)
   PythonRewardPool wrong(config, 0, TANDEM_BINARY);
   for (const RewardOutcome& o : wrong.score(samples.inputs)) {
     CHECK(o.error.find("returned 1 values for") != std::string::npos);
