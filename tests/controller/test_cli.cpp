@@ -318,3 +318,38 @@ TEST_CASE("several `tandem run` racing into one --run-dir: one runs, the others 
   const std::string metrics = read_text(run + "/metrics.jsonl");
   CHECK(std::count(metrics.begin(), metrics.end(), '\n') == 2);
 }
+
+TEST_CASE("Ctrl-C during a slow Python reward call stops the run at once, not after the call") {
+  TempDir dir;
+  write_file(dir.path() + "/slow.py",
+             "import time\n"
+             "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+             "    time.sleep(120)\n"
+             "    return 1.0\n");
+  write_file(dir.path() + "/slow.yaml", R"(
+experiment: {name: slow-reward, steps: 3}
+model: {path: "builtin:tiny"}
+data: {train: "builtin:addition", batch_size: 4}
+algorithm: {group_size: 2}
+rollout: {workers: 1, max_new_tokens: 3, kv_cache_mb: 8}
+learner: {workers: 1, micro_batch_size: 8}
+reward: [{python: slow.py, workers: 1, timeout_s: 300}]
+logging: {console: quiet}
+)");
+  const std::string run = dir.path() + "/run";
+  ChildProcess controller = ChildProcess::spawn({TANDEM_BINARY, "run", dir.path() + "/slow.yaml", "--run-dir", run},
+                                                {dir.path() + "/out.txt", false});
+  // Running, and past its first rollout: the reward call of 120 s is under way.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (read_text(run + "/status.json").find("\"state\": \"running\"") == std::string::npos) {
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, read_text(dir.path() + "/out.txt"));
+    REQUIRE(controller.running());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  REQUIRE(::kill(controller.pid(), SIGINT) == 0);
+  const auto ended = controller.wait_for(30);  // far less than the call's 120 s
+  REQUIRE_MESSAGE(ended.has_value(), read_text(dir.path() + "/out.txt"));
+  CHECK(ended->exit_code == 130);
+  CHECK(read_text(run + "/status.json").find("\"state\": \"interrupted\"") != std::string::npos);
+}
