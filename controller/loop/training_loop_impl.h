@@ -133,6 +133,9 @@ class TrainingLoop {
   // Restarts a dead or hung rollout worker; `load_weights`: with the current weights
   // (false when a sync in progress will deliver them).
   void restart_rollout(const WorkerFailure& failure, bool load_weights = true);
+  // The death behind a learner's command error (a collective failing on a survivor when a
+  // peer died), waited for as long as the pool needs to see a death; nullopt when none.
+  std::optional<WorkerFailure> death_behind(const WorkerFailure& error);
   // After a LearnerLost: restarts every learner-hosting worker and restores the newest
   // whole checkpoint (or the start). Returns the last step done.
   int64_t recover_learners(const LearnerLost& lost);

@@ -174,11 +174,34 @@ std::vector<CommandReply> TrainingLoop::wait_for(std::vector<Request> requests,
       for (const Request& r : requests) out.push_back(std::move(replies.at(r.id)));
       return out;
     } catch (const WorkerFailure& failure) {
-      if (failure.command_error()) throw;  // it would fail again
+      if (failure.command_error()) {
+        // A learner whose peer died fails its collective ("all_reduce failed"): the death
+        // behind it is the failure to recover from. Anything else would fail again.
+        const std::optional<WorkerFailure> dead = hosts_learner(failure.worker()) ? death_behind(failure) : std::nullopt;
+        if (!dead) throw;
+        if (hosts_learner(dead->worker())) throw LearnerLost(*dead);
+        restart_rollout(*dead);
+        continue;
+      }
       if (hosts_learner(failure.worker())) throw LearnerLost(failure);
       restart_rollout(failure);
     }
   }
+}
+
+std::optional<WorkerFailure> TrainingLoop::death_behind(const WorkerFailure& error) {
+  // A local worker's exit reaches the pool within milliseconds, a remote one's when its
+  // heartbeats stop: wait that long (at least a second) for it.
+  const double patience = std::max(1.0, c_.launcher.heartbeat_timeout_s);
+  const Clock::time_point until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                     std::chrono::duration<double>(patience));
+  while (true) {
+    if (std::optional<WorkerFailure> dead = pool_.first_failure()) return dead;
+    if (Clock::now() >= until) break;
+    pool_.poll_events(0.05);
+  }
+  log::info("{}: no worker died behind it; it is the command's own error", error.what());
+  return std::nullopt;
 }
 
 Request TrainingLoop::request(const WorkerId& worker, const std::string& command, const std::string& body,
@@ -269,11 +292,12 @@ int64_t TrainingLoop::recover_learners(const LearnerLost& lost) {
     } catch (const LearnerLost& again) {
       last = again.failure();  // lost again while recovering
     } catch (const WorkerFailure& again) {
-      if (again.command_error()) throw;
-      if (hosts_learner(again.worker())) {
-        last = again;
+      const std::optional<WorkerFailure> dead = again.command_error() ? death_behind(again) : again;
+      if (!dead) throw again;
+      if (hosts_learner(dead->worker())) {
+        last = *dead;
       } else {  // a rollout-only worker died meanwhile: restart it, then the learners' recovery again
-        restart_rollout(again, /*load_weights=*/false);
+        restart_rollout(*dead, /*load_weights=*/false);
         count = false;
       }
     }

@@ -245,6 +245,33 @@ TEST_CASE("a learner killed with SIGKILL mid-run restarts from the last checkpoi
   }
 }
 
+// Issue 29: with two learners, a death at any moment (in a step's collectives, or just
+// after a step ends) is recovered in-run; the survivor's collective error is understood as
+// a consequence of the death, never as the run's own failure.
+TEST_CASE("one of two learners killed at any moment of a step is recovered in-run, with the same metrics") {
+  const std::vector<std::string> two_learners = {"learner.workers=2", "learner.micro_batch_size=16",
+                                                 "launcher.max_restarts=6"};
+  TempDir reference_dir;
+  const std::string expected = finished_run(reference_dir, two_learners);
+  TempDir dir;
+  ChildProcess controller = start_run_until_step(dir, 1, two_learners);
+  // After the step's line is written (the "~50 ms after a step ends" case) and at
+  // different points inside the next steps, each rank in turn.
+  const std::vector<std::pair<int, int>> kills = {{2, 0}, {4, 30}, {6, 80}, {8, 5}};  // (step, delay ms)
+  int rank = 1;
+  for (const auto& [step, delay_ms] : kills) {
+    wait_for_step(controller, dir, step);
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    REQUIRE(::kill(worker_pid(controller.pid(), "learner", rank), SIGKILL) == 0);
+    rank = 1 - rank;
+  }
+  const std::string out = output_at_exit(controller, dir, 0);
+  INFO(out);
+  CHECK(out.find("restarting the learners") != std::string::npos);
+  CHECK(out.find("all_reduce failed") == std::string::npos);  // never the run's error
+  check_same_metrics(expected, dir.path() + "/run");
+}
+
 bool ends_with_generating(std::string log) {
   while (!log.empty() && log.back() == '\n') log.pop_back();
   return log.size() >= 10 && log.compare(log.size() - 10, 10, "generating") == 0;
