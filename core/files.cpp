@@ -94,10 +94,12 @@ TempDir::~TempDir() {
   fs::remove_all(path_, ec);
 }
 
-void write_file_atomic(const std::string& path, const std::string& content) {
+void write_file_atomic(const std::string& path, const std::string& content, unsigned mode) {
   std::string temporary = path + ".tmp";
-  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) throw Error(fmt::format("cannot write {}: {}", temporary, std::strerror(errno)));
+  // A leftover temporary keeps its own mode (O_CREAT applies `mode` to new files only).
+  ::fchmod(fd, static_cast<mode_t>(mode));
   size_t written = 0;
   while (written < content.size()) {
     ssize_t n = ::write(fd, content.data() + written, content.size() - written);

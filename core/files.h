@@ -18,7 +18,7 @@ std::string read_input_file(const std::string& path, uint64_t max_bytes);
 
 // Writes `content` to path.tmp, fsyncs and renames it over `path`: readers see the old
 // file or the new one, never a torn one. A full disk is an Error and leaves `path` as it was.
-void write_file_atomic(const std::string& path, const std::string& content);
+void write_file_atomic(const std::string& path, const std::string& content, unsigned mode = 0644);
 
 // A private temporary directory, removed with its contents on destruction.
 class TempDir {

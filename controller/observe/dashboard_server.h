@@ -4,12 +4,22 @@
 // `tandem dashboard RUN_DIR` beside a running controller or after a run, and inside the
 // controller with `logging.dashboard: true`. docs/dashboard.md describes the page.
 //
+// Exposure: on loopback (the default) it answers only requests whose Host is loopback's
+// (no DNS rebinding); bound elsewhere it answers only clients holding a random token, which
+// is in the URL written to RUN_DIR/dashboard_url (mode 0600), and warns. Connections are
+// bounded in number and time (http_serving.h): observers cannot hurt the run.
+//
 // Threading: start() binds, then serves on a thread of its own (and a small pool of
 // request threads); stop() and the destructor stop serving and join them.
 #pragma once
 
 #include <memory>
 #include <string>
+
+namespace httplib {
+struct Request;
+struct Response;
+}  // namespace httplib
 
 namespace tandem {
 
@@ -25,12 +35,18 @@ class DashboardServer {
   // Writes the URL to RUN_DIR/dashboard_url (a warning, not an error, when the run
   // directory is read-only). Returns the port.
   int start();
-  // http://BIND:PORT/ (the host name instead of a wildcard bind such as 0.0.0.0).
+  // http://BIND:PORT/ (the host name instead of a wildcard bind such as 0.0.0.0), with
+  // ?token=... off loopback.
   std::string url() const;
   void stop();
 
  private:
+  // Whether a request may be answered (else `response` says why): on loopback, a Host of
+  // loopback's; elsewhere, the token (as ?token= or the cookie it sets).
+  bool admit(const httplib::Request& request, httplib::Response& response) const;
+
   struct Impl;
+  std::string token_;  // empty on loopback
   std::string run_dir_;
   std::string bind_;
   int port_;

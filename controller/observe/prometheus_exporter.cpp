@@ -148,12 +148,14 @@ struct PrometheusExporter::Server {
 PrometheusExporter::PrometheusExporter(const std::string& bind, int64_t port)
     : snapshot_(std::make_shared<Snapshot>()), server_(std::make_unique<Server>()) {
   httplib::Server& http = server_->http;
-  http.new_task_queue = [] { return new httplib::ThreadPool(1); };  // one scrape at a time is plenty
   HttpServing::refuse_shared_ports(http);
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
     response.set_content(metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
   });
-  const int bound = server_->serving.start(http, bind, static_cast<int>(port));
+  HttpLimits limits;
+  limits.threads = 2;  // scrapes are rare; two so that one slow client cannot hold the endpoint alone
+  limits.max_connections = 8;
+  const int bound = server_->serving.start(http, bind, static_cast<int>(port), limits);
   if (bound <= 0) {
     throw Error(fmt::format("logging.prometheus: cannot listen on {}:{}: the port is taken, or {} is not an address "
                             "of this host (port: 0 picks a free one)",
