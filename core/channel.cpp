@@ -83,8 +83,9 @@ uint64_t Channel::poll_handshake_failures() {
     const char* why = id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? (server ? "its CURVE key was refused" : "our CURVE key was refused")
                       : id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ? "the handshake protocol was broken"
                                                                   : "the CURVE handshake failed (an unkeyed peer, or the wrong server key?)";
-    log::warn("control channel: {} {}: {}", server ? "refused a connection on" : "the handshake with",
-              endpoint.to_string(), why);
+    handshake_warnings_.warn(fmt::format("control channel: {} {}: {}",
+                                         server ? "refused a connection on" : "the handshake with",
+                                         endpoint.to_string(), why));
   }
   return handshake_failures_;
 }
@@ -92,7 +93,7 @@ uint64_t Channel::poll_handshake_failures() {
 void Channel::reject(const std::string& peer, const std::string& why) {
   ++rejected_count_;
   last_rejection_ = why;
-  log::warn("control channel: dropped a frame from peer {}: {}", peer_label(peer), why);
+  rejections_.warn(fmt::format("control channel: dropped a frame from peer {}: {}", peer_label(peer), why));
 }
 
 bool Channel::parse(std::vector<zmq::message_t>& frames, Envelope& out) {

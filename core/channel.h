@@ -7,6 +7,8 @@
 // and logged, and receive() goes on waiting. Not thread-safe: one thread per channel.
 #pragma once
 
+#include "core/rate_limited_log.h"
+
 #include "core/curve_auth.h"
 #include "core/protocol.h"
 
@@ -67,6 +69,8 @@ class Channel {
   std::optional<zmq::socket_t> monitor_;  // PAIR receiving socket_'s handshake-failure events
   uint64_t handshake_failures_ = 0;
   uint64_t rejected_count_ = 0;
+  RateLimitedWarning rejections_{"control channel: dropped frames"};
+  RateLimitedWarning handshake_warnings_{"control channel: failed handshakes"};
   std::string last_rejection_;
 };
 

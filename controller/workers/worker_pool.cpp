@@ -323,7 +323,7 @@ void WorkerPool::fail(Worker& w, const std::string& reason) {
 
 void WorkerPool::reject(const std::string& peer, const std::string& why) {
   ++rejected_;
-  log::warn("control channel: rejected a message from peer {}: {}", peer_label(peer), why);
+  rejections_.warn(fmt::format("control channel: rejected a message from peer {}: {}", peer_label(peer), why));
 }
 
 void WorkerPool::handle(Envelope& e) {
@@ -336,10 +336,6 @@ void WorkerPool::handle(Envelope& e) {
       return reject(e.peer, fmt::format("registration for {} which is {}", r->worker.name(),
                                         w->status.state == WorkerState::ready ? "already registered" : "not starting"));
     }
-    if (r->protocol_version != protocol_version()) {
-      fail(*w, fmt::format("speaks protocol version {}, the controller {}", r->protocol_version, protocol_version()));
-      return;
-    }
     if (options_.keys && e.user_id != r->worker.name()) {
       return reject(e.peer, fmt::format("registration for {} from a peer keyed as {}", r->worker.name(),
                                         e.user_id.empty() ? "nobody" : e.user_id));
@@ -347,6 +343,12 @@ void WorkerPool::handle(Envelope& e) {
     if (w->status.pid != 0 && static_cast<int>(r->pid) != w->status.pid) {
       return reject(e.peer, fmt::format("registration for {} from pid {}, but the launcher started pid {}",
                                         r->worker.name(), r->pid, w->status.pid));
+    }
+    // Only now is the sender (as far as the transport can tell) the worker it names: a
+    // stranger's wrong version is its own rejection, never the worker's failure.
+    if (r->protocol_version != protocol_version()) {
+      fail(*w, fmt::format("speaks protocol version {}, the controller {}", r->protocol_version, protocol_version()));
+      return;
     }
     w->peer = e.peer;
     w->status.pid = static_cast<int>(r->pid);

@@ -233,6 +233,7 @@ class WorkerPool {
   std::function<void()> health_observer_;
   std::chrono::steady_clock::time_point next_observation_;
   uint64_t rejected_ = 0;
+  RateLimitedWarning rejections_{"control channel: rejected messages"};
   std::chrono::steady_clock::time_point next_heartbeat_;
   std::chrono::steady_clock::time_point next_health_check_;
   bool shut_down_ = false;

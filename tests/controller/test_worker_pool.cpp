@@ -5,12 +5,14 @@
 #include "core/command_codec.h"
 #include "core/worker_commands.capnp.h"
 #include "core/files.h"
+#include "core/log.h"
 #include "core/process.h"
 #include "learner/learner_commands.capnp.h"
 
 #include <doctest/doctest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <filesystem>
@@ -287,6 +289,58 @@ TEST_CASE("unknown senders and forged registrations are rejected; the pool goes 
   CHECK(pool.call_all("ping", "fine")[0].reply.body == "fine");
   CHECK_FALSE(pool.first_failure().has_value());
   pool.shutdown("test done");
+}
+
+TEST_CASE("a forged registration with a wrong protocol version during a restart fails no worker") {
+  TempDir temp;
+  const std::string& dir = temp.path();
+  WorkerPool pool(fast_options(dir), make_local_launcher(TANDEM_BINARY));
+  pool.start({{"rollout", 0}});
+  zmq::context_t context(1);
+  std::atomic<bool> done{false};
+  // A stranger claiming to be rollout-0 the whole time it restarts (pid 1 is not the
+  // process the launcher started).
+  std::thread forger([&] {
+    Channel intruder(context, Channel::Kind::dealer);
+    intruder.connect(pool.address());
+    while (!done) {
+      intruder.send(RegisterMsg{WorkerId{"rollout", 0}, 1, "h", 99, "127.0.0.1"});
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+  });
+  CHECK_NOTHROW(pool.restart({"rollout", 0}));
+  done = true;
+  forger.join();
+  CHECK(pool.call_all("ping", "fine")[0].reply.body == "fine");
+  CHECK_FALSE(pool.first_failure().has_value());
+  pool.shutdown("test done");
+}
+
+TEST_CASE("thousands of garbage frames are logged as a few lines and a summary, not a line each") {
+  TempDir temp;
+  const std::string& dir = temp.path();
+  log::Options log_options;
+  log_options.file_path = dir + "/pool.log";
+  log_options.console = false;
+  log::init(log_options);
+  WorkerPool pool(fast_options(dir), make_local_launcher(TANDEM_BINARY));
+  pool.start({{"rollout", 0}});
+  zmq::context_t context(1);
+  zmq::socket_t raw(context, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.connect(pool.address());
+  for (int i = 0; i < 5000; ++i) raw.send(zmq::str_buffer("garbage!"), zmq::send_flags::none);
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (pool.rejected_messages() < 5000 && Clock::now() < deadline) pool.poll_events(0.05);
+  CHECK(pool.rejected_messages() == 5000);
+  pool.shutdown("test done");
+  log::init(log::Options{});  // back to the console
+  int lines = 0;
+  std::ifstream in(dir + "/pool.log");
+  for (std::string line; std::getline(in, line);) lines += line.find("control channel") != std::string::npos;
+  // 5 in full, then at most one summary per 10 s of the test.
+  CHECK(lines >= 5);
+  CHECK(lines <= 10);
 }
 
 TEST_CASE("CURVE: the run's workers get in with their keys; wrong, unkeyed and forged peers are refused") {
