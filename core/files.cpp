@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -51,24 +50,11 @@ std::string read_input_file(const std::string& path, uint64_t max_bytes) {
     throw Error(fmt::format("it is {} bytes, more than the {} this input may have",
                             static_cast<uint64_t>(info.st_size), max_bytes));
   }
+  // To the end (the file may have grown since fstat), and one byte past the bound at most.
   std::string text;
-  text.resize(static_cast<size_t>(info.st_size));
-  size_t filled = 0;
-  // Read to the end (the file may have grown since fstat), never past the bound.
+  char chunk[65536];
   while (true) {
-    if (filled == text.size()) {
-      if (text.size() >= max_bytes) {
-        char probe = 0;
-        const ssize_t more = ::read(fd, &probe, 1);
-        if (more > 0) {
-          ::close(fd);
-          throw Error(fmt::format("it grew past the {} bytes this input may have while it was read", max_bytes));
-        }
-        break;
-      }
-      text.resize(std::min<uint64_t>(max_bytes, text.size() + 65536));
-    }
-    const ssize_t n = ::read(fd, text.data() + filled, text.size() - filled);
+    const ssize_t n = ::read(fd, chunk, sizeof chunk);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const int err = errno;
@@ -76,10 +62,13 @@ std::string read_input_file(const std::string& path, uint64_t max_bytes) {
       throw Error(std::string(std::strerror(err)));
     }
     if (n == 0) break;
-    filled += static_cast<size_t>(n);
+    text.append(chunk, static_cast<size_t>(n));
+    if (text.size() > max_bytes) {
+      ::close(fd);
+      throw Error(fmt::format("it grew past the {} bytes this input may have while it was read", max_bytes));
+    }
   }
   ::close(fd);
-  text.resize(filled);
   return text;
 }
 

@@ -185,15 +185,33 @@ void ChildProcess::kill_and_reap() {
   status_ = from_wait_status(status);
 }
 
+namespace {
+
+// The fields of /proc/PID/stat that follow the parenthesised command name (which may hold
+// spaces and parentheses itself): state, ppid, pgrp. nullopt when the process is gone.
+struct ProcStat {
+  char state = 0;  // Z: zombie, X: dead
+  long ppid = 0;
+  long pgrp = 0;
+  bool alive() const { return state != 'Z' && state != 'X'; }
+};
+std::optional<ProcStat> read_proc_stat(const std::string& path) {
+  std::ifstream stat(path);
+  if (!stat) return std::nullopt;
+  const std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t close = content.rfind(')');
+  if (close == std::string::npos || close + 2 >= content.size()) return std::nullopt;
+  std::istringstream rest(content.substr(close + 2));
+  ProcStat fields;
+  if (!(rest >> fields.state >> fields.ppid >> fields.pgrp)) return std::nullopt;
+  return fields;
+}
+
+}  // namespace
+
 bool process_alive(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return false;
-  std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  // Field 3, after the parenthesised command name: Z is a zombie, X dead.
-  size_t close = content.rfind(')');
-  if (close == std::string::npos || close + 2 >= content.size()) return false;
-  char state = content[close + 2];
-  return state != 'Z' && state != 'X';
+  const std::optional<ProcStat> stat = read_proc_stat("/proc/" + std::to_string(pid) + "/stat");
+  return stat && stat->alive();
 }
 
 size_t processes_in_group(pid_t group) {
@@ -202,15 +220,8 @@ size_t processes_in_group(pid_t group) {
   for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
     const std::string name = entry.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    // After the parenthesised command name: state, ppid, pgrp.
-    const size_t close = content.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(content.substr(close + 2));
-    char state = 0;
-    long ppid = 0, pgrp = 0;
-    if (rest >> state >> ppid >> pgrp && pgrp == group && state != 'Z' && state != 'X') ++count;
+    const std::optional<ProcStat> stat = read_proc_stat((entry.path() / "stat").string());
+    if (stat && stat->pgrp == group && stat->alive()) ++count;
   }
   return count;
 }

@@ -175,10 +175,9 @@ bool DashboardServer::admit(const httplib::Request& request, httplib::Response& 
     response.set_header("Set-Cookie", cookie + "; HttpOnly; SameSite=Strict; Path=/");
     return true;
   }
-  for (const std::string& part : split(request.get_header_value("Cookie"), ';')) {
-    if (part.substr(part.find_first_not_of(' ') == std::string::npos ? 0 : part.find_first_not_of(' ')) == cookie) {
-      return true;
-    }
+  for (std::string part : split(request.get_header_value("Cookie"), ';')) {
+    part.erase(0, part.find_first_not_of(' '));  // "a=1; b=2": each after the first starts with a space
+    if (part == cookie) return true;
   }
   return refuse(401, "this dashboard needs its token: open the URL in the run directory's dashboard_url file");
 }

@@ -124,12 +124,13 @@ int HttpServing::start(httplib::Server& http, const std::string& bind, int port,
 }
 
 void HttpServing::watch_connections(int port, double max_connection_s) {
-  // Sockets are told apart by inode (a descriptor number is reused); each is looked at
-  // through a dup of its descriptor, so what is shut down is the socket that was checked.
+  // Once a second (the limits are tens of seconds): sockets are told apart by inode (a
+  // descriptor number is reused); each is looked at through a dup of its descriptor, so
+  // what is shut down is the socket that was checked.
   std::map<ino_t, Clock::time_point> first_seen;
   const auto limit = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(max_connection_s));
   std::unique_lock<std::mutex> lock(watchdog_mutex_);
-  while (!watchdog_wake_.wait_for(lock, std::chrono::milliseconds(stopping_ ? 20 : 250), [this] { return finished_; })) {
+  while (!watchdog_wake_.wait_for(lock, std::chrono::milliseconds(stopping_ ? 20 : 1000), [this] { return finished_; })) {
     std::map<ino_t, Clock::time_point> seen;
     const Clock::time_point now = Clock::now();
     std::error_code ec;
