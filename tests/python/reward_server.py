@@ -7,6 +7,7 @@ Prints "PORT <n>" once listening on 127.0.0.1. Paths:
   POST /slow         sleeps 5 s (past the test's timeout)
   POST /bad          400 with a message
   POST /wrong_count  one score whatever the batch
+  POST /huge         a 20 MiB answer (past the client's 16 MiB bound)
   GET  /stats        {"requests": n, "max_concurrent": n}
 """
 import json
@@ -54,6 +55,12 @@ class Handler(BaseHTTPRequestHandler):
                 return self.reply(503, b"warming up")
             if self.path == "/wrong_count":
                 return self.reply(200, {"scores": [1.0]})
+            if self.path == "/huge":
+                try:
+                    return self.reply(200, b"[" + b" " * (20 << 20) + b"]")
+                except OSError:
+                    return None  # the client stopped reading, as it should
+
             time.sleep(0.2)
             scores = [{"score": len(s["solution_str"]), "has_truth": s["ground_truth"] is not None,
                        "prompt_seen": s["prompt"] == "What is 6*7?"} for s in samples]

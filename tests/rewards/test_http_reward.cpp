@@ -111,6 +111,12 @@ TEST_CASE("a bare JSON array answers too; a wrong count or status is every sampl
   for (const RewardOutcome& o : HttpReward(http_reward(server.url("/bad"), 1, 0), 0).score(samples.inputs)) {
     CHECK(o.error == "POST " + server.url("/bad") + " answered HTTP 400: bad request: no such task");
   }
+  // An answer past 16 MiB is cut off unread (the controller's memory is not the server's to fill).
+  RewardConfig huge = http_reward(server.url("/huge"), 1, 0);
+  huge.timeout_s = 30;
+  for (const RewardOutcome& o : HttpReward(huge, 0).score(samples.inputs)) {
+    CHECK_MESSAGE(o.error.find("the answer is larger than 16 MiB; it was cut off unread") != std::string::npos, o.error);
+  }
 }
 
 TEST_CASE("503s are retried with backoff until the server answers; timeouts and refused connections give up") {
