@@ -177,6 +177,10 @@ struct LearnerConfig {
   int64_t mini_batches = 1;
   int64_t micro_batch_size = 8;  // samples per forward/backward
   int64_t threads = 0;           // intra-op threads per rank; 0: this host's cores / workers
+  // memory | off: after every step each rank copies its state to host shared memory, so a
+  // learner's death costs at most the step in progress (no replay from a checkpoint).
+  std::string snapshot = "memory";
+  std::string snapshot_dir = "/dev/shm";  // where the snapshots live on each learner's host (a tmpfs)
   OptimizerConfig optimizer;
 };
 

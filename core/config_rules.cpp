@@ -50,6 +50,11 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
   };
   auto problem = [&](const std::string& key_path, const std::string& what) { problem_at({key_path}, what); };
 
+  // Every learner host resolves the snapshot directory alike: no working directory in it.
+  if (c.learner.snapshot == "memory" && c.learner.snapshot_dir.front() != '/') {
+    problem("learner.snapshot_dir", fmt::format("\"{}\" is not an absolute path", c.learner.snapshot_dir));
+  }
+
   // Prompts are split over rollout workers whole, so that a prompt's group stays together.
   if (c.data.batch_size % c.rollout.workers != 0) {
     problem_at({"data.batch_size", "rollout.workers"},

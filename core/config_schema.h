@@ -227,6 +227,11 @@ template <class V> void describe(V& v, LearnerConfig& c) {
   v.field("mini_batches", c.mini_batches, at_least(1), "optimizer steps per epoch");
   v.field("micro_batch_size", c.micro_batch_size, at_least(1), "samples per forward/backward on one rank");
   v.field("threads", c.threads, at_least(0), "intra-op CPU threads per rank; 0: this host's cores / workers");
+  v.field("snapshot", c.snapshot, one_of({"memory", "off"}),
+          "memory: each rank copies its state (weights, optimizer, step) to snapshot_dir after every step, so a "
+          "learner's death is recovered from the step before it, not from the last checkpoint");
+  v.field("snapshot_dir", c.snapshot_dir, required_text(),
+          "absolute path of a memory-backed directory (tmpfs) on every learner host for the snapshots");
   v.section("optimizer", c.optimizer, "optimizer and schedule");
 }
 

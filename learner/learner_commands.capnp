@@ -116,6 +116,21 @@ struct CheckpointDone {
   optimizerSteps @0 :Int64;
 }
 
+# learner_snapshot (reply: Empty) and learner_load_snapshot (reply: SnapshotLoaded):
+# learner.snapshot, each rank's own state in its host's memory.
+struct SnapshotRequest {
+  dir @0 :Text;                  # this step's: DIR/rank-<r>.safetensors
+  referenceDir @1 :Text;         # the warmed-up reference policy, written once
+  root @2 :Text;                 # everything of the run's snapshots: removed when the worker ends
+  keep @3 :Text;                 # learner_snapshot: the whole snapshot before this one; older ones go
+}
+
+struct SnapshotLoaded {
+  loaded @0 :Bool;
+  problem @1 :Text;              # why not (missing on this host, does not fit): the caller falls back
+  optimizerSteps @2 :Int64;
+}
+
 # learner_export. Reply: Empty.
 struct ExportRequest {
   dir @0 :Text;

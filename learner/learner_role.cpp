@@ -21,6 +21,7 @@
 #include <ATen/Parallel.h>
 #include <torch/version.h>
 
+#include <filesystem>
 #include <map>
 #include <memory>
 
@@ -35,6 +36,15 @@ struct LearnerState {
   std::unique_ptr<Trainer> trainer;
 
   KeptEndpoint<WeightSender> sender{make_weight_sender};
+  // learner.snapshot: the run's snapshot directory on this host. Removed when the worker
+  // ends on its own (the run is over or its controller gone), kept when it is killed: the
+  // rank that replaces it loads from there.
+  std::string snapshot_root;
+
+  ~LearnerState() {
+    std::error_code ignored;  // best effort: a peer rank on this host may be removing it too
+    if (!snapshot_root.empty()) std::filesystem::remove_all(snapshot_root, ignored);
+  }
 
   Trainer& require_trainer(const std::string& command) {
     if (!trainer) throw Error(fmt::format("{}: send learner_init first", command));
@@ -197,6 +207,46 @@ struct LearnerState {
             {}};
   }
 
+  CommandResult snapshot(const CommandMsg& command, const std::vector<std::string>&) {
+    const Body<wire::SnapshotRequest> body(command.body, command.name);
+    Trainer& t = require_trainer(command.name);
+    snapshot_root = to_string(body->getRoot());
+    const std::string dir = to_string(body->getDir()), keep = to_string(body->getKeep());
+    t.save_snapshot(dir, to_string(body->getReferenceDir()));
+    // Older steps' snapshots are spent: only this one and the whole one before it count.
+    std::error_code ignored;  // a peer rank on this host may be removing the same
+    std::vector<std::filesystem::path> spent;
+    for (const auto& entry : std::filesystem::directory_iterator(snapshot_root, ignored)) {
+      const std::string path = entry.path().string();
+      if (entry.path().filename().string().rfind("step_", 0) == 0 && path != dir && path != keep) {
+        spent.push_back(entry.path());
+      }
+    }
+    for (const auto& path : spent) std::filesystem::remove_all(path, ignored);
+    return {empty_body<wire::Empty>(), {}};
+  }
+
+  // A snapshot that is not here or does not fit is an answer, not an error: the
+  // controller then restores the last checkpoint instead.
+  CommandResult load_snapshot(const CommandMsg& command, const std::vector<std::string>&) {
+    const Body<wire::SnapshotRequest> body(command.body, command.name);
+    Trainer& t = require_trainer(command.name);
+    snapshot_root = to_string(body->getRoot());
+    std::string problem;
+    try {
+      t.load_snapshot(to_string(body->getDir()), to_string(body->getReferenceDir()));
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+    const int64_t steps = t.optimizer_steps();
+    return {encode_body<wire::SnapshotLoaded>([&](wire::SnapshotLoaded::Builder out) {
+              out.setLoaded(problem.empty());
+              out.setProblem(problem);
+              out.setOptimizerSteps(steps);
+            }),
+            {}};
+  }
+
   CommandResult export_policy(const CommandMsg& command, const std::vector<std::string>&) {
     const Body<wire::ExportRequest> body(command.body, command.name);
     Trainer& t = require_trainer(command.name);
@@ -225,6 +275,8 @@ const std::map<std::string, LearnerMethod>& learner_commands() {
       {"learner_save", &LearnerState::save_or_load},
       {"learner_load", &LearnerState::save_or_load},
       {"learner_export", &LearnerState::export_policy},
+      {"learner_snapshot", &LearnerState::snapshot},
+      {"learner_load_snapshot", &LearnerState::load_snapshot},
   };
   return table;
 }

@@ -109,6 +109,13 @@ class Trainer {
   // a model directory `tandem generate --model` loads.
   void save_checkpoint(const std::string& dir, const std::string& tokenizer_dir = "");
   void load_checkpoint(const std::string& dir);
+  // learner.snapshot (trainer_snapshot.cpp): this rank's own state (its parameter values
+  // or shard, optimizer moments, step counters) as DIR/rank-<r>.safetensors, and the
+  // warmed-up reference policy into REFERENCE_DIR once. No collectives: each rank writes
+  // to its own host's memory. load_snapshot reads them back into a rank of the same group;
+  // it throws, changing nothing, when a file is missing or does not fit.
+  void save_snapshot(const std::string& dir, const std::string& reference_dir);
+  void load_snapshot(const std::string& dir, const std::string& reference_dir);
   // The policy as a Hugging Face directory (config.json, model.safetensors in `dtype`,
   // and the tokenizer files copied from `tokenizer_dir`), written by rank 0, staged and
   // renamed like a checkpoint; an existing DIR is replaced. All ranks call it (fsdp gathers).

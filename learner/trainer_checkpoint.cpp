@@ -18,14 +18,20 @@ namespace tandem {
 
 namespace fs = std::filesystem;
 
-namespace {
-
 TensorToWrite float_tensor(const std::string& name, const at::Tensor& t) {
   at::Tensor c = t.detach().to(at::kCPU, at::kFloat).contiguous();
   TensorToWrite out{name, DType::f32, {c.numel()}, std::string(static_cast<size_t>(c.numel()) * 4, '\0')};
   std::memcpy(out.bytes.data(), c.data_ptr<float>(), out.bytes.size());
   return out;
 }
+
+void fill_through_host(at::Tensor target, const std::function<void(float*)>& fill) {
+  at::Tensor host = target.to(at::kCPU);
+  fill(host.data_ptr<float>());
+  if (!host.is_same(target)) target.copy_(host);
+}
+
+namespace {
 
 // Copies into `target` (laid out by `target_ranges`) every element that `source` (laid out
 // by `source_ranges`) holds.
@@ -40,14 +46,6 @@ void copy_overlaps(const float* source, const std::vector<OwnedRange>& source_ra
                   static_cast<size_t>(end - begin) * sizeof(float));
     }
   }
-}
-
-// Fills `target` (float32, contiguous, on any device) through host memory: `fill` writes
-// the host floats. On the CPU `host` is `target` itself.
-void fill_through_host(at::Tensor target, const std::function<void(float*)>& fill) {
-  at::Tensor host = target.to(at::kCPU);
-  fill(host.data_ptr<float>());
-  if (!host.is_same(target)) target.copy_(host);
 }
 
 const float* f32_data(const SafetensorsFile& file, const std::string& name, int64_t min_numel) {

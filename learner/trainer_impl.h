@@ -5,6 +5,7 @@
 
 #include "actor/policy_torch.h"
 #include "core/error.h"
+#include "core/safetensors.h"
 #include "learner/adamw.h"
 #include "learner/checkpoint_ranges.h"
 #include "learner/collectives.h"
@@ -22,6 +23,12 @@
 namespace tandem {
 
 enum class Strategy { ddp, zero2, fsdp };
+
+// trainer_checkpoint.cpp: `t` as a 1-D float32 tensor to write (copied to the host).
+TensorToWrite float_tensor(const std::string& name, const at::Tensor& t);
+// Fills `target` (float32, contiguous, on any device) through host memory: `fill` writes
+// the host floats. On the CPU the host tensor is `target` itself.
+void fill_through_host(at::Tensor target, const std::function<void(float*)>& fill);
 
 struct Trainer::Impl {
   Impl(const ModelConfig& config, const ModelWeights& weights, const TrainerOptions& o, Collectives& c);

@@ -272,6 +272,7 @@ void TrainingLoop::run_step(int64_t step) {
     batch[i].loss_mask = samples[i].loss_mask;  // multi-turn: only the policy's tokens carry loss
     response_tokens += static_cast<int64_t>(samples[i].tokens.size());
   }
+  finish_snapshot();  // the step before's, written while this step generated
   if (c_.algorithm.advantage == "gae") {
     std::vector<std::vector<float>> values = per_token_from_learners("learner_values", batch);
     for (size_t i = 0; i < batch.size(); ++i) batch[i].old_values = std::move(values[i]);
@@ -296,10 +297,6 @@ void TrainingLoop::run_step(int64_t step) {
   if (trained_since_sync_) sync_weights(step);  // partial rollouts synced during train()
   const double sync_s = seconds_since(t);
   end_phase("sync");
-  if (c_.experiment.checkpoint_every > 0 && step % c_.experiment.checkpoint_every == 0) {
-    checkpoint(step);
-    end_phase("checkpoint");
-  }
 
   double reward_sum = 0, reward_sq = 0;
   for (const Sample& s : samples) {
@@ -388,6 +385,9 @@ void TrainingLoop::run(bool resume) {
   std::error_code cleanup_error;  // best effort: a late rank of a dead group may still write there
   std::filesystem::remove_all(group_dirs, cleanup_error);
   std::filesystem::remove(stop_request_path(run_dir_), cleanup_error);  // an earlier `tandem stop`, honoured
+  remove_stale_snapshots();
+  if (c_.learner.snapshot == "memory") snapshot_root_ = c_.learner.snapshot_dir + "/" + snapshot_prefix() + std::to_string(::getpid());
+  const std::string snapshot_root = snapshot_root_;  // this host's part; learners elsewhere remove theirs
   try {
     observers_ = std::make_unique<RunObservers>(pool_, c_, run_dir_);
     start_workers();
@@ -415,7 +415,12 @@ void TrainingLoop::run(bool resume) {
     while (step < c_.experiment.steps) {
       try {
         run_step(++step);
-        if (c_.experiment.checkpoint_every > 0 && step % c_.experiment.checkpoint_every == 0) last_checkpoint = step;
+        // After the step's metrics row: a checkpoint of step N always has row N.
+        if (c_.experiment.checkpoint_every > 0 && step % c_.experiment.checkpoint_every == 0) {
+          checkpoint(step);
+          last_checkpoint = step;
+        }
+        begin_snapshot(step);
         report_status("running", step, seconds_since(steps_start) / static_cast<double>(std::max<int64_t>(1, step - first_step)));
         const int signal = pending_stop_request();
         if ((signal != 0 || std::filesystem::exists(stop_request_path(run_dir_))) && step < c_.experiment.steps) {
@@ -431,6 +436,7 @@ void TrainingLoop::run(bool resume) {
         progress_ = std::make_unique<ProgressLine>(c_.logging.console, c_.experiment.steps, step);
       }
     }
+    finish_snapshot();
     progress_->finish();
     // The last step is always checkpointed (unless checkpoints are off): a finished run can
     // be extended from it (tandem resume RUN_DIR --set experiment.steps=N).
@@ -441,10 +447,12 @@ void TrainingLoop::run(bool resume) {
   } catch (...) {
     remove_weights_shm(shm_name_);
     std::filesystem::remove_all(group_dirs, cleanup_error);
+    if (!snapshot_root.empty()) std::filesystem::remove_all(snapshot_root, cleanup_error);
     throw;
   }
   remove_weights_shm(shm_name_);
   std::filesystem::remove_all(group_dirs, cleanup_error);
+  if (!snapshot_root.empty()) std::filesystem::remove_all(snapshot_root, cleanup_error);
 }
 
 void TrainingLoop::report_status(const std::string& state, int64_t step, double step_seconds) {

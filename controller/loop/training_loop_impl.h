@@ -142,6 +142,27 @@ class TrainingLoop {
   // Puts learners, data order and metrics at `checkpoint` (nullopt: the start, including
   // the warm-up), then syncs weights. Returns the last step done.
   int64_t restore(const std::optional<CheckpointRef>& checkpoint);
+  // Metrics and sample logs cut back to `step` (rows after it are redone), the observers
+  // told, the rollout workers given the learners' weights of `step`.
+  void continue_from(int64_t step);
+  // learner_snapshots.cpp (learner.snapshot): after each step the learners copy their
+  // state to their hosts' memory while the next step's rollout runs; a learner's death
+  // then costs at most the step in progress.
+  // Removes this host's snapshot directories of controllers that are gone.
+  void remove_stale_snapshots() const;
+  // Asks the learners to snapshot `step` (done, its metrics written); does not wait.
+  void begin_snapshot(int64_t step);
+  // Waits for the snapshot begun last; it becomes the one recovery uses. A learner that
+  // cannot write one turns snapshots off for the run (with a warning), losing nothing.
+  void finish_snapshot();
+  // A learner died: the snapshot being written counts if every rank had answered (read
+  // before the restarts, which drop the dead workers' replies); else the one before does.
+  void keep_answered_snapshot();
+  // After the learners were restarted: loads the newest whole snapshot into them and
+  // puts the data order and metrics at its step. nullopt (the caller restores the last
+  // checkpoint) when there is none or some rank cannot load it.
+  std::optional<int64_t> restore_snapshot();
+  std::string snapshot_step_dir(int64_t step) const;
   void warm_up();
   void run_step(int64_t step);
   // The rollout engines' prompt work in a generate(), summed over the workers' replies:
@@ -284,6 +305,17 @@ class TrainingLoop {
   std::vector<std::string> environment_rows_, val_environment_rows_;  // [row]: RunInputs's
   // Asynchronous RL: the next step's rollout, generated during this step's training.
   std::optional<StepRollout> prefetched_;
+  // learner.snapshot: the learners' state after step `step`, in memory on their hosts
+  // (snapshot_root_), with what the controller needs to go on from there.
+  struct LearnerSnapshot {
+    int64_t step = 0;
+    PromptOrder::Position position;         // the data order after the step (and its prefetch)
+    std::optional<StepRollout> prefetched;  // algorithm.async: the next step's rollout, made already
+    std::vector<uint64_t> requests;         // while being written: the learners' learner_snapshot
+  };
+  std::string snapshot_root_;                        // empty: snapshots off
+  std::optional<LearnerSnapshot> snapshot_;          // the newest whole one
+  std::optional<LearnerSnapshot> writing_snapshot_;  // begun, not yet waited for
 
   // What watches the run besides metrics.jsonl (TensorBoard, Prometheus, the dashboard,
   // worker_phases.jsonl and stragglers): made when the run starts.
@@ -296,6 +328,10 @@ class TrainingLoop {
   void write_trace(int64_t step);
   int64_t trace_begin_us_ = 0;
 };
+
+// learner_snapshots.cpp: "tandem-learner-HOST-", then the controller's pid, names a run's
+// learner snapshots in learner.snapshot_dir.
+std::string snapshot_prefix();
 
 inline int64_t host_cores() { return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())); }
 

@@ -212,6 +212,7 @@ Request TrainingLoop::request(const WorkerId& worker, const std::string& command
 }
 
 std::vector<CommandReply> TrainingLoop::call_learners(const std::string& command, const std::string& body) {
+  finish_snapshot();  // the learners' state of the step before: whole before they move on
   std::vector<Request> requests;
   for (const WorkerId& worker : learner_hosts()) requests.push_back(request(worker, command, body));
   return collect(std::move(requests));
@@ -220,6 +221,12 @@ std::vector<CommandReply> TrainingLoop::call_learners(const std::string& command
 void TrainingLoop::checkpoint(int64_t step) {
   const std::string dir = fmt::format("{}/checkpoints/step_{}", run_dir_, step);
   fs::create_directories(run_dir_ + "/checkpoints");
+  if (fs::exists(dir)) {
+    // A try of this step that a learner's death cut short wrote it (the step is redone
+    // from the state before it): the redone step's checkpoint replaces it.
+    log::info("replacing {}, written by an earlier try of step {}", dir, step);
+    fs::remove_all(dir);
+  }
   call_learners("learner_save", learner_client::save_body(dir, model_dir_));
   const PromptOrder::Position position = order_->position();
   write_file_atomic(dir + "/controller_state.json",
@@ -236,6 +243,8 @@ void TrainingLoop::checkpoint(int64_t step) {
 int64_t TrainingLoop::restore(const std::optional<CheckpointRef>& checkpoint) {
   int64_t step = 0;
   prefetched_.reset();  // generated for a step that is now redone from the checkpoint
+  snapshot_.reset();    // newer than the checkpoint: the learners' state no longer leads there
+  writing_snapshot_.reset();
   order_.emplace(data_.rows.size(), static_cast<uint64_t>(c_.experiment.seed), c_.data.shuffle);
   if (checkpoint) {
     call_learners("learner_load", learner_client::load_body(checkpoint->dir));
@@ -247,6 +256,11 @@ int64_t TrainingLoop::restore(const std::optional<CheckpointRef>& checkpoint) {
   } else {
     warm_up();
   }
+  continue_from(step);
+  return step;
+}
+
+void TrainingLoop::continue_from(int64_t step) {
   const std::string metrics_path = run_dir_ + "/metrics.jsonl";
   metrics_.reset();  // truncation replaces the file: reopen after it
   truncate_metrics(metrics_path, step);
@@ -261,18 +275,17 @@ int64_t TrainingLoop::restore(const std::optional<CheckpointRef>& checkpoint) {
   val_samples_log_ = std::make_unique<MetricsWriter>(c_.logging.jsonl && !val_data_.rows.empty() ? val_samples_path : "");
   observers_->restart_at(step);
   sync_weights(step, /*rewind=*/true);
-  return step;
 }
 
 int64_t TrainingLoop::recover_learners(const LearnerLost& lost) {
   WorkerFailure last = lost.failure();
   bool count = true;  // false when the try is repeated for a rollout worker's death, not a learner's
+  keep_answered_snapshot();
   while (true) {
     if (count) {
       count_restart(last);
-      log::warn("{}; restarting the learners from the last checkpoint ({} of {} restarts)", last.what(), restarts_,
-                c_.launcher.max_restarts);
-      std::fprintf(stderr, "\ntandem: %s\ntandem: restarting the learners from the last checkpoint\n", last.what());
+      log::warn("{}; restarting the learners ({} of {} restarts)", last.what(), restarts_, c_.launcher.max_restarts);
+      std::fprintf(stderr, "\ntandem: %s\ntandem: restarting the learners\n", last.what());
     }
     count = true;
     // Until the restore's sync, the learners hold other weights than the rollout workers:
@@ -288,7 +301,16 @@ int64_t TrainingLoop::recover_learners(const LearnerLost& lost) {
         }
       }
       init_learners(learner_hosts());
-      return restore(newest_whole_checkpoint(run_dir_));
+      const std::optional<CheckpointRef> checkpoint = newest_whole_checkpoint(run_dir_);
+      if (checkpoint && snapshot_ && checkpoint->step > snapshot_->step) snapshot_.reset();  // died before the snapshot
+      if (const std::optional<int64_t> step = restore_snapshot()) {
+        std::fprintf(stderr, "tandem: the learners are back at step %lld from their snapshot in memory\n",
+                     static_cast<long long>(*step));
+        return *step;
+      }
+      std::fprintf(stderr, "tandem: the learners go back to %s\n",
+                   checkpoint ? fmt::format("the step {} checkpoint", checkpoint->step).c_str() : "the start");
+      return restore(checkpoint);
     } catch (const LearnerLost& again) {
       last = again.failure();  // lost again while recovering
     } catch (const WorkerFailure& again) {

@@ -92,6 +92,21 @@ std::string load_body(const std::string& dir) {
   return encode_body<wire::CheckpointRequest>([&](wire::CheckpointRequest::Builder out) { out.setDir(dir); });
 }
 
+std::string snapshot_body(const std::string& dir, const std::string& reference_dir, const std::string& root,
+                          const std::string& keep) {
+  return encode_body<wire::SnapshotRequest>([&](wire::SnapshotRequest::Builder out) {
+    out.setDir(dir);
+    out.setReferenceDir(reference_dir);
+    out.setRoot(root);
+    out.setKeep(keep);
+  });
+}
+
+SnapshotLoaded read_snapshot_loaded(const CommandReply& reply) {
+  const Body<wire::SnapshotLoaded> body(reply.reply.body, reply_what("learner_load_snapshot", reply));
+  return {body->getLoaded(), to_string(body->getProblem())};
+}
+
 std::string export_body(const std::string& dir, const std::string& tokenizer_from, const std::string& dtype) {
   return encode_body<wire::ExportRequest>([&](wire::ExportRequest::Builder out) {
     out.setDir(dir);

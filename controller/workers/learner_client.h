@@ -58,6 +58,15 @@ std::string read_nccl_id(const CommandReply& reply);  // the raw unique id
 
 std::string save_body(const std::string& dir, const std::string& tokenizer_from);
 std::string load_body(const std::string& dir);
+// learner_snapshot and learner_load_snapshot (learner.snapshot).
+// `keep`: the whole snapshot before this one, kept until this one is whole (older ones go).
+std::string snapshot_body(const std::string& dir, const std::string& reference_dir, const std::string& root,
+                          const std::string& keep);
+struct SnapshotLoaded {
+  bool loaded = false;
+  std::string problem;  // why not
+};
+SnapshotLoaded read_snapshot_loaded(const CommandReply& reply);
 std::string export_body(const std::string& dir, const std::string& tokenizer_from, const std::string& dtype);
 
 }  // namespace tandem::learner_client

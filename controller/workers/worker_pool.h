@@ -142,6 +142,8 @@ class WorkerPool {
   // Whether request `id` can still be waited for: false once wait() returned its reply or
   // its worker was restarted (which forgets the worker's requests).
   bool has_request(uint64_t id) const { return pending_.count(id) != 0; }
+  // Whether request `id`'s reply is in (not an error), waiting to be taken by wait().
+  bool answered(uint64_t id) const { return replies_.count(id) != 0; }
   // Drops request `id` (and any reply or error already in) without waiting for it: for a
   // request whose outcome no longer matters, e.g. one that wait() reported failed.
   void forget(uint64_t id);

@@ -212,15 +212,45 @@ TEST_CASE("a rollout worker killed with SIGKILL mid-run is restarted and its req
   check_every_response_once(dir.path() + "/run", 1);
 }
 
-TEST_CASE("a learner killed with SIGKILL mid-run restarts from the last checkpoint; with no restarts left, exit 1") {
+// This controller's learner snapshot directories (learner.snapshot_dir /dev/shm).
+std::vector<std::string> snapshot_dirs_of(int controller) {
+  std::vector<std::string> found;
+  for (const auto& entry : fs::directory_iterator("/dev/shm")) {
+    const std::string name = entry.path().filename();
+    const std::string suffix = "-" + std::to_string(controller);
+    if (name.rfind("tandem-learner-", 0) == 0 && name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      found.push_back(entry.path());
+    }
+  }
+  return found;
+}
+
+TEST_CASE("a learner killed with SIGKILL mid-run goes back to its snapshot in memory (snapshots off: to the last "
+          "checkpoint); with no restarts left, exit 1") {
   const std::string expected = reference_run();
   {
     TempDir dir;
     ChildProcess controller = start_run_until_step(dir, 5);
+    CHECK(snapshot_dirs_of(controller.pid()).size() == 1);
+    REQUIRE(::kill(worker_pid(controller.pid(), "learner", 0), SIGKILL) == 0);
+    const int pid = controller.pid();
+    const std::string out = output_at_exit(controller, dir, 0);
+    INFO(out);
+    CHECK(out.find("restarting the learners") != std::string::npos);
+    // Step 5's snapshot, or step 4's when the kill landed while step 5's was being written.
+    CHECK(out.find("from their snapshot in memory") != std::string::npos);
+    check_same_metrics(expected, dir.path() + "/run");
+    CHECK(snapshot_dirs_of(pid).empty());  // removed when the run ended
+  }
+  {
+    TempDir dir;
+    ChildProcess controller = start_run_until_step(dir, 5, {"learner.snapshot=off"});
+    CHECK(snapshot_dirs_of(controller.pid()).empty());
     REQUIRE(::kill(worker_pid(controller.pid(), "learner", 0), SIGKILL) == 0);
     const std::string out = output_at_exit(controller, dir, 0);
     INFO(out);
-    CHECK(out.find("restarting the learners from the last checkpoint") != std::string::npos);
+    CHECK(out.find("the learners go back to the step 3 checkpoint") != std::string::npos);
     check_same_metrics(expected, dir.path() + "/run");
   }
   {

@@ -1,0 +1,134 @@
+// learner.snapshot: after every step each learner rank copies its state (weights or shard,
+// optimizer moments, step counters) into its host's memory (learner.snapshot_dir, a tmpfs),
+// while the rollout workers generate the next step. When a learner dies, the restarted
+// ranks load the newest whole snapshot and the run redoes only the step in progress,
+// instead of replaying every step since the last checkpoint.
+//
+// The snapshot of step N is whole once every rank answered; until then the one of step
+// N - 1 stays (each rank keeps both). Snapshots live outside the run directory and die
+// with the run: the workers remove theirs when they end on their own, the controller its
+// host's when it ends, and a controller starting removes those whose controller is gone.
+#include "controller/loop/training_loop_impl.h"
+
+#include "controller/workers/learner_client.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/net_address.h"
+#include "core/process.h"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <filesystem>
+
+namespace tandem::training {
+
+namespace fs = std::filesystem;
+
+// "tandem-learner-HOST-": this host's snapshot directories start so, then the pid.
+std::string snapshot_prefix() {
+  std::string host = this_hostname();
+  for (char& ch : host) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '.') ch = '_';
+  }
+  return "tandem-learner-" + host + "-";
+}
+
+void TrainingLoop::remove_stale_snapshots() const {
+  if (c_.learner.snapshot != "memory") return;
+  std::error_code error;
+  const std::string prefix = snapshot_prefix();
+  for (const auto& entry : fs::directory_iterator(c_.learner.snapshot_dir, error)) {
+    const std::string name = entry.path().filename();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string pid = name.substr(prefix.size());
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
+    if (process_alive(static_cast<pid_t>(std::stol(pid)))) continue;
+    std::error_code ignored;
+    fs::remove_all(entry.path(), ignored);
+    log::info("removed the learner snapshots of a controller that is gone: {}", entry.path().string());
+  }
+}
+
+std::string TrainingLoop::snapshot_step_dir(int64_t step) const {
+  return fmt::format("{}/step_{}", snapshot_root_, step);
+}
+
+void TrainingLoop::begin_snapshot(int64_t step) {
+  if (snapshot_root_.empty()) return;
+  TANDEM_CHECK(!writing_snapshot_, "step {}: a snapshot is still being written", step);
+  LearnerSnapshot s;
+  s.step = step;
+  s.position = order_->position();
+  s.prefetched = prefetched_;
+  const std::string keep = snapshot_ ? snapshot_step_dir(snapshot_->step) : std::string();
+  const std::string body =
+      learner_client::snapshot_body(snapshot_step_dir(step), snapshot_root_ + "/reference", snapshot_root_, keep);
+  for (const WorkerId& worker : learner_hosts()) s.requests.push_back(pool_.send(worker, "learner_snapshot", body));
+  writing_snapshot_ = std::move(s);
+}
+
+void TrainingLoop::finish_snapshot() {
+  if (!writing_snapshot_) return;
+  LearnerSnapshot s = std::move(*writing_snapshot_);
+  writing_snapshot_.reset();  // a death while waiting: the snapshot before this one is the whole one
+  std::vector<Request> requests;
+  const std::vector<WorkerId> hosts = learner_hosts();
+  for (size_t r = 0; r < hosts.size(); ++r) {
+    // A request is never sent again: a learner restarted meanwhile is a LearnerLost.
+    requests.push_back({hosts[r], s.requests[r], []() -> uint64_t { throw Error("learner_snapshot: request lost"); }});
+  }
+  try {
+    wait_for(std::move(requests));
+  } catch (const WorkerFailure& failure) {
+    if (!failure.command_error()) throw;
+    // A rank could not write its snapshot (the tmpfs full, say): nothing is lost, a
+    // learner's death goes back to the last checkpoint as before.
+    for (uint64_t id : s.requests) pool_.forget(id);
+    log::warn("learner snapshots are off for the rest of the run: {} (a learner's death now restarts from the "
+              "last checkpoint; learner.snapshot_dir {} may be too small, or set learner.snapshot: off)",
+              failure.what(), c_.learner.snapshot_dir);
+    snapshot_root_.clear();
+    snapshot_.reset();
+    return;
+  }
+  s.requests.clear();
+  snapshot_ = std::move(s);
+}
+
+void TrainingLoop::keep_answered_snapshot() {
+  if (!writing_snapshot_) return;
+  // Every rank answered before the death: the snapshot is whole, though not yet waited for.
+  bool whole = true;
+  for (uint64_t id : writing_snapshot_->requests) whole = whole && pool_.answered(id);
+  if (whole) {
+    for (uint64_t id : writing_snapshot_->requests) pool_.forget(id);
+    writing_snapshot_->requests.clear();
+    snapshot_ = std::move(writing_snapshot_);
+  }
+  writing_snapshot_.reset();
+}
+
+std::optional<int64_t> TrainingLoop::restore_snapshot() {
+  if (!snapshot_) return std::nullopt;
+  const std::string body = learner_client::snapshot_body(snapshot_step_dir(snapshot_->step),
+                                                         snapshot_root_ + "/reference", snapshot_root_, "");
+  const std::vector<CommandReply> replies = call_learners("learner_load_snapshot", body);
+  for (size_t r = 0; r < replies.size(); ++r) {
+    const learner_client::SnapshotLoaded loaded = learner_client::read_snapshot_loaded(replies[r]);
+    if (!loaded.loaded) {
+      log::warn("learner rank {} cannot load the step {} snapshot ({}); going back to the last checkpoint", r,
+                snapshot_->step, loaded.problem);
+      snapshot_.reset();
+      return std::nullopt;
+    }
+  }
+  const int64_t step = snapshot_->step;
+  prefetched_ = snapshot_->prefetched;
+  order_->restore(snapshot_->position);
+  log::info("the learners are back at step {} (their snapshot in memory)", step);
+  continue_from(step);
+  return step;
+}
+
+}  // namespace tandem::training
