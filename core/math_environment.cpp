@@ -39,7 +39,8 @@ bool uses_wide_vectors(const std::string& core) {
   return false;
 }
 
-// The variables (NAME=VALUE) this process should have had at start and does not.
+}  // namespace
+
 std::vector<std::string> missing_math_environment() {
   std::vector<std::string> missing;
   if (std::getenv("OMP_WAIT_POLICY") == nullptr) missing.push_back("OMP_WAIT_POLICY=PASSIVE");
@@ -49,8 +50,6 @@ std::vector<std::string> missing_math_environment() {
   }
   return missing;
 }
-
-}  // namespace
 
 void reexec_with_math_environment(char** argv) {
   const std::vector<std::string> missing = missing_math_environment();

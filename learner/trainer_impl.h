@@ -86,6 +86,9 @@ struct Trainer::Impl {
   // flat buffer, zero2 one shard of it, fsdp one shard of every unit.
   at::Tensor local_values();
   at::Tensor local_grads();
+  // The parameter values this rank holds: its shard under fsdp; under ddp and zero2 the
+  // whole flat buffer (zero2 steps a shard of it, then gathers the rest from its peers).
+  at::Tensor held_values();  // trainer_snapshot.cpp
   std::vector<OwnedRange> owned_ranges() const;
   // The policy (and into `value_head`, when given and there is a critic, the value head's
   // tensors). Collective under fsdp.

@@ -48,11 +48,13 @@ void copy_into(at::Tensor target, const float* source) {
 
 }  // namespace
 
+at::Tensor Trainer::Impl::held_values() { return strategy == Strategy::fsdp ? local_values() : flat->values(); }
+
 void Trainer::save_snapshot(const std::string& dir, const std::string& reference_dir) {
   Impl& m = *impl_;
   const int rank = m.collectives.rank();
   fs::create_directories(dir);
-  std::vector<TensorToWrite> tensors = {float_tensor("values", m.local_values())};
+  std::vector<TensorToWrite> tensors = {float_tensor("values", m.held_values())};
   if (m.options.learner.optimizer.name == "adamw") {
     tensors.push_back(float_tensor("exp_avg", m.adam->exp_avg()));
     tensors.push_back(float_tensor("exp_avg_sq", m.adam->exp_avg_sq()));
@@ -95,7 +97,7 @@ void Trainer::load_snapshot(const std::string& dir, const std::string& reference
   expect("sharding", m.options.learner.sharding);
   expect("optimizer", m.options.learner.optimizer.name);
   const bool adamw = m.options.learner.optimizer.name == "adamw";
-  at::Tensor values = m.local_values();
+  at::Tensor values = m.held_values();
   const float* saved_values = exact_floats(*file, "values", values.numel());
   const float* saved_avg = adamw ? exact_floats(*file, "exp_avg", m.adam->exp_avg().numel()) : nullptr;
   const float* saved_avg_sq = adamw ? exact_floats(*file, "exp_avg_sq", m.adam->exp_avg_sq().numel()) : nullptr;

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/math_environment.h"
 #include "core/text.h"
 
 #include <signal.h>
@@ -26,6 +27,7 @@ class LocalLauncher : public Launcher {
     SpawnOptions options;
     options.output_path = r.log_path;
     options.environment = worker_environment(r);
+    for (const std::string& setting : math_environment_) options.environment.push_back(setting);
     ChildProcess child = ChildProcess::spawn(worker_argv(binary_, r), options);
     int pid = child.pid();
     log::debug("launched {} as pid {}", r.id.name(), pid);
@@ -64,6 +66,7 @@ class LocalLauncher : public Launcher {
  private:
   std::string binary_;
   std::map<WorkerId, ChildProcess> children_;
+  const std::vector<std::string> math_environment_ = missing_math_environment();
 };
 
 // Workers started by someone else: their command lines go to a file, and their ends show

@@ -294,7 +294,7 @@ int64_t TrainingLoop::recover_learners(const LearnerLost& lost) {
     trained_since_sync_ = true;
     shm_published_ = false;
     try {
-      for (const WorkerId& worker : learner_hosts()) pool_.restart(worker);
+      pool_.restart(learner_hosts());
       if (colocated(c_)) {  // the restarted slots hosted rollout ranks too
         for (const WorkerId& worker : learner_hosts()) {
           if (worker.rank < static_cast<uint32_t>(c_.rollout.workers)) init_rollout(worker);
@@ -319,8 +319,12 @@ int64_t TrainingLoop::recover_learners(const LearnerLost& lost) {
       if (hosts_learner(dead->worker())) {
         last = *dead;
       } else {  // a rollout-only worker died meanwhile: restart it, then the learners' recovery again
-        restart_rollout(*dead, /*load_weights=*/false);
-        count = false;
+        try {
+          restart_rollout(*dead, /*load_weights=*/false);
+          count = false;
+        } catch (const LearnerLost& lost_again) {  // a learner died while it restarted
+          last = lost_again.failure();
+        }
       }
     }
   }

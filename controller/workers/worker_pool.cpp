@@ -114,7 +114,14 @@ void WorkerPool::start(const std::vector<WorkerId>& ids) {
   wait_registered(ids);
 }
 
-void WorkerPool::restart(const WorkerId& id) {
+void WorkerPool::restart(const WorkerId& id) { restart(std::vector<WorkerId>{id}); }
+
+void WorkerPool::restart(const std::vector<WorkerId>& ids) {
+  for (const WorkerId& id : ids) relaunch(id);
+  wait_registered(ids);  // together: each start-up takes a while, and they overlap
+}
+
+void WorkerPool::relaunch(const WorkerId& id) {
   Worker* w = find(id);
   TANDEM_CHECK(w != nullptr, "no worker {}", id.name());
   for (auto it = pending_.begin(); it != pending_.end();) {
@@ -135,7 +142,6 @@ void WorkerPool::restart(const WorkerId& id) {
   w->status.pid = launcher_->launch(launch_request(id));  // ends and reaps the old process first
   w->last_seen = Clock::now();
   log::warn("restarted worker {} (pid {} -> {})", id.name(), old_pid, w->status.pid);
-  wait_registered({id});
 }
 
 void WorkerPool::forget(uint64_t id) {

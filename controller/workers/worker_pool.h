@@ -135,6 +135,8 @@ class WorkerPool {
   // bare: whatever earlier commands set up in the old one is gone. Throws WorkerFailure
   // when the new process fails too.
   void restart(const WorkerId& id);
+  // The same for several workers at once: all are launched, then all waited for.
+  void restart(const std::vector<WorkerId>& ids);
 
   // Sends a command; returns its request id.
   uint64_t send(const WorkerId& worker, const std::string& name, const std::string& body = "",
@@ -196,6 +198,8 @@ class WorkerPool {
     std::chrono::steady_clock::time_point sent;
   };
 
+  // restart() without the wait: the old process ended, its requests forgotten, a new one launched.
+  void relaunch(const WorkerId& id);
   void pump(int timeout_ms);
   // The parts of pump() that go on while hung workers' stacks are collected.
   void receive_messages(int timeout_ms);

@@ -302,6 +302,38 @@ TEST_CASE("one of two learners killed at any moment of a step is recovered in-ru
   check_same_metrics(expected, dir.path() + "/run");
 }
 
+// Sharded learners snapshot and reload their own shards: parameters and moments (fsdp),
+// moments only (zero2).
+TEST_CASE("sharded learners (fsdp, zero2) killed mid-run go back to their snapshots, with the same metrics") {
+  for (const std::string sharding : {"fsdp", "zero2"}) {
+    INFO(sharding);
+    const std::vector<std::string> settings = {"learner.workers=2", "learner.micro_batch_size=16",
+                                               "learner.sharding=" + sharding};
+    TempDir reference_dir;
+    const std::string expected = finished_run(reference_dir, settings);
+    TempDir dir;
+    ChildProcess controller = start_run_until_step(dir, 4, settings);
+    REQUIRE(::kill(worker_pid(controller.pid(), "learner", 1), SIGKILL) == 0);
+    const std::string out = output_at_exit(controller, dir, 0);
+    INFO(out);
+    CHECK(out.find("from their snapshot in memory") != std::string::npos);
+    check_same_metrics(expected, dir.path() + "/run");
+  }
+}
+
+// A snapshot directory the learners cannot write to turns snapshots off with a warning;
+// the run goes on, and a learner's death goes back to the last checkpoint.
+TEST_CASE("learner snapshots that cannot be written are turned off; recovery uses the checkpoint") {
+  TempDir dir;
+  ChildProcess controller = start_run_until_step(dir, 4, {"learner.snapshot_dir=/dev/null"});
+  REQUIRE(::kill(worker_pid(controller.pid(), "learner", 0), SIGKILL) == 0);
+  const std::string out = output_at_exit(controller, dir, 0);
+  INFO(out);
+  CHECK(out.find("learner snapshots are off for the rest of the run") != std::string::npos);
+  CHECK(out.find("the learners go back to the step 3 checkpoint") != std::string::npos);
+  check_same_metrics(reference_run(), dir.path() + "/run");
+}
+
 bool ends_with_generating(std::string log) {
   while (!log.empty() && log.back() == '\n') log.pop_back();
   return log.size() >= 10 && log.compare(log.size() - 10, 10, "generating") == 0;
