@@ -59,6 +59,8 @@ bool run_test_command(const std::string& name) {
   return true;
 }
 
+std::atomic<bool> lost_controller{false};
+
 // The I/O thread: socket to the controller on one side, inproc pair to the executor
 // on the other. Ends when the executor says so (it forwards the executor's Shutdown).
 void io_loop(zmq::context_t& context, const WorkerOptions& options, const std::string& pair_address,
@@ -101,7 +103,8 @@ void io_loop(zmq::context_t& context, const WorkerOptions& options, const std::s
     }
     if (!stopping && now - controller_seen > controller_timeout) {
       log::error("no heartbeat from the controller for {:.1f} s: it is gone, exiting", options.controller_timeout_s);
-      exit_code = 1;
+      exit_code = kExitLostController;
+      lost_controller = true;
       stopping = true;
       executor.send(ShutdownMsg{"controller lost"});
     }
@@ -257,6 +260,8 @@ void send_command_progress(const std::string& body, const std::vector<std::strin
 void serve_interleaved_commands(const std::function<bool(const std::string&)>& may_interleave) {
   if (current_executor) current_executor->serve_interleaved(may_interleave);
 }
+
+bool worker_lost_controller() { return lost_controller; }
 
 int run_worker(const WorkerOptions& options, const CommandHandler& handler) {
   stack_dump_install(options.id.name());  // before registering: the controller may send SIGUSR2 from then on

@@ -31,6 +31,14 @@ struct WorkerOptions {
   std::optional<CurveKeys> curve;  // CURVE keys when the controller requires them (curve_auth.h)
 };
 
+// A worker's exit status when it gave up on its controller (no heartbeats from it for
+// controller_timeout_s): not the worker's failure. The controller, when it was only
+// paused or starved, restarts such workers without counting a restart.
+constexpr int kExitLostController = 75;  // EX_TEMPFAIL
+
+// Whether this worker process is ending because it lost its controller.
+bool worker_lost_controller();
+
 struct CommandResult {
   std::string body;
   std::vector<std::string> attachments;

@@ -7,11 +7,13 @@
 #include "core/command_codec.h"
 #include "core/error.h"
 #include "core/worker_commands.capnp.h"
+#include "core/worker_runtime.h"
 #include "core/net_address.h"
 #include "learner/collectives.h"
 #include "learner/learner_commands.capnp.h"
 #include "learner/learner_device.h"
 #include "learner/sample_codec.h"
+#include "learner/snapshot_names.h"
 #include "learner/trainer.h"
 #include "weight_sync/local.h"
 #include "weight_sync/nccl_id.h"
@@ -37,13 +39,18 @@ struct LearnerState {
 
   KeptEndpoint<WeightSender> sender{make_weight_sender};
   // learner.snapshot: the run's snapshot directory on this host. Removed when the worker
-  // ends on its own (the run is over or its controller gone), kept when it is killed: the
-  // rank that replaces it loads from there.
+  // ends on its own (the run is over, or its controller is gone), kept when it is killed:
+  // the rank that replaces it loads from there. A worker that lost its controller keeps
+  // it on the controller's own host: the controller may only have been paused, and if it
+  // is gone the next controller there removes it (elsewhere nobody would).
   std::string snapshot_root;
 
   ~LearnerState() {
+    if (snapshot_root.empty()) return;
+    const std::string name = std::filesystem::path(snapshot_root).filename().string();
+    if (worker_lost_controller() && name.rfind(learner_snapshot_prefix(this_hostname()), 0) == 0) return;
     std::error_code ignored;  // best effort: a peer rank on this host may be removing it too
-    if (!snapshot_root.empty()) std::filesystem::remove_all(snapshot_root, ignored);
+    std::filesystem::remove_all(snapshot_root, ignored);
   }
 
   Trainer& require_trainer(const std::string& command) {

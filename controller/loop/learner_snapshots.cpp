@@ -15,24 +15,17 @@
 #include "core/log.h"
 #include "core/net_address.h"
 #include "core/process.h"
+#include "learner/snapshot_names.h"
 
 #include <unistd.h>
 
-#include <cctype>
 #include <filesystem>
 
 namespace tandem::training {
 
 namespace fs = std::filesystem;
 
-// "tandem-learner-HOST-": this host's snapshot directories start so, then the pid.
-std::string snapshot_prefix() {
-  std::string host = this_hostname();
-  for (char& ch : host) {
-    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '.') ch = '_';
-  }
-  return "tandem-learner-" + host + "-";
-}
+std::string snapshot_prefix() { return learner_snapshot_prefix(this_hostname()); }
 
 void TrainingLoop::remove_stale_snapshots() const {
   if (c_.learner.snapshot != "memory") return;
@@ -64,7 +57,13 @@ void TrainingLoop::begin_snapshot(int64_t step) {
   const std::string keep = snapshot_ ? snapshot_step_dir(snapshot_->step) : std::string();
   const std::string body =
       learner_client::snapshot_body(snapshot_step_dir(step), snapshot_root_ + "/reference", snapshot_root_, keep);
-  for (const WorkerId& worker : learner_hosts()) s.requests.push_back(pool_.send(worker, "learner_snapshot", body));
+  try {
+    for (const WorkerId& worker : learner_hosts()) s.requests.push_back(pool_.send(worker, "learner_snapshot", body));
+  } catch (const WorkerFailure& failure) {  // a learner found dead already
+    for (uint64_t id : s.requests) pool_.forget(id);
+    if (hosts_learner(failure.worker())) throw LearnerLost(failure);
+    throw;
+  }
   writing_snapshot_ = std::move(s);
 }
 

@@ -186,8 +186,8 @@ nlohmann::json TrainingLoop::train(std::vector<TrainingSample>& batch, int64_t s
   const int64_t first_version = weight_version_;
   const bool partial = c_.algorithm.async.partial_rollouts;
   std::vector<Request> rollout = rollout_requests(next.step, next.rows, next.prompts, std::nullopt, false, partial);
-  for (Request& r : requests) r.id = r.send();
-  for (Request& r : rollout) r.id = r.send();
+  send_now(requests);
+  send_now(rollout);
   const nlohmann::json update = update_json(learner_client::read_train(wait_for(std::move(requests)).at(0)));
   // Partial rollouts: the new weights go out now, and samples still generating continue
   // on them (a rollout that has finished just loads them, as it would after this step).

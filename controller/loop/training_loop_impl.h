@@ -121,7 +121,10 @@ class TrainingLoop {
   // a worker reports is thrown as it is.
   // `on_progress` sees the requests' progress messages as they arrive.
   std::vector<CommandReply> collect(std::vector<Request> requests, const WorkerPool::ProgressHandler& on_progress = {});
-  // collect() for requests sent already (their ids set).
+  // Sends each request now (a worker known dead leaves its request unsent, id 0, for
+  // wait_for to recover from).
+  void send_now(std::vector<Request>& requests);
+  // collect() for requests sent already by send_now (ids set, or 0 where not sent).
   std::vector<CommandReply> wait_for(std::vector<Request> requests, const WorkerPool::ProgressHandler& on_progress = {});
   // A request that sends `command` to `worker` (again, when the worker was restarted).
   Request request(const WorkerId& worker, const std::string& command, const std::string& body,
@@ -296,6 +299,7 @@ class TrainingLoop {
   std::optional<WeightGroup> group_;
   int64_t groups_made_ = 0;
   int64_t restarts_ = 0;            // worker restarts so far (launcher.max_restarts)
+  int64_t learner_groups_ = 0;      // learner process groups formed so far (each meets at a rendezvous of its own)
   double started_unix_ = unix_now();
   std::string last_error_;          // the newest worker failure, for RUN_DIR/status.json
   std::string last_error_log_;

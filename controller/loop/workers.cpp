@@ -61,7 +61,8 @@ void TrainingLoop::init_learners(const std::vector<WorkerId>& workers) {
   const int64_t optimizer_steps = c_.experiment.steps * c_.learner.epochs * c_.learner.mini_batches;
   // The group's rendezvous: a file store in the run directory when the ranks share a host,
   // else a TCP store served by rank 0 on a port it finds free on its own address.
-  std::string rendezvous = fmt::format("file://{}/.rendezvous-{}-{}", run_dir_, ::getpid(), restarts_);
+  // A fresh name for every group formed (a group's store keys must not meet an earlier one's).
+  std::string rendezvous = fmt::format("file://{}/.rendezvous-{}-{}", run_dir_, ::getpid(), learner_groups_++);
   const std::string& rank0_address = pool_.worker_status(workers[0]).address;
   bool one_host = true;
   for (const WorkerId& w : workers) one_host = one_host && pool_.worker_status(w).address == rank0_address;
@@ -108,13 +109,20 @@ void TrainingLoop::start_workers() {
 }
 
 void TrainingLoop::count_restart(const WorkerFailure& failure) {
+  last_error_ = failure.what();
+  last_error_log_ = failure.log_path();
+  if (failure.lost_controller()) {
+    // The controller was stopped (SIGSTOP, a debugger) or starved past the workers'
+    // patience: the workers did as designed, and their restart is not counted.
+    log::warn("{}: the controller itself was paused or starved; restarting it without counting a restart",
+              failure.what());
+    return;
+  }
   if (restarts_ >= c_.launcher.max_restarts) {
     throw Error(fmt::format("{}; not restarting it: the run has used all {} restarts (launcher.max_restarts)",
                             failure.what(), c_.launcher.max_restarts));
   }
   ++restarts_;
-  last_error_ = failure.what();
-  last_error_log_ = failure.log_path();
 }
 
 void TrainingLoop::restart_rollout(const WorkerFailure& failure, bool load_weights) {
@@ -154,21 +162,30 @@ void TrainingLoop::restart_rollout(const WorkerFailure& failure, bool load_weigh
 
 std::vector<CommandReply> TrainingLoop::collect(std::vector<Request> requests,
                                                 const WorkerPool::ProgressHandler& on_progress) {
-  for (Request& r : requests) r.id = r.send();
-  return wait_for(std::move(requests), on_progress);
+  return wait_for(std::move(requests), on_progress);  // unsent (id 0): wait_for sends them
+}
+
+void TrainingLoop::send_now(std::vector<Request>& requests) {
+  for (Request& r : requests) {
+    try {
+      r.id = r.send();
+    } catch (const WorkerFailure&) {
+      r.id = 0;  // its worker is known dead: wait_for meets the failure again and recovers
+    }
+  }
 }
 
 std::vector<CommandReply> TrainingLoop::wait_for(std::vector<Request> requests,
                                                  const WorkerPool::ProgressHandler& on_progress) {
   while (true) {
-    for (Request& r : requests) {
-      // The unfinished work of a worker restarted meanwhile (restarting one may find
-      // others dead too), redone.
-      if (!pool_.has_request(r.id)) r.id = r.send();
-    }
-    std::vector<uint64_t> ids;
-    for (const Request& r : requests) ids.push_back(r.id);
     try {
+      for (Request& r : requests) {
+        // Not sent yet, or the unfinished work of a worker restarted meanwhile (restarting
+        // one may find others dead too): sent now. A send to a dead worker throws its failure.
+        if (!pool_.has_request(r.id)) r.id = r.send();
+      }
+      std::vector<uint64_t> ids;
+      for (const Request& r : requests) ids.push_back(r.id);
       auto replies = pool_.wait(ids, on_progress);
       std::vector<CommandReply> out;
       for (const Request& r : requests) out.push_back(std::move(replies.at(r.id)));

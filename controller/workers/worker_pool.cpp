@@ -7,6 +7,7 @@
 #include "core/process.h"
 #include "core/signals.h"
 #include "core/stack_dump.h"
+#include "core/worker_runtime.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -139,6 +140,7 @@ void WorkerPool::relaunch(const WorkerId& id) {
   w->status.id = id;
   w->status.restarts = restarts;
   w->peer.clear();
+  w->lost_controller = false;
   w->status.pid = launcher_->launch(launch_request(id));  // ends and reaps the old process first
   w->last_seen = Clock::now();
   log::warn("restarted worker {} (pid {} -> {})", id.name(), old_pid, w->status.pid);
@@ -297,7 +299,9 @@ WorkerFailure WorkerPool::failure_of(const Worker& w) const {
   std::string reason = w.status.state == WorkerState::failed ? w.status.failure
                        : w.status.state == WorkerState::stopped ? "has been stopped"
                                                                  : "is not ready";
-  return WorkerFailure(w.status.id, w.status.pid, reason, log_path(w.status.id));
+  WorkerFailure failure(w.status.id, w.status.pid, reason, log_path(w.status.id));
+  if (w.lost_controller) failure.set_lost_controller();
+  return failure;
 }
 
 const WorkerStatus& WorkerPool::worker_status(const WorkerId& id) const {
@@ -412,8 +416,11 @@ void WorkerPool::reap_ended_workers() {
     Worker* w = find(id);
     if (!w || shut_down_) continue;
     if (w->status.state == WorkerState::failed) continue;  // already explained (hung, killed by us)
-    fail(*w, w->status.state == WorkerState::starting ? "died before registering: " + exit.describe()
-                                                      : "died: " + exit.describe());
+    w->lost_controller = exit.signal == 0 && exit.exit_code == kExitLostController;
+    const std::string how = w->lost_controller ? exit.describe() + ": it heard nothing from the controller for its "
+                                                                   "controller timeout (launcher.heartbeat_timeout_s)"
+                                               : exit.describe();
+    fail(*w, w->status.state == WorkerState::starting ? "died before registering: " + how : "died: " + how);
   }
 }
 

@@ -69,8 +69,13 @@ class WorkerFailure : public Error {
   const std::string& reason() const { return reason_; }
   bool command_error() const { return command_error_; }
   const std::string& log_path() const { return log_path_; }
+  // It exited because it heard nothing from the controller (kExitLostController): the
+  // controller was paused or starved, not the worker at fault.
+  bool lost_controller() const { return lost_controller_; }
+  void set_lost_controller() { lost_controller_ = true; }
 
  private:
+  bool lost_controller_ = false;
   WorkerId worker_;
   int pid_;
   std::string reason_;
@@ -186,6 +191,7 @@ class WorkerPool {
     std::string peer;  // ZeroMQ routing id once registered
     std::chrono::steady_clock::time_point last_seen;
     uint64_t stacks_dumped = 0;  // the last stack dump id it reported written (StacksDumpedMsg)
+    bool lost_controller = false;  // it exited with kExitLostController
   };
   // A worker about to be failed as hung, and why.
   struct Hang {

@@ -334,6 +334,40 @@ TEST_CASE("learner snapshots that cannot be written are turned off; recovery use
   check_same_metrics(reference_run(), dir.path() + "/run");
 }
 
+// Issue 29: a controller stopped (SIGSTOP) longer than the workers' patience. They exit as
+// designed (exit 75, the controller lost); once it runs again the controller restarts them
+// all without counting restarts (launcher.max_restarts 0 here) and the run ends as an
+// undisturbed one would.
+TEST_CASE("a controller paused past the workers' timeout restarts them without counting restarts") {
+  const std::vector<std::string> settings = {"launcher.heartbeat_timeout_s=2", "launcher.max_restarts=0",
+                                             "learner.workers=2", "learner.micro_batch_size=16",
+                                             "experiment.steps=40"};
+  TempDir reference_dir;
+  const std::string expected = finished_run(reference_dir, settings);
+  TempDir dir;
+  // After step 4: not a checkpoint step (every 3), so the learners' way back is a snapshot.
+  ChildProcess controller = start_run_until_step(dir, 4, settings);
+  const std::vector<int> workers = {worker_pid(controller.pid(), "rollout", 0), worker_pid(controller.pid(), "learner", 1)};
+  controller.send_signal(SIGSTOP);
+  // Until the workers gave up on it (2 s without heartbeats), and a little more.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  bool all_gone = false;
+  while (!all_gone && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    all_gone = true;
+    for (int pid : workers) all_gone = all_gone && !process_alive(pid);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  controller.send_signal(SIGCONT);
+  CHECK(all_gone);
+  const std::string out = output_at_exit(controller, dir, 0);
+  INFO(out);
+  CHECK(out.find("the controller itself was paused or starved; restarting it without counting") != std::string::npos);
+  CHECK(out.find("from their snapshot in memory") != std::string::npos);  // the learners kept it
+  check_same_metrics(expected, dir.path() + "/run");
+  CHECK(metric_rows(dir.path() + "/run").back().at("perf/worker_restarts").get<double>() == 0);
+}
+
 bool ends_with_generating(std::string log) {
   while (!log.empty() && log.back() == '\n') log.pop_back();
   return log.size() >= 10 && log.compare(log.size() - 10, 10, "generating") == 0;
