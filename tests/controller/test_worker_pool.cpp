@@ -2,6 +2,7 @@
 // rounds, and every way a worker can go wrong (killed, crashed, stopped, never
 // registering, lost controller), each detected, named, and leaving no process behind.
 #include "controller/workers/worker_pool.h"
+#include "core/worker_runtime.h"
 #include "core/command_codec.h"
 #include "core/worker_commands.capnp.h"
 #include "core/files.h"
@@ -433,8 +434,9 @@ TEST_CASE("a worker exits by itself when its controller is gone") {
   auto registered = fake_controller.receive(10000);
   REQUIRE(registered.has_value());
   CHECK(std::holds_alternative<RegisterMsg>(registered->message));
-  // The fake controller never sends a heartbeat: the worker must give up after ~1 s.
+  // The fake controller never sends a heartbeat: the worker must give up after ~1 s, with
+  // the exit status that tells its controller (had it only been paused) why.
   auto status = worker.wait_for(10);
   REQUIRE(status.has_value());
-  CHECK(status->exit_code == 1);
+  CHECK(status->exit_code == kExitLostController);
 }
