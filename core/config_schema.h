@@ -325,7 +325,7 @@ template <class V> void describe(V& v, LauncherConfig& c) {
           "(external: `tandem worker` command lines in RUN_DIR/workers.txt)");
   v.field("auth", c.auth, one_of({"auto", "curve", "none"}),
           "control-plane authentication: curve (ZeroMQ CURVE, keys under RUN_DIR/keys), none, or auto (curve "
-          "whenever the control plane leaves loopback)");
+          "for every tcp control plane, loopback included; none for the private ipc default)");
   v.field("host", c.host, text(),
           "address the controller binds and workers dial off loopback; empty: the launcher's choice (slurm: the "
           "first node's NodeAddr, kubernetes: every interface)");

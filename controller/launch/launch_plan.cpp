@@ -18,7 +18,9 @@ std::string tcp_endpoint(const std::string& host, int64_t port) {
 }  // namespace
 
 bool curve_wanted(const std::string& auth, const std::string& bind_address) {
-  return auth == "curve" || (auth == "auto" && !endpoint_is_local(bind_address));
+  // Any tcp endpoint, loopback included: another user of the host can reach 127.0.0.1
+  // too. The ipc default lives in a private 0700 directory instead.
+  return auth == "curve" || (auth == "auto" && bind_address.rfind("tcp://", 0) == 0);
 }
 
 LaunchPlan plan_launch(const Config& c, const std::string& run_dir, const std::string& socket_dir,

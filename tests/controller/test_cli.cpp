@@ -158,6 +158,35 @@ TEST_CASE("a short run completes and leaves the run directory contract") {
   CHECK(run_tandem({"run", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--run-dir", run}, out).exit_code == 2);
 }
 
+// Issue 29: a tcp control plane on loopback is authenticated by default (another user of
+// the host reaches 127.0.0.1 as well): launcher.auth auto means CURVE for any tcp.
+TEST_CASE("launcher.transport: tcp on loopback runs with CURVE by default; auth: none opts out") {
+  TempDir dir;
+  const std::string out = dir.path() + "/out.txt";
+  const std::vector<std::string> base = {"run", TANDEM_SOURCE_DIR "/configs/quickstart.yaml", "--set",
+                                         "experiment.steps=2", "--set", "sft.steps=0", "--set", "launcher.transport=tcp"};
+  std::vector<std::string> args = base;
+  args.insert(args.end(), {"--run-dir", dir.path() + "/curve"});
+  REQUIRE_MESSAGE(run_tandem(args, out).exit_code == 0, read_text(out));
+  const std::string log = read_text(dir.path() + "/curve/logs/controller-0.log");
+  CHECK_MESSAGE(log.find("control plane tcp://127.0.0.1:") != std::string::npos, log);
+  CHECK_MESSAGE(log.find("(CURVE, keys in") != std::string::npos, log);
+  CHECK(fs::exists(dir.path() + "/curve/keys"));
+  CHECK((fs::status(dir.path() + "/curve/keys").permissions() & fs::perms::others_all) == fs::perms::none);
+  size_t keyed_workers = 0;  // each worker says it registered over CURVE
+  for (const auto& entry : fs::directory_iterator(dir.path() + "/curve/logs")) {
+    const std::string name = entry.path().filename();
+    if (name.rfind("controller", 0) != 0 && read_text(entry.path()).find(", CURVE)") != std::string::npos) ++keyed_workers;
+  }
+  CHECK(keyed_workers >= 2);
+
+  args = base;
+  args.insert(args.end(), {"--set", "launcher.auth=none", "--run-dir", dir.path() + "/plain"});
+  REQUIRE_MESSAGE(run_tandem(args, out).exit_code == 0, read_text(out));
+  CHECK(read_text(dir.path() + "/plain/logs/controller-0.log").find("(no authentication)") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir.path() + "/plain/keys"));
+}
+
 // Sends `signal` to a running controller: it must stop every worker and exit 128 + signal.
 void expect_orderly_stop(int signal, int expected_exit_code) {
   TempDir dir;

@@ -48,9 +48,10 @@ TEST_CASE("endpoints: which stay on this host, and the address on the route to a
   CHECK_THROWS_WITH_AS(local_address_towards("tcp://:9"), doctest::Contains("not a tcp://HOST:PORT endpoint"), Error);
 }
 
-TEST_CASE("CURVE is wanted off loopback by default, always with curve, never with none") {
+TEST_CASE("CURVE is wanted on every tcp control plane by default (loopback too), always with curve, never with none") {
   CHECK_FALSE(curve_wanted("auto", "ipc:///tmp/x"));
-  CHECK_FALSE(curve_wanted("auto", "tcp://127.0.0.1:*"));
+  CHECK(curve_wanted("auto", "tcp://127.0.0.1:*"));
+  CHECK(curve_wanted("auto", "tcp://[::1]:5555"));
   CHECK(curve_wanted("auto", "tcp://10.0.0.1:*"));
   CHECK(curve_wanted("auto", "tcp://0.0.0.0:29400"));
   CHECK(curve_wanted("curve", "tcp://127.0.0.1:*"));
