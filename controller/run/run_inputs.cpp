@@ -1,5 +1,7 @@
 #include "controller/run/run_inputs.h"
 
+#include "controller/run/memory_estimate.h"
+
 #include "actor/model_weights.h"
 #include "actor/presets.h"
 #include "core/error.h"
@@ -26,6 +28,13 @@ auto at_key(const LoadedConfig& loaded, const std::string& key, Load load) {
   }
 }
 
+// Sizes that cannot fit in memory (controller/run/memory_estimate.h): refused with the numbers.
+void check_memory(const LoadedConfig& loaded, const ModelConfig& model, int64_t longest_prompt) {
+  const MemoryEstimate estimate = estimate_memory(loaded.config, model, longest_prompt);
+  const std::string problem = memory_problem(loaded.config, estimate, machine_memory_bytes());
+  if (!problem.empty()) throw UsageError(fmt::format("{}: {}", loaded.source, problem));
+}
+
 void load_model(const LoadedConfig& loaded, RunInputs& in) {
   const Config& c = loaded.config;
   in.model_dir = at_key(loaded, "model.path", [&] { return resolve_model_path(c.model.path); });
@@ -41,6 +50,12 @@ void load_model(const LoadedConfig& loaded, RunInputs& in) {
     }
     in.tokenizer = load_tokenizer(in.model_dir);
     limit_to_tokenizer(in.model, in.tokenizer->vocab_size(), in.model_dir);
+    return 0;
+  });
+  // Before anything that walks the layers: a shape no machine holds is refused now
+  // (prompts of 0 tokens: a lower bound of the full estimate load_run_inputs makes).
+  check_memory(loaded, in.model, 0);
+  at_key(loaded, "model.path", [&] {
     check_model_weights_file(in.model_dir, in.model);
     return 0;
   });
@@ -250,6 +265,7 @@ RunInputs load_run_inputs(const LoadedConfig& loaded) {
   if (loaded.config.multi_turn()) load_tools(loaded, in);  // before the data: prompts show the tools
   load_data(loaded, in);
   if (loaded.config.has_environment()) check_environment(loaded, in);
+  check_memory(loaded, in.model, in.longest_prompt);
   return in;
 }
 

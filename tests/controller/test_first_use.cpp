@@ -237,6 +237,37 @@ TEST_CASE("validate and run refuse, before anything starts, what run cannot do (
     CHECK(run_tandem(line, out).exit_code == 2);
     CHECK_MESSAGE(read_text(out).find(expected) != std::string::npos, read_text(out));
   }
+  // Issue 29: sizes that cannot fit are refused with the estimate, by validate and run.
+  const std::vector<std::pair<std::string, std::string>> too_big = {
+      {"algorithm.group_size=2147483648", "most of it the controller: a step's samples (data.batch_size x "
+                                          "algorithm.group_size)"},
+      {"data.batch_size=1000000000", "most of it the controller: a step's samples"},
+      {"rollout.kv_cache_mb=10000000", "most of it the rollout workers: KV cache (rollout.kv_cache_mb)"},
+  };
+  for (const auto& [set, expected] : too_big) {
+    INFO(set);
+    for (const char* command : {"validate", "run"}) {
+      fs::remove(out);
+      std::vector<std::string> line = {command, d + "/c.yaml", "--set", set};
+      if (std::string(command) == "run") line.insert(line.end(), {"--run-dir", d + "/run"});
+      CHECK(run_tandem(line, out).exit_code == 2);
+      CHECK_MESSAGE(read_text(out).find(expected) != std::string::npos, read_text(out));
+    }
+  }
+  // A model whose config.json says a billion layers: refused before its weights are read.
+  REQUIRE(run_tandem({"init-model", "--preset", "tiny", "--out", d + "/huge"}, out).exit_code == 0);
+  {
+    nlohmann::json model = nlohmann::json::parse(read_text(d + "/huge/config.json"));
+    model["num_hidden_layers"] = 1000000000;
+    write_text(d + "/huge/config.json", model.dump());
+  }
+  fs::remove(out);
+  CHECK(run_tandem({"validate", d + "/c.yaml", "--set", "model.path=" + d + "/huge"}, out).exit_code == 2);
+  CHECK_MESSAGE(read_text(out).find("a model of 4.93e+13 parameters") != std::string::npos, read_text(out));
+  // A config that fits says what it will hold.
+  fs::remove(out);
+  CHECK(run_tandem({"validate", d + "/c.yaml"}, out).exit_code == 0);
+  CHECK(read_text(out).find("validate: memory: a model of ") != std::string::npos);
   CHECK_FALSE(fs::exists(d + "/run"));
   // --help shows the defaults.
   fs::remove(out);
