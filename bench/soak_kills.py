@@ -13,6 +13,10 @@ the undisturbed run's median step time, measured here), then a summary (steps, k
 restarts, whether every metric but time/ and perf/ keys equals the reference's).
 
     python3 bench/soak_kills.py [--steps 60] [--every 1.5] [--seed 1] [--tandem build/controller/tandem]
+        [--set KEY=VALUE ...] [--snapshot-cost N]
+
+--snapshot-cost N measures what the snapshots cost an undisturbed run: N runs with them and
+N without, alternating (this machine's other load varies), the median step time of each.
 
 --check exits 1 unless the run finished with identical metrics (tests use it; it never
 judges the times, which depend on the machine).
@@ -143,6 +147,9 @@ def main():
     parser.add_argument("--check", action="store_true", help="exit 1 unless the metrics are identical")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="config settings for both runs (learner.snapshot=off: recovery from checkpoints)")
+    parser.add_argument("--snapshot-cost", type=int, default=0, metavar="N",
+                        help="also N undisturbed runs with learner.snapshot memory and N with off, alternating: the "
+                             "median step time with snapshots over the one without")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="tandem-soak-")
     config = os.path.join(work, "config.yaml")
@@ -175,6 +182,21 @@ def main():
         "identical_metrics": not diffs, "wall_s": round(wall, 1), "undisturbed_wall_s": round(reference_wall, 1),
         "first_differences": diffs[:5], "work_dir": work,
     }))
+    if args.snapshot_cost:
+        steps = {"memory": [], "off": []}
+        for i in range(args.snapshot_cost):
+            for mode in ("memory", "off"):
+                run_dir = os.path.join(work, "cost-{}-{}".format(mode, i))
+                settings = args.set + ["learner.snapshot=" + mode]
+                run(args.tandem, config, settings, run_dir, run_dir + ".log")
+                # The first steps pay for process start-up: left out.
+                steps[mode] += [row["time/step_s"] for row in metric_rows(run_dir)[5:]]
+        memory, off = statistics.median(steps["memory"]), statistics.median(steps["off"])
+        print(json.dumps({
+            "bench": "soak_kills", "snapshot_cost_runs": args.snapshot_cost,
+            "step_median_s_snapshots": round(memory, 4), "step_median_s_no_snapshots": round(off, 4),
+            "ratio": round(memory / off, 3),
+        }))
     if args.check and diffs:
         with open(soak_log) as f:
             sys.stderr.write(f.read()[-6000:])

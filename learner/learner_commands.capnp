@@ -119,10 +119,12 @@ struct CheckpointDone {
 # learner_snapshot (reply: Empty) and learner_load_snapshot (reply: SnapshotLoaded):
 # learner.snapshot, each rank's own state in its host's memory.
 struct SnapshotRequest {
-  dir @0 :Text;                  # this step's: DIR/rank-<r>.safetensors
+  dir @0 :Text;                  # the slot: DIR/rank-<r>.snapshot, rewritten in place
   referenceDir @1 :Text;         # the warmed-up reference policy, written once
   root @2 :Text;                 # everything of the run's snapshots: removed when the worker ends
-  keep @3 :Text;                 # learner_snapshot: the whole snapshot before this one; older ones go
+  step @3 :Int64;                # the run's step it holds (load: the step expected)
+  sourceRank @4 :Int32;          # the rank whose file holds this rank's state: itself, or under
+                                 # ddp (every rank holds the same) the first rank on its host
 }
 
 struct SnapshotLoaded {

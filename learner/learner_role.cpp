@@ -218,18 +218,8 @@ struct LearnerState {
     const Body<wire::SnapshotRequest> body(command.body, command.name);
     Trainer& t = require_trainer(command.name);
     snapshot_root = to_string(body->getRoot());
-    const std::string dir = to_string(body->getDir()), keep = to_string(body->getKeep());
-    t.save_snapshot(dir, to_string(body->getReferenceDir()));
-    // Older steps' snapshots are spent: only this one and the whole one before it count.
-    std::error_code ignored;  // a peer rank on this host may be removing the same
-    std::vector<std::filesystem::path> spent;
-    for (const auto& entry : std::filesystem::directory_iterator(snapshot_root, ignored)) {
-      const std::string path = entry.path().string();
-      if (entry.path().filename().string().rfind("step_", 0) == 0 && path != dir && path != keep) {
-        spent.push_back(entry.path());
-      }
-    }
-    for (const auto& path : spent) std::filesystem::remove_all(path, ignored);
+    t.save_snapshot(to_string(body->getDir()), to_string(body->getReferenceDir()), body->getStep(),
+                    body->getSourceRank());
     return {empty_body<wire::Empty>(), {}};
   }
 
@@ -241,7 +231,8 @@ struct LearnerState {
     snapshot_root = to_string(body->getRoot());
     std::string problem;
     try {
-      t.load_snapshot(to_string(body->getDir()), to_string(body->getReferenceDir()));
+      t.load_snapshot(to_string(body->getDir()), to_string(body->getReferenceDir()), body->getStep(),
+                      body->getSourceRank());
     } catch (const std::exception& e) {
       problem = e.what();
     }

@@ -110,12 +110,17 @@ class Trainer {
   void save_checkpoint(const std::string& dir, const std::string& tokenizer_dir = "");
   void load_checkpoint(const std::string& dir);
   // learner.snapshot (trainer_snapshot.cpp): this rank's own state (its parameter values
-  // or shard, optimizer moments, step counters) as DIR/rank-<r>.safetensors, and the
-  // warmed-up reference policy into REFERENCE_DIR once. No collectives: each rank writes
-  // to its own host's memory. load_snapshot reads them back into a rank of the same group;
-  // it throws, changing nothing, when a file is missing or does not fit.
-  void save_snapshot(const std::string& dir, const std::string& reference_dir);
-  void load_snapshot(const std::string& dir, const std::string& reference_dir);
+  // or shard, optimizer moments, step counters) after run step `step`, into
+  // SLOT/rank-<r>.snapshot (rewritten in place: a slot's file keeps its memory from one
+  // step to the next), and the warmed-up reference policy into REFERENCE_DIR once. No
+  // collectives: each rank writes to its own host's memory. load_snapshot reads step
+  // `step` back into a rank of the same group; it throws, changing nothing, when the file
+  // is missing, holds another step or does not fit. `source_rank`: the rank whose file
+  // holds this rank's state: itself, or under ddp (every rank holds the same state) the
+  // first rank on this host, so that a host writes one copy; a rank whose source is
+  // another rank writes nothing.
+  void save_snapshot(const std::string& slot, const std::string& reference_dir, int64_t step, int source_rank);
+  void load_snapshot(const std::string& slot, const std::string& reference_dir, int64_t step, int source_rank);
   // The policy as a Hugging Face directory (config.json, model.safetensors in `dtype`,
   // and the tokenizer files copied from `tokenizer_dir`), written by rank 0, staged and
   // renamed like a checkpoint; an existing DIR is replaced. All ranks call it (fsdp gathers).

@@ -1,13 +1,22 @@
 // learner.snapshot: each rank's own state, copied to host memory after every step and read
 // back by the rank's successor when a learner dies (trainer.h). Unlike a checkpoint it is
-// never gathered or re-sharded: a rank writes exactly what it holds, with no collectives,
-// so that a snapshot costs one copy of the rank's state and works on any host.
+// never gathered or re-sharded: a rank writes exactly what it holds, with no collectives.
+//
+// The file (SLOT/rank-<r>.snapshot, on a tmpfs) is a fixed header and the raw float32
+// arrays, written through a shared mapping: after the first use of a slot its pages stay
+// allocated, so a snapshot costs one memcpy of the rank's state. Its space is reserved
+// with fallocate first, so that a full tmpfs is an error here, not a SIGBUS mid-copy. The
+// header's step is written last; a file cut short never claims a step.
 #include "actor/model_weights.h"
 #include "learner/trainer_impl.h"
 
 #include <c10/core/GradMode.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -18,29 +27,51 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string rank_file(const std::string& dir, int rank) { return fmt::format("{}/rank-{}.safetensors", dir, rank); }
+constexpr char kMagic[8] = {'T', 'N', 'D', 'M', 'S', 'N', 'A', 'P'};
+constexpr int64_t kNoStep = -1;  // while the arrays are being written
 
-// The metadata value `key` of a snapshot file, as an integer.
-int64_t metadata_int(const SafetensorsFile& file, const std::string& key) {
-  const auto it = file.metadata().find(key);
-  if (it == file.metadata().end()) throw Error(fmt::format("{}: no \"{}\" metadata", file.path(), key));
-  try {
-    return std::stoll(it->second);
-  } catch (const std::exception&) {
-    throw Error(fmt::format("{}: \"{}\" is not an integer: {}", file.path(), key, it->second));
-  }
+struct SnapshotHeader {
+  char magic[8];
+  int64_t step;             // the run step the state is after; kNoStep while being written
+  int64_t rank, world_size;
+  int64_t strategy;         // Strategy
+  int64_t adamw;            // 1: the moments follow the values
+  int64_t warmed_up_reference;
+  int64_t optimizer_steps, adam_steps;
+  int64_t values;           // floats of parameter values
+  int64_t moments;          // floats of each AdamW moment (zero2, fsdp: this rank's shard); 0 without
+};
+
+std::string rank_file(const std::string& slot, int rank) { return fmt::format("{}/rank-{}.snapshot", slot, rank); }
+
+std::string errno_text(const std::string& what, const std::string& path) {
+  return fmt::format("{} {}: {}", what, path, std::strerror(errno));
 }
 
-// Tensor `name` of `file`: 1-D float32 of exactly `numel` values.
-const float* exact_floats(const SafetensorsFile& file, const std::string& name, int64_t numel) {
-  const TensorView& view = file.get(name);
-  if (view.dtype != DType::f32 || view.shape.size() != 1 || view.shape[0] != numel) {
-    throw Error(fmt::format("{}: {} must be a 1-D F32 tensor of {} values (this rank's)", file.path(), name, numel));
+// An open file descriptor, closed when it goes.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
   }
-  return reinterpret_cast<const float*>(view.data);
+};
+
+// A whole-file mapping, unmapped when it goes.
+struct Mapping {
+  void* data = MAP_FAILED;
+  size_t size = 0;
+  ~Mapping() {
+    if (data != MAP_FAILED) ::munmap(data, size);
+  }
+};
+
+// The host floats of `t` into `out` (a CPU tensor is read in place).
+void copy_out(const at::Tensor& t, float* out) {
+  const at::Tensor host = t.detach().to(at::kCPU, at::kFloat).contiguous();
+  std::memcpy(out, host.data_ptr<float>(), static_cast<size_t>(host.numel()) * sizeof(float));
 }
 
-void copy_into(at::Tensor target, const float* source) {
+void copy_in(at::Tensor target, const float* source) {
   fill_through_host(target, [&](float* values) {
     std::memcpy(values, source, static_cast<size_t>(target.numel()) * sizeof(float));
   });
@@ -50,23 +81,57 @@ void copy_into(at::Tensor target, const float* source) {
 
 at::Tensor Trainer::Impl::held_values() { return strategy == Strategy::fsdp ? local_values() : flat->values(); }
 
-void Trainer::save_snapshot(const std::string& dir, const std::string& reference_dir) {
+void Trainer::save_snapshot(const std::string& slot, const std::string& reference_dir, int64_t step,
+                            int source_rank) {
   Impl& m = *impl_;
   const int rank = m.collectives.rank();
-  fs::create_directories(dir);
-  std::vector<TensorToWrite> tensors = {float_tensor("values", m.held_values())};
-  if (m.options.learner.optimizer.name == "adamw") {
-    tensors.push_back(float_tensor("exp_avg", m.adam->exp_avg()));
-    tensors.push_back(float_tensor("exp_avg_sq", m.adam->exp_avg_sq()));
+  if (source_rank != rank) {
+    TANDEM_CHECK(m.strategy == Strategy::ddp, "rank {}: only ddp ranks share a snapshot (source rank {})", rank,
+                 source_rank);
+    return;  // the same state as source_rank's, which that rank writes on this host
   }
-  write_safetensors(rank_file(dir, rank), tensors,
-                    {{"rank", std::to_string(rank)},
-                     {"world_size", std::to_string(m.collectives.world_size())},
-                     {"sharding", m.options.learner.sharding},
-                     {"optimizer", m.options.learner.optimizer.name},
-                     {"optimizer_steps", std::to_string(m.steps)},
-                     {"adam_steps", std::to_string(m.adam->steps())},
-                     {"warmed_up_reference", m.reference_from_warmup ? "1" : "0"}});
+  const bool adamw = m.options.learner.optimizer.name == "adamw";
+  const at::Tensor values = m.held_values();
+  const int64_t count = values.numel();
+  const int64_t moments = adamw ? m.adam->exp_avg().numel() : 0;
+  const size_t size = sizeof(SnapshotHeader) + static_cast<size_t>(count + 2 * moments) * sizeof(float);
+  fs::create_directories(slot);
+  const std::string path = rank_file(slot, rank);
+  Fd file{::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)};
+  if (file.fd < 0) throw Error(errno_text("cannot open the learner snapshot", path));
+  struct stat st {};
+  if (::fstat(file.fd, &st) != 0) throw Error(errno_text("cannot stat", path));
+  if (static_cast<size_t>(st.st_size) != size) {
+    if (::ftruncate(file.fd, static_cast<off_t>(size)) != 0) throw Error(errno_text("cannot size", path));
+    // The space, reserved now: a full tmpfs fails here instead of faulting during the copy.
+    if (const int error = ::posix_fallocate(file.fd, 0, static_cast<off_t>(size)); error != 0) {
+      errno = error;
+      throw Error(errno_text(fmt::format("no room for the learner snapshot ({} bytes) in", size), path));
+    }
+  }
+  Mapping map{::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, file.fd, 0), size};
+  if (map.data == MAP_FAILED) throw Error(errno_text("cannot map", path));
+  auto* header = static_cast<SnapshotHeader*>(map.data);
+  header->step = kNoStep;
+  auto* floats = reinterpret_cast<float*>(static_cast<char*>(map.data) + sizeof(SnapshotHeader));
+  copy_out(values, floats);
+  if (adamw) {
+    copy_out(m.adam->exp_avg(), floats + count);
+    copy_out(m.adam->exp_avg_sq(), floats + count + moments);
+  }
+  SnapshotHeader done{};
+  std::memcpy(done.magic, kMagic, sizeof(kMagic));
+  done.step = step;
+  done.rank = rank;
+  done.world_size = m.collectives.world_size();
+  done.strategy = static_cast<int64_t>(m.strategy);
+  done.adamw = adamw ? 1 : 0;
+  done.warmed_up_reference = m.reference_from_warmup ? 1 : 0;
+  done.optimizer_steps = m.steps;
+  done.adam_steps = m.adam->steps();
+  done.values = count;
+  done.moments = moments;
+  *header = done;
   // The warmed-up reference never changes after the warm-up: written once, by whichever
   // rank of the host gets there first (a staging directory of its own, then a rename).
   if (m.reference_from_warmup && !fs::exists(reference_dir + "/model.safetensors")) {
@@ -80,47 +145,58 @@ void Trainer::save_snapshot(const std::string& dir, const std::string& reference
   }
 }
 
-void Trainer::load_snapshot(const std::string& dir, const std::string& reference_dir) {
+void Trainer::load_snapshot(const std::string& slot, const std::string& reference_dir, int64_t step,
+                            int source_rank) {
   Impl& m = *impl_;
   const int rank = m.collectives.rank();
-  const std::string path = rank_file(dir, rank);
-  if (!fs::exists(path)) throw Error(fmt::format("no snapshot {} on this host", path));
-  const std::unique_ptr<SafetensorsFile> file = SafetensorsFile::open(path);
+  if (source_rank != rank && m.strategy != Strategy::ddp) {
+    throw Error(fmt::format("rank {}: only ddp ranks share a snapshot (source rank {})", rank, source_rank));
+  }
+  const std::string path = rank_file(slot, source_rank);
+  Fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (file.fd < 0) throw Error(errno_text("no snapshot on this host:", path));
+  struct stat st {};
+  if (::fstat(file.fd, &st) != 0) throw Error(errno_text("cannot stat", path));
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size < sizeof(SnapshotHeader)) throw Error(fmt::format("{}: {} bytes, shorter than its header", path, size));
+  Mapping map{::mmap(nullptr, size, PROT_READ, MAP_SHARED, file.fd, 0), size};
+  if (map.data == MAP_FAILED) throw Error(errno_text("cannot map", path));
+  const SnapshotHeader h = *static_cast<const SnapshotHeader*>(map.data);
   // Everything is checked before anything changes.
-  const auto expect = [&](const std::string& key, const std::string& value) {
-    const auto it = file->metadata().find(key);
-    const std::string found = it == file->metadata().end() ? std::string("(none)") : it->second;
-    if (found != value) throw Error(fmt::format("{}: {} is {}, this rank's is {}", path, key, found, value));
-  };
-  expect("rank", std::to_string(rank));
-  expect("world_size", std::to_string(m.collectives.world_size()));
-  expect("sharding", m.options.learner.sharding);
-  expect("optimizer", m.options.learner.optimizer.name);
   const bool adamw = m.options.learner.optimizer.name == "adamw";
   at::Tensor values = m.held_values();
-  const float* saved_values = exact_floats(*file, "values", values.numel());
-  const float* saved_avg = adamw ? exact_floats(*file, "exp_avg", m.adam->exp_avg().numel()) : nullptr;
-  const float* saved_avg_sq = adamw ? exact_floats(*file, "exp_avg_sq", m.adam->exp_avg_sq().numel()) : nullptr;
-  const int64_t optimizer_steps = metadata_int(*file, "optimizer_steps");
-  const int64_t adam_steps = metadata_int(*file, "adam_steps");
+  const auto expect = [&](const char* what, int64_t found, int64_t wanted) {
+    if (found != wanted) throw Error(fmt::format("{}: {} is {}, this rank's is {}", path, what, found, wanted));
+  };
+  if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0) throw Error(fmt::format("{}: not a learner snapshot", path));
+  expect("the step", h.step, step);
+  expect("the rank", h.rank, source_rank);
+  expect("the group size", h.world_size, m.collectives.world_size());
+  expect("the sharding", h.strategy, static_cast<int64_t>(m.strategy));
+  expect("adamw", h.adamw, adamw ? 1 : 0);
+  expect("the parameter count", h.values, values.numel());
+  expect("the moments' count", h.moments, adamw ? m.adam->exp_avg().numel() : 0);
+  const size_t wanted = sizeof(SnapshotHeader) + static_cast<size_t>(h.values + 2 * h.moments) * sizeof(float);
+  if (size != wanted) throw Error(fmt::format("{}: {} bytes, expected {}", path, size, wanted));
   std::unique_ptr<PolicyModel> reference;
-  if (metadata_int(*file, "warmed_up_reference") != 0) {
+  if (h.warmed_up_reference != 0) {
     if (!fs::exists(reference_dir + "/model.safetensors")) {
       throw Error(fmt::format("{}: the warmed-up reference policy is not in {}", path, reference_dir));
     }
     reference = std::make_unique<PolicyModel>(m.model.config(), load_model_weights(reference_dir, m.model.config()),
                                               at::kFloat, m.model.compute_dtype(), m.device);
   }
+  const auto* floats = reinterpret_cast<const float*>(static_cast<const char*>(map.data) + sizeof(SnapshotHeader));
   {
     c10::NoGradGuard no_grad;
-    copy_into(values, saved_values);
+    copy_in(values, floats);
   }
   if (adamw) {
-    copy_into(m.adam->exp_avg(), saved_avg);
-    copy_into(m.adam->exp_avg_sq(), saved_avg_sq);
+    copy_in(m.adam->exp_avg(), floats + h.values);
+    copy_in(m.adam->exp_avg_sq(), floats + h.values + h.moments);
   }
-  m.adam->set_steps(adam_steps);
-  m.steps = optimizer_steps;
+  m.adam->set_steps(h.adam_steps);
+  m.steps = h.optimizer_steps;
   if (reference) {
     m.reference = std::move(reference);
     m.reference_from_warmup = true;

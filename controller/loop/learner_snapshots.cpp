@@ -5,7 +5,8 @@
 // instead of replaying every step since the last checkpoint.
 //
 // The snapshot of step N is whole once every rank answered; until then the one of step
-// N - 1 stays (each rank keeps both). Snapshots live outside the run directory and die
+// N - 1 stays: the two live in two slots, used in turn, each a file per rank that keeps
+// its memory from one use to the next. Snapshots live outside the run directory and die
 // with the run: the workers remove theirs when they end on their own, the controller its
 // host's when it ends, and a controller starting removes those whose controller is gone.
 #include "controller/loop/training_loop_impl.h"
@@ -43,8 +44,22 @@ void TrainingLoop::remove_stale_snapshots() const {
   }
 }
 
+// Two slots, used in turn: step N's snapshot overwrites step N - 2's, never the whole one
+// of step N - 1 that recovery may still need.
+int TrainingLoop::snapshot_source_rank(size_t rank) const {
+  if (c_.learner.sharding != "ddp") return static_cast<int>(rank);
+  // ddp ranks hold the same state: the first rank of each host writes it for the host.
+  const std::vector<WorkerId> hosts = learner_hosts();
+  const WorkerStatus& mine = pool_.worker_status(hosts[rank]);
+  for (size_t r = 0; r < rank; ++r) {
+    const WorkerStatus& other = pool_.worker_status(hosts[r]);
+    if (other.hostname == mine.hostname && other.address == mine.address) return static_cast<int>(r);
+  }
+  return static_cast<int>(rank);
+}
+
 std::string TrainingLoop::snapshot_step_dir(int64_t step) const {
-  return fmt::format("{}/step_{}", snapshot_root_, step);
+  return fmt::format("{}/slot_{}", snapshot_root_, step % 2);
 }
 
 void TrainingLoop::begin_snapshot(int64_t step) {
@@ -54,11 +69,13 @@ void TrainingLoop::begin_snapshot(int64_t step) {
   s.step = step;
   s.position = order_->position();
   s.prefetched = prefetched_;
-  const std::string keep = snapshot_ ? snapshot_step_dir(snapshot_->step) : std::string();
-  const std::string body =
-      learner_client::snapshot_body(snapshot_step_dir(step), snapshot_root_ + "/reference", snapshot_root_, keep);
+  const std::vector<WorkerId> hosts = learner_hosts();
   try {
-    for (const WorkerId& worker : learner_hosts()) s.requests.push_back(pool_.send(worker, "learner_snapshot", body));
+    for (size_t r = 0; r < hosts.size(); ++r) {
+      const std::string body = learner_client::snapshot_body(snapshot_step_dir(step), snapshot_root_ + "/reference",
+                                                             snapshot_root_, step, snapshot_source_rank(r));
+      s.requests.push_back(pool_.send(hosts[r], "learner_snapshot", body));
+    }
   } catch (const WorkerFailure& failure) {  // a learner found dead already
     for (uint64_t id : s.requests) pool_.forget(id);
     if (hosts_learner(failure.worker())) throw LearnerLost(failure);
@@ -110,9 +127,14 @@ void TrainingLoop::keep_answered_snapshot() {
 
 std::optional<int64_t> TrainingLoop::restore_snapshot() {
   if (!snapshot_) return std::nullopt;
-  const std::string body = learner_client::snapshot_body(snapshot_step_dir(snapshot_->step),
-                                                         snapshot_root_ + "/reference", snapshot_root_, "");
-  const std::vector<CommandReply> replies = call_learners("learner_load_snapshot", body);
+  std::vector<Request> loads;
+  const std::vector<WorkerId> hosts = learner_hosts();
+  for (size_t r = 0; r < hosts.size(); ++r) {
+    loads.push_back(request(hosts[r], "learner_load_snapshot",
+                            learner_client::snapshot_body(snapshot_step_dir(snapshot_->step), snapshot_root_ + "/reference",
+                                                          snapshot_root_, snapshot_->step, snapshot_source_rank(r))));
+  }
+  const std::vector<CommandReply> replies = collect(std::move(loads));
   for (size_t r = 0; r < replies.size(); ++r) {
     const learner_client::SnapshotLoaded loaded = learner_client::read_snapshot_loaded(replies[r]);
     if (!loaded.loaded) {

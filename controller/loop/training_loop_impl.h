@@ -166,6 +166,8 @@ class TrainingLoop {
   // checkpoint) when there is none or some rank cannot load it.
   std::optional<int64_t> restore_snapshot();
   std::string snapshot_step_dir(int64_t step) const;
+  // The learner rank whose snapshot file holds rank `rank`'s state (learner_client::snapshot_body).
+  int snapshot_source_rank(size_t rank) const;
   void warm_up();
   void run_step(int64_t step);
   // The rollout engines' prompt work in a generate(), summed over the workers' replies:

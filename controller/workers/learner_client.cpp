@@ -93,12 +93,13 @@ std::string load_body(const std::string& dir) {
 }
 
 std::string snapshot_body(const std::string& dir, const std::string& reference_dir, const std::string& root,
-                          const std::string& keep) {
+                          int64_t step, int source_rank) {
   return encode_body<wire::SnapshotRequest>([&](wire::SnapshotRequest::Builder out) {
     out.setDir(dir);
     out.setReferenceDir(reference_dir);
     out.setRoot(root);
-    out.setKeep(keep);
+    out.setStep(step);
+    out.setSourceRank(source_rank);
   });
 }
 

@@ -59,9 +59,11 @@ std::string read_nccl_id(const CommandReply& reply);  // the raw unique id
 std::string save_body(const std::string& dir, const std::string& tokenizer_from);
 std::string load_body(const std::string& dir);
 // learner_snapshot and learner_load_snapshot (learner.snapshot).
-// `keep`: the whole snapshot before this one, kept until this one is whole (older ones go).
+// `dir`: the slot the snapshot of run step `step` is written to (or read from);
+// `source_rank`: the rank whose file holds the receiving rank's state (itself, or the
+// first ddp rank on its host: a rank whose source is another writes nothing).
 std::string snapshot_body(const std::string& dir, const std::string& reference_dir, const std::string& root,
-                          const std::string& keep);
+                          int64_t step, int source_rank);
 struct SnapshotLoaded {
   bool loaded = false;
   std::string problem;  // why not
