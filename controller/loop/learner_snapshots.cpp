@@ -44,8 +44,6 @@ void TrainingLoop::remove_stale_snapshots() const {
   }
 }
 
-// Two slots, used in turn: step N's snapshot overwrites step N - 2's, never the whole one
-// of step N - 1 that recovery may still need.
 int TrainingLoop::snapshot_source_rank(size_t rank) const {
   if (c_.learner.sharding != "ddp") return static_cast<int>(rank);
   // ddp ranks hold the same state: the first rank of each host writes it for the host.
@@ -58,6 +56,8 @@ int TrainingLoop::snapshot_source_rank(size_t rank) const {
   return static_cast<int>(rank);
 }
 
+// Two slots, used in turn: step N's snapshot overwrites step N - 2's, never the whole one
+// of step N - 1 that recovery may still need.
 std::string TrainingLoop::snapshot_step_dir(int64_t step) const {
   return fmt::format("{}/slot_{}", snapshot_root_, step % 2);
 }

@@ -8,7 +8,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <chrono>
 #include <sstream>
+#include <thread>
 
 namespace tandem {
 namespace {
@@ -45,7 +47,13 @@ RunDirLock RunDirLock::acquire(const std::string& run_dir, const char* command) 
   struct flock lock = whole_file(F_WRLCK);
   if (::fcntl(fd, F_OFD_SETLK, &lock) != 0) {
     const int err = errno;
-    const RunLockHolder holder = read_holder(fd);
+    // A holder that has just taken the lock writes its pid right after: a second at most
+    // to read it, so that the refusal can name it.
+    RunLockHolder holder = read_holder(fd);
+    for (int tries = 0; holder.pid <= 0 && tries < 50; ++tries) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      holder = read_holder(fd);
+    }
     ::close(fd);
     if (err != EAGAIN && err != EACCES) {
       throw Error(fmt::format("tandem {}: cannot lock {}: {}", command, path, std::strerror(err)));
