@@ -412,8 +412,23 @@ void TrainingLoop::run(bool resume) {
     const Clock::time_point steps_start = Clock::now();
     const int64_t first_step = step;
     report_status("running", step, 0.0);
-    while (step < c_.experiment.steps) {
+    // Until the last step is done, checkpointed and exported: a learner's death anywhere in
+    // that (the final checkpoint and the export included) is recovered the same way.
+    bool exported = false;
+    while (!exported) {
       try {
+        if (step >= c_.experiment.steps) {
+          finish_snapshot();
+          // The last step is always checkpointed (unless checkpoints are off): a finished run
+          // can be extended from it (tandem resume RUN_DIR --set experiment.steps=N).
+          if (c_.experiment.checkpoint_every > 0 && last_checkpoint != step) {
+            checkpoint(step);
+            last_checkpoint = step;
+          }
+          export_policy();
+          exported = true;
+          continue;
+        }
         run_step(++step);
         // After the step's metrics row: a checkpoint of step N always has row N.
         if (c_.experiment.checkpoint_every > 0 && step % c_.experiment.checkpoint_every == 0) {
@@ -436,12 +451,7 @@ void TrainingLoop::run(bool resume) {
         progress_ = std::make_unique<ProgressLine>(c_.logging.console, c_.experiment.steps, step);
       }
     }
-    finish_snapshot();
     progress_->finish();
-    // The last step is always checkpointed (unless checkpoints are off): a finished run can
-    // be extended from it (tandem resume RUN_DIR --set experiment.steps=N).
-    if (c_.experiment.checkpoint_every > 0 && last_checkpoint != step) checkpoint(step);
-    export_policy();
     mark_run_finished(run_dir_, step);
     report_status("finished", step, 0.0);
   } catch (...) {
