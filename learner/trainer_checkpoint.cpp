@@ -18,12 +18,16 @@ namespace tandem {
 
 namespace fs = std::filesystem;
 
+namespace {
+
 TensorToWrite float_tensor(const std::string& name, const at::Tensor& t) {
   at::Tensor c = t.detach().to(at::kCPU, at::kFloat).contiguous();
   TensorToWrite out{name, DType::f32, {c.numel()}, std::string(static_cast<size_t>(c.numel()) * 4, '\0')};
   std::memcpy(out.bytes.data(), c.data_ptr<float>(), out.bytes.size());
   return out;
 }
+
+}  // namespace
 
 void fill_through_host(at::Tensor target, const std::function<void(float*)>& fill) {
   at::Tensor host = target.to(at::kCPU);
@@ -74,6 +78,11 @@ constexpr const char* kValueHeadFile = "value_head.safetensors";
 constexpr const char* kReferenceDir = "reference";  // the warmed-up reference policy, when there was a warm-up
 
 }  // namespace
+
+std::unique_ptr<PolicyModel> Trainer::Impl::reference_from(const std::string& dir) const {
+  return std::make_unique<PolicyModel>(model.config(), load_model_weights(dir, model.config()), at::kFloat,
+                                       model.compute_dtype(), device);
+}
 
 void Trainer::save_checkpoint(const std::string& dir, const std::string& tokenizer_dir) {
   Impl& m = *impl_;
@@ -166,8 +175,7 @@ void Trainer::load_checkpoint(const std::string& dir) {
   const ModelWeights weights = load_model_weights(dir, m.model.config());  // names and shapes checked
   const std::string reference_dir = dir + "/" + kReferenceDir;
   if (m.reference && fs::exists(reference_dir + "/model.safetensors")) {
-    m.reference = std::make_unique<PolicyModel>(m.model.config(), load_model_weights(reference_dir, m.model.config()),
-                                                at::kFloat, m.model.compute_dtype(), m.device);
+    m.reference = m.reference_from(reference_dir);
     m.reference_from_warmup = true;
   }
   if (state.value("optimizer", std::string()) != m.options.learner.optimizer.name) {

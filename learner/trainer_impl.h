@@ -5,7 +5,6 @@
 
 #include "actor/policy_torch.h"
 #include "core/error.h"
-#include "core/safetensors.h"
 #include "learner/adamw.h"
 #include "learner/checkpoint_ranges.h"
 #include "learner/collectives.h"
@@ -24,9 +23,7 @@ namespace tandem {
 
 enum class Strategy { ddp, zero2, fsdp };
 
-// trainer_checkpoint.cpp: `t` as a 1-D float32 tensor to write (copied to the host).
-TensorToWrite float_tensor(const std::string& name, const at::Tensor& t);
-// Fills `target` (float32, contiguous, on any device) through host memory: `fill` writes
+// trainer_checkpoint.cpp: fills `target` (float32, contiguous, on any device) through host memory: `fill` writes
 // the host floats. On the CPU the host tensor is `target` itself.
 void fill_through_host(at::Tensor target, const std::function<void(float*)>& fill);
 
@@ -114,6 +111,8 @@ struct Trainer::Impl {
   // SFT model), not the initial weights: checkpoints then carry it (reference/).
   bool reference_from_warmup = false;
   void adopt_policy_as_reference();  // collective under fsdp
+  // The warmed-up reference policy saved in model directory `dir` (trainer_checkpoint.cpp).
+  std::unique_ptr<PolicyModel> reference_from(const std::string& dir) const;
   ActorObjectiveParams objective;
   int64_t steps = 0;
   double lr = 0;

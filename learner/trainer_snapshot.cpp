@@ -183,8 +183,7 @@ void Trainer::load_snapshot(const std::string& slot, const std::string& referenc
     if (!fs::exists(reference_dir + "/model.safetensors")) {
       throw Error(fmt::format("{}: the warmed-up reference policy is not in {}", path, reference_dir));
     }
-    reference = std::make_unique<PolicyModel>(m.model.config(), load_model_weights(reference_dir, m.model.config()),
-                                              at::kFloat, m.model.compute_dtype(), m.device);
+    reference = m.reference_from(reference_dir);
   }
   const auto* floats = reinterpret_cast<const float*>(static_cast<const char*>(map.data) + sizeof(SnapshotHeader));
   {

@@ -58,8 +58,9 @@ int TrainingLoop::snapshot_source_rank(size_t rank) const {
 
 // Two slots, used in turn: step N's snapshot overwrites step N - 2's, never the whole one
 // of step N - 1 that recovery may still need.
-std::string TrainingLoop::snapshot_step_dir(int64_t step) const {
-  return fmt::format("{}/slot_{}", snapshot_root_, step % 2);
+std::string TrainingLoop::snapshot_body(int64_t step, size_t rank) const {
+  return learner_client::snapshot_body(fmt::format("{}/slot_{}", snapshot_root_, step % 2), snapshot_root_ + "/reference",
+                                       snapshot_root_, step, snapshot_source_rank(rank));
 }
 
 void TrainingLoop::begin_snapshot(int64_t step) {
@@ -72,9 +73,7 @@ void TrainingLoop::begin_snapshot(int64_t step) {
   const std::vector<WorkerId> hosts = learner_hosts();
   try {
     for (size_t r = 0; r < hosts.size(); ++r) {
-      const std::string body = learner_client::snapshot_body(snapshot_step_dir(step), snapshot_root_ + "/reference",
-                                                             snapshot_root_, step, snapshot_source_rank(r));
-      s.requests.push_back(pool_.send(hosts[r], "learner_snapshot", body));
+      s.requests.push_back(pool_.send(hosts[r], "learner_snapshot", snapshot_body(step, r)));
     }
   } catch (const WorkerFailure& failure) {  // a learner found dead already
     for (uint64_t id : s.requests) pool_.forget(id);
@@ -130,9 +129,7 @@ std::optional<int64_t> TrainingLoop::restore_snapshot() {
   std::vector<Request> loads;
   const std::vector<WorkerId> hosts = learner_hosts();
   for (size_t r = 0; r < hosts.size(); ++r) {
-    loads.push_back(request(hosts[r], "learner_load_snapshot",
-                            learner_client::snapshot_body(snapshot_step_dir(snapshot_->step), snapshot_root_ + "/reference",
-                                                          snapshot_root_, snapshot_->step, snapshot_source_rank(r))));
+    loads.push_back(request(hosts[r], "learner_load_snapshot", snapshot_body(snapshot_->step, r)));
   }
   const std::vector<CommandReply> replies = collect(std::move(loads));
   for (size_t r = 0; r < replies.size(); ++r) {

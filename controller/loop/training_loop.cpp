@@ -418,7 +418,6 @@ void TrainingLoop::run(bool resume) {
     while (!exported) {
       try {
         if (step >= c_.experiment.steps) {
-          finish_snapshot();
           // The last step is always checkpointed (unless checkpoints are off): a finished run
           // can be extended from it (tandem resume RUN_DIR --set experiment.steps=N).
           if (c_.experiment.checkpoint_every > 0 && last_checkpoint != step) {

@@ -165,7 +165,8 @@ class TrainingLoop {
   // puts the data order and metrics at its step. nullopt (the caller restores the last
   // checkpoint) when there is none or some rank cannot load it.
   std::optional<int64_t> restore_snapshot();
-  std::string snapshot_step_dir(int64_t step) const;
+  // The learner_snapshot / learner_load_snapshot body of step `step` for learner rank `rank`.
+  std::string snapshot_body(int64_t step, size_t rank) const;
   // The learner rank whose snapshot file holds rank `rank`'s state (learner_client::snapshot_body).
   int snapshot_source_rank(size_t rank) const;
   void warm_up();

@@ -1,11 +1,7 @@
 #include "controller/run/memory_estimate.h"
 
-#include "core/files.h"
-
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cmath>
 #include <fstream>
 #include <sstream>
 
