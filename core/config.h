@@ -65,6 +65,33 @@ struct KlConfig {
   std::string in = "loss";
   bool adaptive = false;
   double target = 0.01;
+  double horizon = 10000;  // adaptive: samples over which the coefficient moves by up to 20%
+};
+
+// DAPO's soft overlong punishment (Yu et al. 2025): a response within `buffer_len` tokens of
+// the length limit loses up to `penalty_factor` of reward, linearly. Off while buffer_len is 0.
+struct OverlongConfig {
+  int64_t buffer_len = 0;
+  double penalty_factor = 1.0;
+};
+
+// DAPO's dynamic sampling: groups whose samples all score the same teach nothing (their
+// group-relative advantages are 0) and are dropped; more prompts are generated until the
+// batch is full. Off while `metric` is empty.
+struct FilterGroupsConfig {
+  std::string metric;       // "reward" (the sample's reward) or "acc" (reward >= eval.correct_threshold)
+  int64_t max_batches = 4;  // generation rounds per step at most (the first included)
+};
+
+// The knobs of verl's extra policy losses (algorithm.policy_loss), under verl's names.
+struct PolicyLossOptions {
+  double tau_pos = 1.0;          // sapo: gate temperature where A > 0
+  double tau_neg = 1.05;         // sapo: where A <= 0
+  double clip_cov_ratio = 2e-4;  // clip_cov: share of the valid tokens whose gradient is cut
+  double clip_cov_lb = 1.0;      // clip_cov: covariance window of the candidates
+  double clip_cov_ub = 5.0;
+  double kl_cov_ratio = 2e-4;    // kl_cov: share of the valid tokens given the |log ratio| penalty
+  double ppo_kl_coef = 1.0;      // kl_cov: that penalty's weight
 };
 
 // Asynchronous RL: rollout of the next step runs while the learners train this one.
@@ -92,7 +119,10 @@ struct AlgorithmConfig {
   std::string policy_loss = "ppo_clip";
   std::string loss_agg = "token_mean";
   ClipConfig clip;
+  PolicyLossOptions policy_loss_options;
   KlConfig kl;
+  OverlongConfig overlong;
+  FilterGroupsConfig filter_groups;
   double entropy_coef = 0.0;
   ValueConfig value;  // advantage: gae only
   std::string plugin;  // shared library registering more advantage estimators / policy losses

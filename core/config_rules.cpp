@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace tandem {
 namespace {
 
@@ -98,14 +100,34 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
                              "that registers it)",
                              name, hint, join_choices(built_in)));
   };
-  known_or_plugin("algorithm.advantage", c.algorithm.advantage, {"grpo", "dr_grpo", "rloo", "gae", "reinforce_pp"});
-  known_or_plugin("algorithm.policy_loss", c.algorithm.policy_loss, {"ppo_clip", "gspo"});
+  // The names learner/objective_registry.cpp registers (core does not link the learner).
+  known_or_plugin("algorithm.advantage", c.algorithm.advantage,
+                  {"grpo", "dr_grpo", "rloo", "gae", "reinforce_pp", "grpo_passk", "opo", "gpg",
+                   "reinforce_plus_plus_baseline", "remax", "grpo_vectorized", "rloo_vectorized",
+                   "reinforce_plus_plus"});
+  known_or_plugin("algorithm.policy_loss", c.algorithm.policy_loss,
+                  {"ppo_clip", "gspo", "sapo", "cispo", "geo_mean", "gpg", "clip_cov", "kl_cov", "vanilla"});
 
   const std::string& advantage = c.algorithm.advantage;
-  if ((advantage == "grpo" || advantage == "dr_grpo" || advantage == "rloo") && c.algorithm.group_size < 2) {
+  const std::vector<std::string> group_baselines = {"grpo",         "dr_grpo",         "rloo", "grpo_passk", "opo",
+                                                    "gpg",          "grpo_vectorized", "rloo_vectorized",
+                                                    "reinforce_plus_plus_baseline"};
+  if (std::find(group_baselines.begin(), group_baselines.end(), advantage) != group_baselines.end() &&
+      c.algorithm.group_size < 2) {
     problem_at({"algorithm.group_size", "algorithm.advantage"},
-            fmt::format("advantage {} compares samples of one prompt and needs group_size >= 2, got {}",
+            fmt::format("advantage {} compares samples of one prompt and needs group_size >= 2, got {} (with one "
+                        "sample a prompt has no baseline: reinforce_pp or remax train on single samples)",
                         advantage, c.algorithm.group_size));
+  }
+  if (advantage == "remax" && c.has_environment()) {
+    problem_at({"algorithm.advantage", !c.environment.python.empty() ? "environment.python" : "environment.plugin"},
+               "remax's baseline is a greedy answer to the dataset's prompt; an environment makes its prompts in "
+               "reset(), so there is none to answer greedily (use grpo or rloo)");
+  }
+  if (advantage == "remax" && c.algorithm.async.max_staleness > 0) {
+    problem_at({"algorithm.advantage", "algorithm.async.max_staleness"},
+               "remax generates its greedy baseline on the weights that drew the samples; asynchronous rollout has "
+               "moved the rollout workers on by then (use grpo or rloo with async)");
   }
   if (c.algorithm.clip.dual_c != 0.0 && c.algorithm.clip.dual_c <= 1.0) {
     problem("algorithm.clip.dual_c",
@@ -234,14 +256,31 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
                                          "and must know where to dial",
                                          c.launcher.kind));
   }
-  if (c.algorithm.kl.in == "reward" && c.algorithm.kl.coef > 0) {
-    problem_at({"algorithm.kl.in", "algorithm.kl.coef"},
-               "reward is not implemented yet in the training loop (allowed today: loss, or kl.coef: 0)");
+  const int64_t length_limit = c.multi_turn() ? c.rollout.multi_turn.max_total_tokens : c.rollout.max_new_tokens;
+  if (c.algorithm.overlong.buffer_len >= length_limit) {
+    problem_at({"algorithm.overlong.buffer_len",
+                c.multi_turn() ? "rollout.multi_turn.max_total_tokens" : "rollout.max_new_tokens"},
+               fmt::format("the overlong buffer ({} tokens) must be shorter than the length limit ({} tokens): the "
+                           "penalty starts buffer_len tokens before it",
+                           c.algorithm.overlong.buffer_len, length_limit));
   }
-  if (c.algorithm.kl.adaptive) {
-    problem("algorithm.kl.adaptive",
-            "the adaptive KL coefficient is not implemented yet in the training loop (allowed today: false; "
-            "kl.coef stays fixed)");
+  if (!c.algorithm.filter_groups.metric.empty() && c.algorithm.group_size < 2) {
+    problem_at({"algorithm.filter_groups.metric", "algorithm.group_size"},
+               "dynamic sampling drops groups whose samples all score the same; with group_size 1 every group does");
+  }
+  if (!c.algorithm.filter_groups.metric.empty() && c.algorithm.async.max_staleness > 0) {
+    problem_at({"algorithm.filter_groups.metric", "algorithm.async.max_staleness"},
+               "dynamic sampling generates more prompts until the batch is full, which asynchronous rollout (one "
+               "batch prefetched during training) does not do yet; use one or the other");
+  }
+  if (c.algorithm.kl.adaptive && c.algorithm.kl.in != "reward") {
+    problem_at({"algorithm.kl.adaptive", "algorithm.kl.in"},
+               "the adaptive coefficient adapts the KL penalty in the reward (as verl's kl_ctrl); set kl.in: reward, "
+               "or keep kl.coef fixed in the loss");
+  }
+  if (c.algorithm.kl.adaptive && c.algorithm.kl.coef <= 0) {
+    problem_at({"algorithm.kl.adaptive", "algorithm.kl.coef"},
+               "the adaptive coefficient multiplies kl.coef step by step, so it needs kl.coef > 0 to start from");
   }
   if (c.experiment.keep_checkpoints < 1) problem("experiment.keep_checkpoints", "must keep at least one");
   if (std::string why = path_component_problem(c.experiment.name); !why.empty()) {

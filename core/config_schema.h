@@ -80,10 +80,40 @@ template <class V> void describe(V& v, ClipConfig& c) {
 
 template <class V> void describe(V& v, KlConfig& c) {
   v.field("coef", c.coef, non_negative(), "KL coefficient against the reference policy; 0: no reference");
-  v.field("estimator", c.estimator, one_of({"k1", "k2", "k3"}), "KL estimator");
+  v.field("estimator", c.estimator, one_of({"k1", "k2", "k3", "low_var_kl", "kl", "mse"}),
+          "KL estimator (verl's low_var_kl, kl, mse are k3, k1, k2)");
   v.field("in", c.in, one_of({"loss", "reward"}), "apply the KL penalty in the loss or in the reward");
   v.field("adaptive", c.adaptive, "adapt the coefficient toward `target`");
   v.field("target", c.target, positive(), "KL target per token for the adaptive coefficient");
+  v.field("horizon", c.horizon, positive(),
+          "adaptive: samples over which the coefficient moves by at most 20% (Ziegler et al. 2019)");
+}
+
+template <class V> void describe(V& v, OverlongConfig& c) {
+  v.field("buffer_len", c.buffer_len, at_least(0),
+          "DAPO's soft overlong punishment: the last buffer_len tokens before the length limit cost reward "
+          "linearly; 0: off");
+  v.field("penalty_factor", c.penalty_factor, non_negative(), "the reward lost at the length limit");
+}
+
+template <class V> void describe(V& v, FilterGroupsConfig& c) {
+  v.field("metric", c.metric, one_of({"", "reward", "acc"}),
+          "DAPO's dynamic sampling: drop groups whose samples all have the same reward (or accuracy: reward >= "
+          "eval.correct_threshold) and generate more prompts until the batch is full; empty: off");
+  v.field("max_batches", c.max_batches, at_least(1),
+          "generation rounds per step at most; then the step trains on the groups it has");
+}
+
+template <class V> void describe(V& v, PolicyLossOptions& c) {
+  v.field("tau_pos", c.tau_pos, positive(), "sapo: gate temperature for tokens with a positive advantage");
+  v.field("tau_neg", c.tau_neg, positive(), "sapo: gate temperature for the others");
+  v.field("clip_cov_ratio", c.clip_cov_ratio, above_up_to(0.0, 1.0),
+          "clip_cov: share of the valid tokens whose gradient is cut");
+  v.field("clip_cov_lb", c.clip_cov_lb, any_number(), "clip_cov: lower bound of the candidates' covariance");
+  v.field("clip_cov_ub", c.clip_cov_ub, any_number(), "clip_cov: upper bound of the candidates' covariance");
+  v.field("kl_cov_ratio", c.kl_cov_ratio, above_up_to(0.0, 1.0),
+          "kl_cov: share of the valid tokens given the |log ratio| penalty");
+  v.field("ppo_kl_coef", c.ppo_kl_coef, non_negative(), "kl_cov: weight of that penalty");
 }
 
 template <class V> void describe(V& v, AsyncConfig& c) {
@@ -104,18 +134,25 @@ template <class V> void describe(V& v, ValueConfig& c) {
 
 template <class V> void describe(V& v, AlgorithmConfig& c) {
   v.field("advantage", c.advantage, required_text(),
-          "advantage estimator: grpo, dr_grpo, rloo, gae, reinforce_pp, or one algorithm.plugin registers");
+          "advantage estimator: grpo, dr_grpo, rloo, gae, reinforce_pp, grpo_passk, opo, gpg, "
+          "reinforce_plus_plus_baseline, remax, grpo_vectorized, rloo_vectorized, or one algorithm.plugin "
+          "registers");
   v.field("group_size", c.group_size, at_least(1), "samples per prompt");
   v.field("normalize_std", c.normalize_std, "GRPO: divide by the group's reward std");
   v.field("gamma", c.gamma, between(0.0, 1.0), "GAE discount");
   v.field("lam", c.lam, between(0.0, 1.0), "GAE lambda");
   v.field("policy_loss", c.policy_loss, required_text(),
-          "policy objective: ppo_clip, gspo, or one algorithm.plugin registers");
+          "policy objective: ppo_clip, gspo, sapo, cispo, geo_mean, gpg, clip_cov, kl_cov, or one "
+          "algorithm.plugin registers");
   v.field("loss_agg", c.loss_agg,
-          one_of({"token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm"}),
+          one_of({"token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm", "token-mean",
+                  "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"}),
           "how per-token losses are averaged");
   v.section("clip", c.clip, "ratio clipping");
+  v.section("policy_loss_options", c.policy_loss_options, "knobs of sapo, clip_cov and kl_cov (verl's names)");
   v.section("kl", c.kl, "KL penalty to the reference policy");
+  v.section("overlong", c.overlong, "DAPO's soft overlong punishment");
+  v.section("filter_groups", c.filter_groups, "DAPO's dynamic sampling");
   v.field("entropy_coef", c.entropy_coef, non_negative(), "entropy bonus coefficient");
   v.section("value", c.value, "the critic (advantage: gae): a value head on the policy's trunk");
   v.section("async", c.async, "asynchronous RL: rollout overlapped with training");

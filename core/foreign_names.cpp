@@ -16,21 +16,8 @@ struct ForeignName {
 
 const std::vector<ForeignName>& foreign_names() {
   static const std::vector<ForeignName> table = {
-      {"algorithm.advantage", "reinforce_plus_plus", "verl's reinforce_plus_plus is reinforce_pp here"},
       {"algorithm.advantage", "ppo", "PPO is advantage: gae with policy_loss: ppo_clip here"},
-      {"algorithm.advantage", "grpo_passk",
-       "pass@k advantages are not built in; grpo is the nearest (or register one with algorithm.plugin)"},
-      {"algorithm.advantage", "remax", "ReMax is not built in; rloo and grpo are the built-in baselines"},
-      {"algorithm.policy_loss", "vanilla", "verl's vanilla loss is ppo_clip here"},
       {"algorithm.policy_loss", "ppo", "the PPO loss is ppo_clip here"},
-      {"algorithm.kl.estimator", "low_var_kl", "verl's low_var_kl is k3 here"},
-      {"algorithm.kl.estimator", "kl", "verl's kl is k1 here"},
-      {"algorithm.kl.estimator", "mse", "verl's mse is k2 here"},
-      {"algorithm.loss_agg", "token-mean", "verl's token-mean is token_mean here"},
-      {"algorithm.loss_agg", "seq-mean-token-sum", "verl's seq-mean-token-sum is seq_mean_token_sum here"},
-      {"algorithm.loss_agg", "seq-mean-token-mean", "verl's seq-mean-token-mean is seq_mean_token_mean here"},
-      {"algorithm.loss_agg", "seq-mean-token-sum-norm",
-       "verl's seq-mean-token-sum-norm is seq_mean_token_sum_norm here"},
   };
   return table;
 }
@@ -52,8 +39,12 @@ const std::vector<ForeignKey>& foreign_keys() {
       {"actor", "verl's actor settings are under learner and algorithm here"},
       {"ref", "the reference policy is the starting weights here; its KL is algorithm.kl"},
       {"adv_estimator", "verl's algorithm.adv_estimator is algorithm.advantage here"},
-      {"use_kl_in_reward", "verl's use_kl_in_reward is algorithm.kl.in: reward here (not implemented yet)"},
-      {"kl_ctrl", "verl's algorithm.kl_ctrl is algorithm.kl here (coef; adaptive is not implemented yet)"},
+      {"use_kl_in_reward", "verl's use_kl_in_reward is algorithm.kl.in: reward here"},
+      {"kl_ctrl", "verl's algorithm.kl_ctrl is algorithm.kl here (kl_coef is coef, type: adaptive is adaptive: true, "
+                  "target_kl is target, horizon is horizon)"},
+      {"clip_ratio_c", "verl's clip_ratio_c is algorithm.clip.dual_c here (0, off, by default; verl's is 3)"},
+      {"tau_pos", "verl's actor.tau_pos is algorithm.policy_loss_options.tau_pos here"},
+      {"tau_neg", "verl's actor.tau_neg is algorithm.policy_loss_options.tau_neg here"},
       {"use_kl_loss", "verl's use_kl_loss: true is algorithm.kl.in: loss here with algorithm.kl.coef > 0 (the "
                       "default); kl.coef: 0 turns it off"},
       {"kl_loss_coef", "verl's kl_loss_coef is algorithm.kl.coef here"},

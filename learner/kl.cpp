@@ -29,6 +29,10 @@ KlEstimator kl_estimator_from_name(const std::string& name) {
   for (const auto& [known, estimator] : estimators()) {
     if (known == name) return estimator;
   }
+  // verl's names for the same estimators (low_var_kl carries the same bounds as our k3).
+  if (name == "low_var_kl") return KlEstimator::k3;
+  if (name == "kl") return KlEstimator::k1;
+  if (name == "mse") return KlEstimator::k2;
   throw_unknown_name("KL estimator", name, kl_estimator_names());
 }
 

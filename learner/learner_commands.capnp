@@ -77,7 +77,7 @@ struct SftResult {
   tokens @2 :Int64;
 }
 
-# learner_values, learner_logprobs, learner_probe_logprobs: a TrainingBatch of one
+# learner_values, learner_logprobs, learner_probe_logprobs, learner_ref_logprobs: a TrainingBatch of one
 # mini-batch; the reply is Empty with one float32 frame, every sample's values in order.
 
 # learner_publish. Reply: Published.

@@ -144,9 +144,9 @@ struct LearnerState {
     Trainer& t = require_trainer(command.name);
     const auto batches = decode_training_batch(command.body, attachments, command.name);
     if (batches.size() != 1) throw Error(fmt::format("{}: send exactly one mini-batch of samples", command.name));
-    const auto values = command.name == "learner_values"
-                            ? t.values(batches[0])
-                            : t.response_logprobs(batches[0], command.name == "learner_probe_logprobs");
+    const auto values = command.name == "learner_values"           ? t.values(batches[0])
+                        : command.name == "learner_ref_logprobs" ? t.reference_logprobs(batches[0])
+                                                                 : t.response_logprobs(batches[0], command.name == "learner_probe_logprobs");
     std::string frame;
     for (const std::vector<float>& v : values) frame.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
     return {empty_body<wire::Empty>(), {frame}};
@@ -267,6 +267,7 @@ const std::map<std::string, LearnerMethod>& learner_commands() {
       {"learner_values", &LearnerState::per_token},
       {"learner_logprobs", &LearnerState::per_token},
       {"learner_probe_logprobs", &LearnerState::per_token},
+      {"learner_ref_logprobs", &LearnerState::per_token},
       {"learner_publish", &LearnerState::publish},
       {"learner_free_port", &LearnerState::free_port},
       {"learner_nccl_id", &LearnerState::nccl_id},

@@ -1,6 +1,6 @@
 // The learner worker role: the commands the controller sends to a training rank
 // (torch_info, learner_init, learner_train, learner_sft, learner_values,
-// learner_logprobs, learner_probe_logprobs, learner_publish, learner_free_port,
+// learner_logprobs, learner_probe_logprobs, learner_ref_logprobs, learner_publish, learner_free_port,
 // learner_nccl_id, learner_save, learner_load, learner_export), dispatched by a table.
 // Their bodies and replies are declared in learner/learner_commands.capnp, one struct
 // each (samples as a TrainingBatch plus two frames, learner/sample_codec.h); the

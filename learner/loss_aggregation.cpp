@@ -28,8 +28,11 @@ double safe_denominator(double d) { return d > 0 ? d : 1.0; }
 }  // namespace
 
 LossAggregation loss_aggregation_from_name(const std::string& name) {
+  // verl spells the same modes with hyphens (token-mean, ...): accepted as they are.
+  std::string ours = name;
+  std::replace(ours.begin(), ours.end(), '-', '_');
   for (const auto& [known, mode] : modes()) {
-    if (known == name) return mode;
+    if (known == ours) return mode;
   }
   throw_unknown_name("loss aggregation (loss_agg)", name, loss_aggregation_names());
 }

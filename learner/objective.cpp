@@ -47,7 +47,10 @@ ObjectiveResult actor_objective(const ActorObjectiveInputs& in, const ActorObjec
     check_token_tensor(in.is_weights, in.mask, "is_weights");
     per_token = per_token * in.is_weights.to(per_token.scalar_type());
   }
-  at::Tensor pg_loss = aggregate_loss(per_token, in.mask, params.aggregation, scale);
+  // Losses defined on whole sequences (geo_mean, sapo) average sequences, as their papers.
+  const LossAggregation pg_aggregation =
+      policy.sequence_mean ? LossAggregation::seq_mean_token_mean : params.aggregation;
+  at::Tensor pg_loss = aggregate_loss(per_token, in.mask, pg_aggregation, scale);
   at::Tensor loss = pg_loss;
 
   // Metric scalars are gathered into one tensor: one device → host copy per call.

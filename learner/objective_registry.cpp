@@ -15,13 +15,30 @@ NamedFunctions<AdvantageEstimatorFn>& advantage_estimators() {
                                                      {"dr_grpo", dr_grpo_advantages},
                                                      {"rloo", rloo_advantages},
                                                      {"reinforce_pp", reinforce_pp_advantages},
-                                                     {"gae", gae_advantages}});
+                                                     {"gae", gae_advantages},
+                                                     {"grpo_vectorized", grpo_vectorized_advantages},
+                                                     {"rloo_vectorized", rloo_advantages},
+                                                     {"grpo_passk", grpo_passk_advantages},
+                                                     {"opo", opo_advantages},
+                                                     {"gpg", gpg_advantages},
+                                                     {"reinforce_plus_plus_baseline", reinforce_pp_baseline_advantages},
+                                                     {"remax", remax_advantages},
+                                                     // verl's name for reinforce_pp
+                                                     {"reinforce_plus_plus", reinforce_pp_advantages}});
   return table;
 }
 
 NamedFunctions<PolicyLossFn>& policy_losses() {
   static NamedFunctions<PolicyLossFn> table("policy loss (algorithm.policy_loss)",
-                                            {{"ppo_clip", ppo_clip_loss}, {"gspo", gspo_loss}});
+                                            {{"ppo_clip", ppo_clip_loss},
+                                             {"gspo", gspo_loss},
+                                             {"sapo", sapo_loss},
+                                             {"cispo", cispo_loss},
+                                             {"geo_mean", geo_mean_loss},
+                                             {"gpg", gpg_loss},
+                                             {"clip_cov", clip_cov_loss},
+                                             {"kl_cov", kl_cov_loss},
+                                             {"vanilla", ppo_clip_loss}});  // verl's name for ppo_clip
   return table;
 }
 

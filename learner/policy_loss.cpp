@@ -2,16 +2,13 @@
 
 #include "core/error.h"
 #include "learner/masked_ops.h"
+#include "learner/policy_loss_parts.h"
 
 #include <ATen/ATen.h>
 
 namespace tandem {
 
-namespace {
-
-// Log-ratio bounds before exp() (policy_loss.h).
-constexpr double kMaxLogRatio = 20.0;
-constexpr double kGspoMaxLogRatio = 10.0;
+namespace policy_loss_parts {
 
 at::Tensor check_inputs(const PolicyLossInputs& in, const PolicyLossParams& params, const char* loss_name) {
   TANDEM_CHECK(in.mask.defined(), "{}: the mask is missing", loss_name);
@@ -27,7 +24,6 @@ at::Tensor check_inputs(const PolicyLossInputs& in, const PolicyLossParams& para
   return valid;
 }
 
-// ratio [B, T] (differentiable), advantages [B, T] → the clipped per-token loss (policy_loss.h).
 PolicyLossResult clipped_surrogate(const at::Tensor& ratio, const at::Tensor& advantages, const at::Tensor& valid,
                                    const PolicyLossParams& params) {
   at::Tensor a = zero_invalid(advantages.to(ratio.scalar_type()), valid).detach();
@@ -47,20 +43,34 @@ PolicyLossResult clipped_surrogate(const at::Tensor& ratio, const at::Tensor& ad
   return {zero_invalid(loss, valid), at::where(valid, ratio.detach(), at::ones({}, ratio.options())), clipped & valid};
 }
 
-}  // namespace
+at::Tensor bounded_log_ratio(const PolicyLossInputs& in, const at::Tensor& valid) {
+  const at::Tensor log_ratio = zero_invalid(in.logprobs - in.old_logprobs.to(in.logprobs.scalar_type()), valid);
+  return log_ratio.clamp(-kMaxLogRatio, kMaxLogRatio);
+}
+
+}  // namespace policy_loss_parts
+
+using namespace policy_loss_parts;
 
 PolicyLossParams policy_loss_params(const AlgorithmConfig& config) {
   PolicyLossParams params;
   params.clip_low = config.clip.low;
   params.clip_high = config.clip.high;
   params.dual_c = config.clip.dual_c;
+  const PolicyLossOptions& o = config.policy_loss_options;
+  params.tau_pos = o.tau_pos;
+  params.tau_neg = o.tau_neg;
+  // One share in the loss's parameters; verl names it per loss.
+  params.cov_ratio = config.policy_loss == "kl_cov" ? o.kl_cov_ratio : o.clip_cov_ratio;
+  params.clip_cov_lb = o.clip_cov_lb;
+  params.clip_cov_ub = o.clip_cov_ub;
+  params.kl_cov_coef = o.ppo_kl_coef;
   return params;
 }
 
 PolicyLossResult ppo_clip_loss(const PolicyLossInputs& in, const PolicyLossParams& params) {
   at::Tensor valid = check_inputs(in, params, "ppo_clip");
-  at::Tensor log_ratio = zero_invalid(in.logprobs - in.old_logprobs.to(in.logprobs.scalar_type()), valid);  // [B, T]
-  at::Tensor ratio = log_ratio.clamp(-kMaxLogRatio, kMaxLogRatio).exp();
+  at::Tensor ratio = bounded_log_ratio(in, valid).exp();
   return clipped_surrogate(ratio, in.advantages, valid, params);
 }
 

@@ -1,4 +1,5 @@
-// Policy losses (`algorithm.policy_loss`): ppo_clip and gspo, per token, before aggregation.
+// Policy losses (`algorithm.policy_loss`), per token, before aggregation: ppo_clip (alias
+// verl's vanilla), gspo, and verl's sapo, cispo, geo_mean, gpg, clip_cov, kl_cov.
 //
 // Sign convention: these are losses (to minimise), the negated surrogate objectives.
 // Every tensor is [B, T] with the learner's mask (see masked_ops.h). The returned loss is
@@ -49,5 +50,50 @@ PolicyLossResult ppo_clip_loss(const PolicyLossInputs& in, const PolicyLossParam
 // 10 (one runaway token can do it) has s_i,t = e^10 and no gradient at any of its tokens.
 // A row with no valid token has s_i = 1 (and no loss).
 PolicyLossResult gspo_loss(const PolicyLossInputs& in, const PolicyLossParams& params);
+
+// SAPO (Gao et al. 2025, "Soft Adaptive Policy Optimization", arXiv 2511.20347): a smooth
+// gate instead of the hard clip,
+//   loss_t = -f(rho_t) A_t,   f(rho) = (4 / tau) sigmoid(tau (rho - 1)),
+// tau = tau_pos where A_t > 0, else tau_neg; log rho clamped to [-20, 20] as ppo_clip. The
+// gate's slope at rho = 1 is 1 (the plain surrogate's) and fades away from it. Aggregated
+// as the mean over sequences of each sequence's token mean (sequence_mean), as verl's.
+// `clipped` is all false; `ratio` is rho.
+PolicyLossResult sapo_loss(const PolicyLossInputs& in, const PolicyLossParams& params);
+
+// CISPO (MiniMax 2025, "MiniMax-M1", arXiv 2506.13585): the clipped ratio as a constant
+// weight on the REINFORCE term, so every token keeps a gradient:
+//   loss_t = -sg[clip(rho_t, 1 - low, 1 + high)] A_t logprobs_t
+// `clipped` flags tokens whose ratio was cut (they still have a gradient).
+PolicyLossResult cispo_loss(const PolicyLossInputs& in, const PolicyLossParams& params);
+
+// GMPO (Zhao et al. 2025, "Geometric-Mean Policy Optimization", arXiv 2507.20673; verl's
+// geo_mean): the sequence ratio is the geometric mean of token ratios clipped in log space
+// on the side the advantage's sign makes dangerous,
+//   l_t = sgn(A_t) min(sgn(A_t) x_t, sgn(A_t) clamp(x_t, -low, high)),
+// x_t = log rho_t clamped to [-20, 20] first as ppo_clip's (verl leaves it unbounded, and
+// exp of a sequence mean past 88 is inf in float32)
+//   L_i = -mean_t(A_t) exp(mean_t l_t)     (means over the sequence's valid tokens)
+// The value L_i sits at every valid token of the sequence and the loss aggregates as the
+// mean over sequences (sequence_mean), so a batch's loss is the mean of the L_i over its
+// sequences with tokens (verl divides by all rows, empty ones included). `clipped`: x_t
+// was outside [-low, high] (on either side, verl's pg_clipfrac + pg_clipfrac_lower).
+PolicyLossResult geo_mean_loss(const PolicyLossInputs& in, const PolicyLossParams& params);
+
+// GPG (Chu et al. 2025): plain policy gradient, no ratio, no clip: loss_t = -A_t logprobs_t.
+PolicyLossResult gpg_loss(const PolicyLossInputs& in, const PolicyLossParams& params);
+
+// Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs", arXiv
+// 2505.22617): ppo_clip without dual clip, except that a few tokens with a large covariance
+//   cov_t = (A_t - mean(A)) (logprobs_t - mean(logprobs))     (means over the valid tokens)
+// lose their gradient: among the valid tokens not already clipped with lb < cov_t < ub,
+// max(1, floor(cov_ratio * valid tokens)) are drawn at random (by `seed`) and their loss
+// is multiplied by a constant 0 (verl's). `clipped` flags clip or selection.
+PolicyLossResult clip_cov_loss(const PolicyLossInputs& in, const PolicyLossParams& params);
+
+// KL-Cov (Cui et al. 2025): the unclipped surrogate -A_t rho_t (log rho clamped to
+// [-20, 20]), plus kl_cov_coef |log rho_t| on the max(1, floor(cov_ratio * valid tokens))
+// valid tokens with the largest cov_t (above; ties, which need equal products of
+// float64 differences, go either way). `clipped` flags those.
+PolicyLossResult kl_cov_loss(const PolicyLossInputs& in, const PolicyLossParams& params);
 
 }  // namespace tandem

@@ -58,6 +58,14 @@ at::Device training_device(const TrainerOptions& o) {
   return d.type == "cuda" ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(d.index)) : at::Device(at::kCPU);
 }
 
+// SplitMix64's finaliser over the three numbers: well-spread seeds from small counters.
+uint64_t mix_seed(uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t x = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull ^ c;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 }  // namespace
 
 Trainer::Impl::Impl(const ModelConfig& config, const ModelWeights& weights, const TrainerOptions& o, Collectives& c)
@@ -82,7 +90,7 @@ Trainer::Impl::Impl(const ModelConfig& config, const ModelWeights& weights, cons
   const OptimizerConfig& opt = o.learner.optimizer;
   adam = std::make_unique<AdamW>(local_values().numel(),
                                  AdamWOptions{opt.beta1, opt.beta2, opt.eps, opt.weight_decay}, device);
-  if (objective.kl_coef > 0) {
+  if (o.algorithm.kl.coef > 0) {  // in the loss, or in the reward (reference_logprobs)
     reference = std::make_unique<PolicyModel>(config, weights, at::kFloat, model.compute_dtype(), device);
   }
 }
@@ -192,7 +200,12 @@ ObjectiveResult Trainer::Impl::objective_from_trunk(const at::Tensor& trunk, con
                  options.learner.epochs, options.learner.mini_batches);
     proximal = use_forward_as_proximal(in, batch.stale, options.algorithm.async.is_cap);
   }
-  ObjectiveResult result = actor_objective(in, objective, scale);
+  // clip_cov draws its tokens: a seed per optimizer step, rank and micro-batch, so a step
+  // redone after a recovery draws the same ones.
+  ActorObjectiveParams params = objective;
+  params.clip.seed = mix_seed(static_cast<uint64_t>(steps), static_cast<uint64_t>(collectives.rank()),
+                              static_cast<uint64_t>(micro_index));
+  ObjectiveResult result = actor_objective(in, params, scale);
   result.metrics.is_weight_sum = proximal.weight_sum;
   result.metrics.is_clipped = proximal.clipped;
   result.metrics.is_tokens = proximal.tokens;

@@ -98,6 +98,10 @@ class Trainer {
   // `float32`: computed in float32 whatever learner.precision, as the rollout engine does
   // (the probe); otherwise in the training precision (the proximal policy of async RL).
   std::vector<std::vector<float>> response_logprobs(const std::vector<TrainingSample>& samples, bool float32 = false);
+  // The reference policy's log-probs of every response token of `samples`, in the training
+  // precision, as the KL in the loss would take them (algorithm.kl.in: reward). Needs
+  // algorithm.kl.coef > 0. Not collective: the reference is whole on every rank.
+  std::vector<std::vector<float>> reference_logprobs(const std::vector<TrainingSample>& samples);
   int64_t optimizer_steps() const;
 
   // Every rank calls these together. The checkpoint directory holds the policy

@@ -115,6 +115,7 @@ struct Trainer::Impl {
   std::unique_ptr<PolicyModel> reference_from(const std::string& dir) const;
   ActorObjectiveParams objective;
   int64_t steps = 0;
+  int64_t micro_index = 0;  // the micro-batch of the optimizer step running now (clip_cov's draw)
   double lr = 0;
 };
 

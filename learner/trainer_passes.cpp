@@ -78,6 +78,7 @@ UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& min
       m.zero_gradients();
       const int64_t count = static_cast<int64_t>((share.size() + micro - 1) / micro);
       for (int64_t i = 0; i < m.micro_batches_to_run(count); ++i) {
+        m.micro_index = i;
         const size_t begin = static_cast<size_t>(i) * micro;
         if (begin < share.size()) {
           accumulate(total, m.micro_batch(m.micro_batch_of(share, begin, std::min(share.size(), begin + micro)), scale));
@@ -195,6 +196,35 @@ std::vector<std::vector<float>> Trainer::response_logprobs(const std::vector<Tra
   return m.per_response_token(samples, [&m](const at::Tensor& trunk, const MicroBatch& batch) {
     return m.response_logprobs(m.model, m.model.final_norm(trunk), batch, m.options.temperature).first;
   });
+}
+
+std::vector<std::vector<float>> Trainer::reference_logprobs(const std::vector<TrainingSample>& samples) {
+  Impl& m = *impl_;
+  TANDEM_CHECK(m.reference, "reference log-probs: this learner holds no reference policy (algorithm.kl.coef is 0)");
+  // The reference is whole on every rank (fsdp shards only the policy): no collective.
+  std::vector<std::vector<float>> out;
+  const size_t micro = static_cast<size_t>(m.options.learner.micro_batch_size);
+  c10::InferenceMode guard;
+  for (size_t begin = 0; begin < samples.size(); begin += micro) {
+    std::vector<TrainingSample> probes;
+    for (size_t i = begin; i < std::min(samples.size(), begin + micro); ++i) {
+      TrainingSample p;
+      p.prompt = samples[i].prompt;
+      p.response = samples[i].response;
+      p.old_logprobs.assign(p.response.size(), 0.0f);
+      p.advantages.assign(p.response.size(), 0.0f);
+      probes.push_back(std::move(p));
+    }
+    const MicroBatch batch = m.micro_batch_of(probes, 0, probes.size());
+    const at::Tensor normed = m.reference->final_norm(m.reference->trunk(batch.layout));
+    const at::Tensor logprobs =
+        m.response_logprobs(*m.reference, normed, batch, m.options.temperature).first.to(at::kCPU, at::kFloat).contiguous();
+    for (size_t i = 0; i < probes.size(); ++i) {
+      const float* row = logprobs.data_ptr<float>() + static_cast<int64_t>(i) * logprobs.size(1);
+      out.emplace_back(row, row + probes[i].response.size());
+    }
+  }
+  return out;
 }
 
 }  // namespace tandem

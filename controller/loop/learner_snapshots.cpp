@@ -70,6 +70,7 @@ void TrainingLoop::begin_snapshot(int64_t step) {
   s.step = step;
   s.position = order_->position();
   s.prefetched = prefetched_;
+  s.kl_coef = kl_controller_.coef();
   const std::vector<WorkerId> hosts = learner_hosts();
   try {
     for (size_t r = 0; r < hosts.size(); ++r) {
@@ -144,6 +145,7 @@ std::optional<int64_t> TrainingLoop::restore_snapshot() {
   const int64_t step = snapshot_->step;
   prefetched_ = snapshot_->prefetched;
   order_->restore(snapshot_->position);
+  kl_controller_.set_coef(snapshot_->kl_coef);
   log::info("the learners are back at step {} (their snapshot in memory)", step);
   continue_from(step);
   return step;

@@ -93,7 +93,9 @@ std::vector<Request> TrainingLoop::rollout_requests(int64_t step, const std::vec
       r.id = i;
       r.prompt = &prompts[i];
       r.n = n;
-      r.seed = mix(seed, mix(step, i));
+      // Dynamic sampling's later rounds draw other prompts of the same step: seeds of their own.
+      r.seed = generation_round_ == 0 || eval ? mix(seed, mix(step, i))
+                                              : mix(seed, mix(mix(step, 0xd5a0 + generation_round_), i));
       if (eval) r.temperature = eval->temperature;
       const std::vector<std::string>& environment_rows = eval ? val_environment_rows_ : environment_rows_;
       if (!environment_rows.empty()) r.environment_row = &environment_rows.at(rows.at(i));

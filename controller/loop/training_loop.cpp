@@ -29,7 +29,7 @@ namespace tandem {
 
 namespace training {
 
-// `command` (learner_values, learner_logprobs or learner_probe_logprobs) over every
+// `command` (learner_values, learner_logprobs, learner_probe_logprobs or learner_ref_logprobs) over every
 // sample: each rank reads a contiguous share; one float per response token comes back.
 std::vector<std::vector<float>> TrainingLoop::per_token_from_learners(const std::string& command,
                                                                       const std::vector<TrainingSample>& samples) {
@@ -112,11 +112,13 @@ TrainingLoop::TrainingLoop(WorkerPool& pool, const Config& config, RunInputs inp
 
 TrainingLoop::~TrainingLoop() = default;
 
-void TrainingLoop::compute_advantages(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch) {
+void TrainingLoop::compute_advantages(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch,
+                                      const ExtraAdvantageInputs& extra) {
   const int64_t count = static_cast<int64_t>(samples.size());
   int64_t longest = 1;
   for (const Sample& s : samples) longest = std::max<int64_t>(longest, static_cast<int64_t>(s.tokens.size()));
-  std::vector<float> rewards, mask(static_cast<size_t>(count * longest), 0.0f), values(mask.size(), 0.0f);
+  std::vector<float> rewards, mask(static_cast<size_t>(count * longest), 0.0f), values(mask.size(), 0.0f),
+      token_rewards(extra.token_rewards.empty() ? 0 : mask.size(), 0.0f);
   for (int64_t i = 0; i < count; ++i) {
     rewards.push_back(static_cast<float>(samples[i].reward));
     // Multi-turn: the tool messages between the policy's turns are no actions of its own.
@@ -126,11 +128,16 @@ void TrainingLoop::compute_advantages(const std::vector<Sample>& samples, std::v
     if (!batch[i].old_values.empty()) {
       for (size_t t = 0; t < samples[i].tokens.size(); ++t) values[i * longest + t] = batch[i].old_values[t];
     }
+    if (!extra.token_rewards.empty()) {
+      for (size_t t = 0; t < samples[i].tokens.size(); ++t) token_rewards[i * longest + t] = extra.token_rewards[i][t];
+    }
   }
   AdvantageInputs in;
   in.rewards = at::tensor(rewards, at::kFloat);
   in.mask = at::tensor(mask, at::kFloat).view({count, longest});
   in.values = at::tensor(values, at::kFloat).view({count, longest});
+  if (!token_rewards.empty()) in.token_rewards = at::tensor(token_rewards, at::kFloat).view({count, longest});
+  if (!extra.baselines.empty()) in.baselines = at::tensor(extra.baselines, at::kDouble).to(at::kFloat);
   in.group_size = c_.algorithm.group_size;
   AdvantageParams params = advantage_params(c_.algorithm);
   const AdvantageResult result = find_advantage_estimator(c_.algorithm.advantage)(in, params);
@@ -241,27 +248,21 @@ void TrainingLoop::run_step(int64_t step) {
   StepRollout rollout = prefetched_ && prefetched_->step == step ? std::move(*prefetched_) : rollout_now(step);
   prefetched_.reset();
   const bool prefetched = rollout.prefetched;
+  double rollout_s = prefetched ? 0.0 : seconds_since(step_start);
+  end_phase("rollout");
+
+  RoundScores scores = score_round(rollout);
+  MetricRow dynamic_sampling;
+  if (!c_.algorithm.filter_groups.metric.empty()) dynamic_sampling = keep_informative_groups(step, rollout, scores, rollout_s);
   const std::vector<size_t>& rows = rollout.rows;
   const std::vector<std::vector<int32_t>>& prompts = rollout.prompts;
   const PrefillCounts& prefill = rollout.prefill;
   std::vector<Sample>& samples = rollout.samples;
-  const double rollout_s = prefetched ? 0.0 : seconds_since(step_start);
-  end_phase("rollout");
-
-  Clock::time_point t = Clock::now();
-  EarlyScores early_scores;
-  double hidden_reward_s = 0;
-  if (rollout.scored_early) {
-    early_scores = scoring_.finish_early();
-    // Scoring time that ran under generation: what the thread spent, less what it spent
-    // after generation ended (while this thread waited for it).
-    hidden_reward_s = std::max(0.0, scoring_.busy_seconds() - seconds_since(t));
-  }
-  const int64_t fallbacks = scoring_.score(samples, rows, data_, &early_scores);
-  const double reward_s = seconds_since(t);
+  const int64_t fallbacks = scores.fallbacks;
+  const double reward_s = scores.reward_s, hidden_reward_s = scores.hidden_reward_s;
   end_phase("reward");
 
-  t = Clock::now();
+  Clock::time_point t = Clock::now();
   std::vector<TrainingSample> batch(samples.size());
   int64_t response_tokens = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
@@ -285,7 +286,11 @@ void TrainingLoop::run_step(int64_t step) {
   }
   const MetricRow staleness = c_.algorithm.async.max_staleness > 0 ? correct_for_staleness(samples, batch, step)
                                                                    : MetricRow{};
-  compute_advantages(samples, batch);
+  ExtraAdvantageInputs extra;
+  MetricRow shaping;
+  if (c_.algorithm.kl.in == "reward" && c_.algorithm.kl.coef > 0) shaping = kl_in_reward(samples, batch, extra);
+  if (c_.algorithm.advantage == "remax") extra.baselines = remax_baselines(step, rollout);
+  compute_advantages(samples, batch, extra);
   end_phase("advantages");
   log::debug("step {}: training", step);
   trained_since_sync_ = true;  // from the first train command on, the learners may be ahead of the rollout workers
@@ -340,6 +345,13 @@ void TrainingLoop::run_step(int64_t step) {
                            {"multi_turn/kv_pinned_blocks_max", static_cast<double>(prefill.pinned_blocks_max)}});
   }
   row.insert(row.end(), staleness.begin(), staleness.end());
+  row.insert(row.end(), shaping.begin(), shaping.end());
+  row.insert(row.end(), dynamic_sampling.begin(), dynamic_sampling.end());
+  if (c_.algorithm.overlong.buffer_len > 0) {
+    double penalty = 0;
+    for (const Sample& s : samples) penalty += overlong_penalty(c_, s);
+    row.emplace_back("reward/overlong_penalty", penalty / n);
+  }
   if (!std::isnan(probe_diff)) row.emplace_back("sync/probe_logprob_max_diff", probe_diff);
   // As verl does, the last step is evaluated too, whatever its number.
   const int64_t eval_every = c_.experiment.eval_every;
@@ -352,6 +364,10 @@ void TrainingLoop::run_step(int64_t step) {
   row.emplace_back("reward/timeouts", static_cast<double>(scoring_.new_timeouts()));
   observers_->observe_workers(step, row);
   metrics_->write(row);
+  // The step is whole: the adaptive KL coefficient moves toward its target for the next.
+  for (const auto& [key, value] : shaping) {
+    if (key == "actor/reward_kl_penalty") kl_controller_.update(value, static_cast<int64_t>(samples.size()));
+  }
   observers_->publish_step(step, c_.experiment.steps, row);
   if (c_.logging.jsonl && c_.logging.samples_per_step > 0) {
     const size_t count = static_cast<size_t>(c_.logging.samples_per_step);

@@ -27,6 +27,7 @@
 #include "controller/workers/worker_pool.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "learner/kl.h"
 #include "learner/train_batch.h"
 #include "rewards/registry.h"
 #include "weight_sync/transport.h"
@@ -63,6 +64,12 @@ inline WorkerId learner_worker(const Config& c, int64_t rank) {
 // mean), response/length_{mean,max,min}, response/clip_ratio, prompt/length_mean,
 // critic/advantages/{mean,max,min} (over response tokens).
 MetricRow sample_metrics(const Config& c, const std::vector<Sample>& samples, const std::vector<TrainingSample>& batch);
+
+// DAPO's soft overlong punishment of one sample (reward_shaping.cpp): 0 up to buffer_len
+// tokens before the length limit, then down linearly to -penalty_factor at the limit:
+//   min(0, -(length - (limit - buffer_len)) / buffer_len * penalty_factor)
+// with the limit rollout.max_new_tokens (multi-turn: max_total_tokens). 0 when off.
+double overlong_penalty(const Config& c, const Sample& sample);
 // The metric key of each config.reward entry: "reward/<name>", with "_<index>" added where
 // two entries share a name or a name is one of the overall keys (mean, std, fallbacks);
 // keys are unique. A "/" or control character in a name or part becomes "_" (a key has
@@ -192,6 +199,22 @@ class TrainingLoop {
   };
   // Step `step`'s rows and prompts (advancing the order); no samples yet.
   StepRollout next_prompts(int64_t step);
+  // reward_shaping.cpp: a rollout's samples scored (the early scores collected, the rest
+  // scored now), with the overlong penalty (algorithm.overlong) in their rewards.
+  struct RoundScores {
+    int64_t fallbacks = 0;
+    double reward_s = 0;         // scoring time after generation
+    double hidden_reward_s = 0;  // scoring time that ran under generation
+  };
+  RoundScores score_round(StepRollout& rollout);
+  // reward_shaping.cpp: algorithm.filter_groups (DAPO's dynamic sampling). Drops the groups
+  // whose samples all score the same and generates more prompts (at most max_batches
+  // rounds) until data.batch_size groups remain; `rollout` becomes those. With fewer, the
+  // step trains on them and says so; with none, on the first round unfiltered. Adds the
+  // rounds' scoring and generation times. Returns data/filtered_groups and
+  // data/generation_rounds.
+  MetricRow keep_informative_groups(int64_t step, StepRollout& rollout, RoundScores& scores, double& rollout_s);
+  int64_t generation_round_ = 0;  // of the step being generated (its sampling seeds), 0 but for filter_groups
   // Generates step `step` now, streaming finished samples to the scoring thread when
   // rollout.score_while_generating.
   StepRollout rollout_now(int64_t step);
@@ -237,7 +260,24 @@ class TrainingLoop {
   std::vector<std::vector<float>> per_token_from_learners(const std::string& command,
                                                          const std::vector<TrainingSample>& samples);
   double probe_logprobs(const std::vector<TrainingSample>& batch, int64_t version);
-  void compute_advantages(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch);
+  // What the estimator gets besides the rewards (advantage_inputs.cpp): per-token rewards
+  // (the KL penalty of kl.in: reward) and remax's greedy baselines, each empty when unused.
+  struct ExtraAdvantageInputs {
+    std::vector<std::vector<float>> token_rewards;  // per sample, per response token
+    std::vector<double> baselines;                  // per sample
+  };
+  void compute_advantages(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch,
+                          const ExtraAdvantageInputs& extra);
+  // advantage_inputs.cpp: algorithm.kl.in: reward. The reference's log-probs (into each
+  // sample's ref_logprobs, so the learners report actor/kl), the per-token penalty
+  // -coef * kl_t into `extra`. Returns the actor/reward_kl_penalty* metrics; the adaptive
+  // coefficient moves once the step is whole (a step redone after a learner's death uses
+  // the coefficient its first try did).
+  MetricRow kl_in_reward(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch,
+                         ExtraAdvantageInputs& extra);
+  // advantage_inputs.cpp: advantage remax. Each prompt's greedy answer, generated and
+  // scored now: its reward is the baseline of the prompt's samples.
+  std::vector<double> remax_baselines(int64_t step, const StepRollout& rollout);
   // One learner_train of step's batch; when prefetches_after(step), the next step's
   // rollout runs meanwhile and lands in prefetched_.
   nlohmann::json train(std::vector<TrainingSample>& batch, int64_t step);
@@ -312,12 +352,16 @@ class TrainingLoop {
   std::vector<std::string> environment_rows_, val_environment_rows_;  // [row]: RunInputs's
   // Asynchronous RL: the next step's rollout, generated during this step's training.
   std::optional<StepRollout> prefetched_;
+  // The KL coefficient of kl.in: reward, adapted after every step with kl.adaptive; saved
+  // with checkpoints and snapshots.
+  KlController kl_controller_{c_.algorithm.kl, c_.algorithm.kl.horizon};
   // learner.snapshot: the learners' state after step `step`, in memory on their hosts
   // (snapshot_root_), with what the controller needs to go on from there.
   struct LearnerSnapshot {
     int64_t step = 0;
     PromptOrder::Position position;         // the data order after the step (and its prefetch)
     std::optional<StepRollout> prefetched;  // algorithm.async: the next step's rollout, made already
+    double kl_coef = 0;                     // the KL coefficient after the step (adaptive)
     std::vector<uint64_t> requests;         // while being written: the learners' learner_snapshot
   };
   std::string snapshot_root_;                        // empty: snapshots off

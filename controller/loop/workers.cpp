@@ -250,7 +250,8 @@ void TrainingLoop::checkpoint(int64_t step) {
                     nlohmann::json{{"step", step},
                                    {"data_epoch", position.epoch},
                                    {"data_index", position.index},
-                                   {"data_rows", data_.rows.size()}}
+                                   {"data_rows", data_.rows.size()},
+                                   {"kl_coef", kl_controller_.coef()}}
                             .dump(2) +
                         "\n");
   write_checkpoint_manifest(dir);  // last: only now is the checkpoint usable
@@ -263,12 +264,15 @@ int64_t TrainingLoop::restore(const std::optional<CheckpointRef>& checkpoint) {
   snapshot_.reset();    // newer than the checkpoint: the learners' state no longer leads there
   writing_snapshot_.reset();
   order_.emplace(data_.rows.size(), static_cast<uint64_t>(c_.experiment.seed), c_.data.shuffle);
+  kl_controller_.set_coef(c_.algorithm.kl.coef);
   if (checkpoint) {
     call_learners("learner_load", learner_client::load_body(checkpoint->dir));
     const std::string state_path = checkpoint->dir + "/controller_state.json";
     const nlohmann::json state = nlohmann::json::parse(read_file(state_path).value());
     step = state.at("step").get<int64_t>();
     order_->restore({state.at("data_epoch").get<int64_t>(), state.at("data_index").get<int64_t>()});
+    // Checkpoints from before the adaptive coefficient have none: the configured one.
+    kl_controller_.set_coef(state.value("kl_coef", c_.algorithm.kl.coef));
     log::info("restored {} (step {})", checkpoint->dir, step);
   } else {
     warm_up();

@@ -25,7 +25,7 @@ struct InitArgs {
 std::string init_body(const InitArgs& args);
 
 // A body (and its two frames) carrying a training batch: learner_train's per mini-batch
-// shares, or one mini-batch for learner_values, learner_logprobs, learner_probe_logprobs.
+// shares, or one mini-batch for learner_values, learner_logprobs, learner_probe_logprobs, learner_ref_logprobs.
 struct BatchCommand {
   std::string body;
   std::vector<std::string> attachments;

@@ -25,6 +25,7 @@ struct AdvantageInputs {
   at::Tensor token_rewards;  // [B, T] float, optional (undefined: none): per-token rewards
   at::Tensor values;         // [B, T] float: critic values V(s_t), gae only
   int64_t group_size = 1;    // consecutive samples sharing a prompt
+  at::Tensor baselines;      // [B] float: remax only: the reward of the greedy answer to the sample's prompt
 };
 
 struct AdvantageParams {
@@ -51,9 +52,16 @@ struct PolicyLossInputs {
 };
 
 struct PolicyLossParams {
-  double clip_low = 0.2;   // ratio >= 1 - clip_low
-  double clip_high = 0.28; // ratio <= 1 + clip_high
+  double clip_low = 0.2;   // ratio >= 1 - clip_low (geo_mean: log-ratio >= -clip_low)
+  double clip_high = 0.28; // ratio <= 1 + clip_high (geo_mean: log-ratio <= clip_high)
   double dual_c = 0.0;     // 0: off; else > 1
+  double tau_pos = 1.0;    // sapo: gate temperature for tokens with A > 0
+  double tau_neg = 1.05;   // sapo: gate temperature for tokens with A <= 0
+  double cov_ratio = 2e-4; // clip_cov, kl_cov: share of the valid tokens singled out by covariance
+  double clip_cov_lb = 1.0;  // clip_cov: covariance window (lb, ub) of the candidates
+  double clip_cov_ub = 5.0;
+  double kl_cov_coef = 1.0;  // kl_cov: weight of |log ratio| on the singled-out tokens
+  uint64_t seed = 0;         // clip_cov: draws which candidates lose their gradient (same seed, same draw)
 };
 
 struct PolicyLossResult {
@@ -62,6 +70,9 @@ struct PolicyLossResult {
                        //   gspo: the sequence's, repeated over its tokens); 1 at masked positions
   at::Tensor clipped;  // [B, T] bool: a clip (ratio or dual) was active, so the token has no
                        //   gradient; false at masked positions
+  // Losses defined on whole sequences (geo_mean, sapo) aggregate as the mean over sequences
+  // of each sequence's token mean, whatever algorithm.loss_agg says; false: loss_agg applies.
+  bool sequence_mean = false;
 };
 
 using AdvantageEstimatorFn = std::function<AdvantageResult(const AdvantageInputs&, const AdvantageParams&)>;

@@ -196,18 +196,29 @@ TEST_CASE("validate and run refuse, before anything starts, what run cannot do (
   fs::remove(out);
   CHECK(run_tandem({"validate", d + "/c.yaml", "--set", "reward[0].weight=2"}, out).exit_code == 0);
   CHECK(read_text(out).find("weight: 2") != std::string::npos);
-  // Names from verl's configs are translated, not only spell-checked.
-  const std::vector<std::pair<std::string, std::string>> verl_names = {
-      {"algorithm.advantage=reinforce_plus_plus", "verl's reinforce_plus_plus is reinforce_pp here"},
-      {"algorithm.advantage=ppo", "PPO is advantage: gae with policy_loss: ppo_clip here"},
-      {"algorithm.advantage=grpo_passk", "pass@k advantages are not built in"},
-      {"algorithm.policy_loss=vanilla", "verl's vanilla loss is ppo_clip here"},
-      {"algorithm.kl.estimator=low_var_kl", "verl's low_var_kl is k3 here"},
-  };
-  for (const auto& [set, hint] : verl_names) {
+  // Names from verl's configs: its registry names are ours too (configs carry over); the
+  // few that differ are translated, not only spell-checked.
+  for (const std::string set :
+       {"algorithm.advantage=reinforce_plus_plus", "algorithm.advantage=grpo_passk", "algorithm.advantage=opo",
+        "algorithm.advantage=reinforce_plus_plus_baseline", "algorithm.policy_loss=vanilla",
+        "algorithm.policy_loss=geo_mean", "algorithm.kl.estimator=low_var_kl", "algorithm.loss_agg=seq-mean-token-mean",
+        "algorithm.policy_loss_options.clip_cov_ratio=0.01"}) {
     INFO(set);
+    CHECK(run_tandem({"validate", d + "/c.yaml", "--set", set}, out).exit_code == 0);
+  }
+  const std::vector<std::pair<std::vector<std::string>, std::string>> verl_names = {
+      {{"algorithm.advantage=ppo"}, "PPO is advantage: gae with policy_loss: ppo_clip here"},
+      {{"algorithm.grpo_passk=1"}, "algorithm.grpo_passk"},
+      {{"algorithm.advantage=opo", "algorithm.group_size=1"}, "advantage opo compares samples of one prompt"},
+      {{"algorithm.kl.adaptive=true"}, "the adaptive coefficient adapts the KL penalty in the reward"},
+      {{"algorithm.kl.adaptive=true", "algorithm.kl.in=reward", "algorithm.kl.coef=0"}, "needs kl.coef > 0"},
+  };
+  for (const auto& [sets, hint] : verl_names) {
+    std::vector<std::string> args = {"validate", d + "/c.yaml"};
+    for (const std::string& set : sets) args.insert(args.end(), {"--set", set});
+    INFO(sets[0]);
     fs::remove(out);
-    CHECK(run_tandem({"validate", d + "/c.yaml", "--set", set}, out).exit_code == 2);
+    CHECK(run_tandem(args, out).exit_code == 2);
     CHECK(read_text(out).find(hint) != std::string::npos);
   }
   // A path inside a whole value given with --set is the command line's: relative to the

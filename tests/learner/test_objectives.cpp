@@ -294,16 +294,22 @@ TEST_CASE("input checks: group layout, group sizes, shapes") {
 }
 
 TEST_CASE("registry: built-ins by name, unknown names with a did-you-mean, plugins added by name") {
+  // verl's registry names (and its aliases of ours) after our own.
   CHECK(advantage_estimator_names() ==
-        std::vector<std::string>{"grpo", "dr_grpo", "rloo", "reinforce_pp", "gae"});
-  CHECK(policy_loss_names() == std::vector<std::string>{"ppo_clip", "gspo"});
+        std::vector<std::string>{"grpo", "dr_grpo", "rloo", "reinforce_pp", "gae", "grpo_vectorized", "rloo_vectorized",
+                                 "grpo_passk", "opo", "gpg", "reinforce_plus_plus_baseline", "remax",
+                                 "reinforce_plus_plus"});
+  CHECK(policy_loss_names() ==
+        std::vector<std::string>{"ppo_clip", "gspo", "sapo", "cispo", "geo_mean", "gpg", "clip_cov", "kl_cov", "vanilla"});
   CHECK_THROWS_WITH_AS(find_advantage_estimator("grpoo"),
-                       "unknown advantage estimator (algorithm.advantage) \"grpoo\" (did you mean grpo?); "
-                       "known: grpo, dr_grpo, rloo, reinforce_pp or gae",
+                       doctest::Contains("unknown advantage estimator (algorithm.advantage) \"grpoo\" (did you mean "
+                                         "grpo?); known: grpo, dr_grpo, rloo, reinforce_pp, gae, grpo_vectorized"),
                        Error);
-  CHECK_THROWS_WITH_AS(find_policy_loss("ppo"), doctest::Contains("did you mean gspo?"), Error);
+  CHECK_THROWS_WITH_AS(find_policy_loss("ppo"), doctest::Contains("did you mean"), Error);
   CHECK_THROWS_WITH_AS(find_policy_loss("something_else"),
-                       "unknown policy loss (algorithm.policy_loss) \"something_else\"; known: ppo_clip or gspo", Error);
+                       "unknown policy loss (algorithm.policy_loss) \"something_else\"; known: ppo_clip, gspo, sapo, "
+                       "cispo, geo_mean, gpg, clip_cov, kl_cov or vanilla",
+                       Error);
 
   // A plugin's estimator: the sequence reward times 2, on every valid token.
   register_advantage_estimator("test_double_reward", [](const AdvantageInputs& in, const AdvantageParams&) {
