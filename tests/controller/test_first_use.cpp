@@ -79,8 +79,11 @@ TEST_CASE("validate and run refuse, before anything starts, what run cannot do (
                                          "{\"prompt\": " + std::string(100000, '[') + std::string(100000, ']') + "}\n");
   REQUIRE(::mkfifo((d + "/data/fifo.jsonl").c_str(), 0600) == 0);  // a reader would wait forever for a writer
   const std::vector<RefusedCase> cases = {
-      {"kl in reward", with(&SmallConfig::algorithm, "{group_size: 2, kl: {coef: 0.1, in: reward}}").text(),
-       "c.yaml:4:44: algorithm.kl.in: reward is not implemented yet"},
+      {"adaptive kl in the loss", with(&SmallConfig::algorithm, "{group_size: 2, kl: {adaptive: true}}").text(),
+       "algorithm.kl.adaptive: the adaptive coefficient adapts the KL penalty in the reward"},
+      {"overlong buffer past the limit",
+       with(&SmallConfig::algorithm, "{group_size: 2, overlong: {buffer_len: 9999}}").text(),
+       "algorithm.overlong.buffer_len: the overlong buffer (9999 tokens) must be shorter than the length limit"},
       {"async colocated", with(&SmallConfig::algorithm, "{group_size: 2, async: {max_staleness: 1}}").text(),
        "c.yaml:4:36: algorithm.async.max_staleness: asynchronous rollout needs placement: disaggregated"},
       {"partial rollouts, synchronous",
