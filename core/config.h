@@ -83,6 +83,15 @@ struct FilterGroupsConfig {
   int64_t max_batches = 4;  // generation rounds per step at most (the first included)
 };
 
+// Rollout correction (verl's rollout_is): importance weights between the learner's and the
+// rollout engine's log-probs of the same tokens, for a synchronous run whose engine differs
+// numerically from the learner (bf16, other kernels). Off while `level` is empty.
+struct RolloutIsConfig {
+  std::string level;            // "token" or "sequence"
+  std::string mode = "truncate";  // "truncate": min(w, threshold); "mask": 0 outside [1/threshold, threshold]
+  double threshold = 2.0;
+};
+
 // The knobs of verl's extra policy losses (algorithm.policy_loss), under verl's names.
 struct PolicyLossOptions {
   double tau_pos = 1.0;          // sapo: gate temperature where A > 0
@@ -123,6 +132,7 @@ struct AlgorithmConfig {
   KlConfig kl;
   OverlongConfig overlong;
   FilterGroupsConfig filter_groups;
+  RolloutIsConfig rollout_is;
   double entropy_coef = 0.0;
   ValueConfig value;  // advantage: gae only
   std::string plugin;  // shared library registering more advantage estimators / policy losses

@@ -273,6 +273,11 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
                "dynamic sampling generates more prompts until the batch is full, which asynchronous rollout (one "
                "batch prefetched during training) does not do yet; use one or the other");
   }
+  if (!c.algorithm.rollout_is.level.empty() && c.algorithm.async.max_staleness > 0) {
+    problem_at({"algorithm.rollout_is.level", "algorithm.async.max_staleness"},
+               "asynchronous RL corrects its samples with importance weights already (algorithm.async.is_cap), "
+               "against the learners' own log-probs; rollout_is is for synchronous runs");
+  }
   if (c.algorithm.kl.adaptive && c.algorithm.kl.in != "reward") {
     problem_at({"algorithm.kl.adaptive", "algorithm.kl.in"},
                "the adaptive coefficient adapts the KL penalty in the reward (as verl's kl_ctrl); set kl.in: reward, "

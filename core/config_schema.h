@@ -104,6 +104,15 @@ template <class V> void describe(V& v, FilterGroupsConfig& c) {
           "generation rounds per step at most; then the step trains on the groups it has");
 }
 
+template <class V> void describe(V& v, RolloutIsConfig& c) {
+  v.field("level", c.level, one_of({"", "token", "sequence"}),
+          "rollout correction: importance weights pi_learner / pi_rollout per token or per sequence (the product "
+          "over its tokens); empty: off");
+  v.field("mode", c.mode, one_of({"truncate", "mask"}),
+          "truncate: min(w, threshold); mask: weight 0 outside [1/threshold, threshold]");
+  v.field("threshold", c.threshold, above_up_to(1.0, 1e30), "the upper bound of the importance weights (> 1)");
+}
+
 template <class V> void describe(V& v, PolicyLossOptions& c) {
   v.field("tau_pos", c.tau_pos, positive(), "sapo: gate temperature for tokens with a positive advantage");
   v.field("tau_neg", c.tau_neg, positive(), "sapo: gate temperature for the others");
@@ -153,6 +162,7 @@ template <class V> void describe(V& v, AlgorithmConfig& c) {
   v.section("kl", c.kl, "KL penalty to the reference policy");
   v.section("overlong", c.overlong, "DAPO's soft overlong punishment");
   v.section("filter_groups", c.filter_groups, "DAPO's dynamic sampling");
+  v.section("rollout_is", c.rollout_is, "rollout correction: importance weights for the engine's numerical mismatch");
   v.field("entropy_coef", c.entropy_coef, non_negative(), "entropy bonus coefficient");
   v.section("value", c.value, "the critic (advantage: gae): a value head on the policy's trunk");
   v.section("async", c.async, "asynchronous RL: rollout overlapped with training");

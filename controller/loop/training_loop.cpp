@@ -285,7 +285,8 @@ void TrainingLoop::run_step(int64_t step) {
     probe_diff = probe_logprobs(batch, step - 1);
   }
   const MetricRow staleness = c_.algorithm.async.max_staleness > 0 ? correct_for_staleness(samples, batch, step)
-                                                                   : MetricRow{};
+                               : !c_.algorithm.rollout_is.level.empty() ? correct_rollout_mismatch(samples, batch, step)
+                                                                        : MetricRow{};
   ExtraAdvantageInputs extra;
   MetricRow shaping;
   if (c_.algorithm.kl.in == "reward" && c_.algorithm.kl.coef > 0) shaping = kl_in_reward(samples, batch, extra);

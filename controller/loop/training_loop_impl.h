@@ -248,6 +248,11 @@ class TrainingLoop {
   // and min(their ratio to the rollout's, is_cap) each token's importance weight, when
   // some sample is of older weights than the learners'. Returns the async/* metrics.
   MetricRow correct_for_staleness(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch, int64_t step);
+  // rollout_correction.cpp: algorithm.rollout_is. The learners' log-probs become the
+  // samples' old log-probs and their ratio to the rollout's (truncated or masked) each
+  // token's importance weight. Returns the rollout_is/* metrics.
+  MetricRow correct_rollout_mismatch(const std::vector<Sample>& samples, std::vector<TrainingSample>& batch,
+                                     int64_t step);
   // The samples a rollout_generate reply (or progress message) carries; each token's
   // weights must be first_version or a later one synced since (never past the current).
   std::vector<Sample> read_samples(const CommandReply& reply, int64_t first_version) const;

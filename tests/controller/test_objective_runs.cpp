@@ -186,3 +186,32 @@ TEST_CASE("dynamic sampling trains only on groups whose rewards differ; the over
   }
   CHECK(logged > 0);
 }
+
+TEST_CASE("rollout correction: an fp32 learner's weights stay within the probe's bound; a bf16 learner's mismatch is masked") {
+  TempDir dir;
+  // The probe checks every sample's rollout log-probs against the fp32 learner's within
+  // weight_sync.probe_tolerance (1e-3) before the correction, so every token's log-ratio d
+  // has |d| <= 1e-3: the mean weight lies in [e^-1e-3, e^1e-3], no weight reaches 2, and
+  // the mean k1 mismatch is at most 1e-3.
+  const Run fp32 = run(dir, "fp32", {"algorithm.rollout_is.level=token", "weight_sync.probe_every=1"});
+  for (const auto& row : fp32.metrics) {
+    INFO("step " << row.at("step"));
+    const double mean = number(row, "rollout_is/weight_mean");
+    CHECK(mean >= std::exp(-1e-3));
+    CHECK(mean <= std::exp(1e-3));
+    CHECK(number(row, "rollout_is/clipped_share") == 0);
+    CHECK(std::abs(number(row, "rollout_is/mismatch_kl")) <= 1e-3);
+    CHECK(number(row, "sync/probe_logprob_max_diff") <= 1e-3);
+  }
+  // A bf16 learner against the fp32 engine: sequence weights differ from 1 by more than
+  // 1e-4 (bf16 keeps 8 significant bits), so a window that narrow masks sequences.
+  const Run bf16 = run(dir, "bf16", {"algorithm.rollout_is.level=sequence", "algorithm.rollout_is.mode=mask",
+                                     "algorithm.rollout_is.threshold=1.0001", "learner.precision=bf16"});
+  double masked = 0;
+  for (const auto& row : bf16.metrics) {
+    masked += number(row, "rollout_is/masked_share");
+    CHECK(number(row, "rollout_is/mismatch_k3") >= 0);
+    CHECK(number(row, "rollout_is/weight_mean") <= 1.0001);
+  }
+  CHECK(masked > 0);
+}
