@@ -91,7 +91,7 @@ PolicyLossResult gpg_loss(const PolicyLossInputs& in, const PolicyLossParams& pa
 PolicyLossResult clip_cov_loss(const PolicyLossInputs& in, const PolicyLossParams& params);
 
 // KL-Cov (Cui et al. 2025): the unclipped surrogate -A_t rho_t (log rho clamped to
-// [-20, 20]), plus kl_cov_coef |log rho_t| on the max(1, floor(cov_ratio * valid tokens))
+// [-20, 20], in the penalty too), plus kl_cov_coef |log rho_t| on the max(1, floor(cov_ratio * valid tokens))
 // valid tokens with the largest cov_t (above; ties, which need equal products of
 // float64 differences, go either way). `clipped` flags those.
 PolicyLossResult kl_cov_loss(const PolicyLossInputs& in, const PolicyLossParams& params);

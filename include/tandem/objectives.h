@@ -68,8 +68,9 @@ struct PolicyLossResult {
   at::Tensor loss;     // [B, T]: per-token loss, 0 at masked positions, differentiable
   at::Tensor ratio;    // [B, T] detached: the ratio that was clipped (ppo_clip: per token;
                        //   gspo: the sequence's, repeated over its tokens); 1 at masked positions
-  at::Tensor clipped;  // [B, T] bool: a clip (ratio or dual) was active, so the token has no
-                       //   gradient; false at masked positions
+  at::Tensor clipped;  // [B, T] bool: a clip (ratio or dual) or a selection was active at the token;
+                       //   ppo_clip, gspo, clip_cov: it has no gradient there; cispo and kl_cov
+                       //   keep one (see policy_loss.h); false at masked positions
   // Losses defined on whole sequences (geo_mean, sapo) aggregate as the mean over sequences
   // of each sequence's token mean, whatever algorithm.loss_agg says; false: loss_agg applies.
   bool sequence_mean = false;
