@@ -1,0 +1,137 @@
+#include "controller/data/preference_pairs.h"
+
+#include "core/error.h"
+#include "core/files.h"
+#include "python/jinja_render.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <random>
+#include <sstream>
+
+namespace tandem {
+
+namespace {
+
+// Preference files are hand-made or converted datasets: 8 GiB, as data.train's bound.
+constexpr uint64_t kMaxPreferenceBytes = 8ull << 30;
+
+// The prompt's text as an RL run of this config would show it to the policy.
+std::string prompt_text(const nlohmann::ordered_json& prompt, const PreferenceEncoding& e, const std::string& where) {
+  const bool messages = prompt.is_array();
+  if (!messages && !prompt.is_string()) {
+    throw UsageError(fmt::format("{}: \"prompt\" must be a string or a list of chat messages, got {}", where,
+                                 prompt.type_name()));
+  }
+  if (!messages && !e.data.prompt_as_user_message) return prompt.get<std::string>();
+  if (!e.chat_template) {
+    throw UsageError(fmt::format("{}: the prompt {} but there is no chat template to render it; set "
+                                 "data.chat_template to a Jinja file",
+                                 where, messages ? "is a list of chat messages" : "is to become a user message"));
+  }
+  python::JinjaInputs inputs;
+  if (messages) {
+    inputs.messages = prompt;
+  } else {
+    inputs.messages = nlohmann::ordered_json::array();
+    if (!e.data.system_prompt.empty()) inputs.messages.push_back({{"role", "system"}, {"content", e.data.system_prompt}});
+    inputs.messages.push_back({{"role", "user"}, {"content", prompt.get<std::string>()}});
+  }
+  inputs.add_generation_prompt = e.data.add_generation_prompt;
+  inputs.special_tokens = e.chat_template->special_tokens;
+  try {
+    return python::render_chat_template(e.chat_template->source, inputs);
+  } catch (const Error& error) {
+    throw UsageError(fmt::format("{}: rendering the prompt with the chat template ({}) failed: {}", where,
+                                 e.chat_template->origin, error.what()));
+  }
+}
+
+// An answer's text: a string, or a list of exactly one assistant message.
+std::string answer_text(const nlohmann::ordered_json& row, const char* field, const std::string& where) {
+  if (!row.contains(field)) throw UsageError(fmt::format("{}: no \"{}\" field", where, field));
+  const nlohmann::ordered_json& answer = row.at(field);
+  std::string text;
+  if (answer.is_string()) {
+    text = answer.get<std::string>();
+  } else if (answer.is_array() && answer.size() == 1 && answer[0].is_object() &&
+             answer[0].value("role", "") == "assistant" && answer[0].contains("content") &&
+             answer[0]["content"].is_string()) {
+    text = answer[0]["content"].get<std::string>();
+  } else {
+    throw UsageError(fmt::format("{}: \"{}\" must be a string or a list of one assistant message "
+                                 "([{{\"role\": \"assistant\", \"content\": \"...\"}}]), got {}",
+                                 where, field, answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                                                   .substr(0, 120)));
+  }
+  if (text.empty()) throw UsageError(fmt::format("{}: \"{}\" is empty", where, field));
+  return text;
+}
+
+}  // namespace
+
+PreferenceSet load_preference_pairs(const std::string& path, const PreferenceEncoding& e) {
+  TANDEM_CHECK(e.tokenizer != nullptr, "load_preference_pairs: no tokenizer");
+  std::string text;
+  try {
+    text = read_input_file(path, kMaxPreferenceBytes);
+  } catch (const Error& error) {
+    throw UsageError(fmt::format("{}: cannot read the preference pairs: {}", path, error.what()));
+  }
+  PreferenceSet set;
+  set.source = path;
+  std::istringstream lines(text);
+  int64_t number = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{}:{}", path, number);
+    const nlohmann::ordered_json row = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (row.is_discarded()) throw UsageError(fmt::format("{}: not valid JSON", where));
+    if (!row.is_object()) throw UsageError(fmt::format("{}: a row must be a JSON object, got {}", where, row.type_name()));
+    if (!row.contains("prompt")) throw UsageError(fmt::format("{}: no \"prompt\" field", where));
+    const std::vector<int32_t> prompt = e.tokenizer->encode(prompt_text(row.at("prompt"), e, where));
+    if (prompt.empty()) throw UsageError(fmt::format("{}: the prompt is empty", where));
+    PreferencePair pair;
+    pair.prompt_tokens = static_cast<int64_t>(prompt.size());
+    pair.where = where;
+    for (auto [field, out] : {std::pair{"chosen", &pair.chosen}, std::pair{"rejected", &pair.rejected}}) {
+      const std::vector<int32_t> answer = e.tokenizer->encode(answer_text(row, field, where));
+      *out = prompt;
+      out->insert(out->end(), answer.begin(), answer.end());
+      if (e.end_of_sequence >= 0) out->push_back(e.end_of_sequence);
+    }
+    const int64_t longest = static_cast<int64_t>(std::max(pair.chosen.size(), pair.rejected.size()));
+    if (e.max_length > 0 && longest > e.max_length) {
+      ++set.skipped_long;
+      continue;
+    }
+    set.pairs.push_back(std::move(pair));
+  }
+  if (set.pairs.empty()) {
+    throw UsageError(set.skipped_long > 0
+                         ? fmt::format("{}: every one of its {} pairs is over reward_model.max_length ({} tokens)", path,
+                                       set.skipped_long, e.max_length)
+                         : fmt::format("{}: no preference pair in it", path));
+  }
+  return set;
+}
+
+PreferenceSet split_validation(PreferenceSet& set, double fraction, uint64_t seed) {
+  TANDEM_CHECK(set.pairs.size() >= 2, "{}: {} pair(s) cannot be split into training and validation pairs", set.source,
+               set.pairs.size());
+  std::mt19937_64 gen(seed);
+  std::shuffle(set.pairs.begin(), set.pairs.end(), gen);
+  const size_t held = std::clamp<size_t>(static_cast<size_t>(fraction * static_cast<double>(set.pairs.size())), 1,
+                                         set.pairs.size() - 1);
+  PreferenceSet val;
+  val.source = set.source + " (held out)";
+  val.pairs.assign(std::make_move_iterator(set.pairs.end() - static_cast<std::ptrdiff_t>(held)),
+                   std::make_move_iterator(set.pairs.end()));
+  set.pairs.resize(set.pairs.size() - held);
+  return val;
+}
+
+}  // namespace tandem
