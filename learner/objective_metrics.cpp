@@ -11,6 +11,8 @@ void accumulate(ObjectiveMetrics& total, const ObjectiveMetrics& part) {
   total.is_weight_sum += part.is_weight_sum;
   total.is_clipped += part.is_clipped;
   total.is_tokens += part.is_tokens;
+  total.pairs_correct += part.pairs_correct;
+  total.margin_sum += part.margin_sum;
   if (part.tokens <= 0) return;
   const double weight_total = total.tokens / (total.tokens + part.tokens);
   const double weight_part = part.tokens / (total.tokens + part.tokens);

@@ -30,6 +30,10 @@ struct ObjectiveMetrics {
   double is_weight_sum = 0;
   double is_clipped = 0;
   double is_tokens = 0;
+  // The reward model (Trainer::preference_step): pairs scored right, and the sum of the
+  // score margins s_chosen - s_rejected.
+  double pairs_correct = 0;
+  double margin_sum = 0;
 };
 
 // Adds `part` (another micro-batch or rank of the same objective: actor with actor, critic

@@ -75,7 +75,9 @@ Trainer::Impl::Impl(const ModelConfig& config, const ModelWeights& weights, cons
       device(training_device(o)),
       model(config, weights, at::kFloat, compute_dtype(o.learner.precision), device),
       objective(actor_objective_params(o.algorithm, o.algorithm.kl.coef)) {
-  if (o.algorithm.advantage == "gae") {
+  // The critic's value head, or the reward model's score head: the same [1, hidden] + [1]
+  // (the reward model's bias never moves: the Bradley-Terry loss sees score differences).
+  if (o.algorithm.advantage == "gae" || o.reward_model) {
     const at::TensorOptions f32 = at::TensorOptions(at::kFloat).device(device);
     value_weight = at::zeros({1, config.hidden_size}, f32).set_requires_grad(true);
     value_bias = at::zeros({1}, f32).set_requires_grad(true);
@@ -191,6 +193,7 @@ ObjectiveResult Trainer::Impl::objective_from_trunk(const at::Tensor& trunk, con
                                                     const AggregationScale& scale) {
   const at::Tensor normed = model.final_norm(trunk);
   if (supervised) return supervised_objective(normed, batch, scale);
+  if (preference_pairs > 0) return preference_objective(normed, batch);
   ActorObjectiveInputs in = objective_inputs(normed, batch);
   ProximalWeights proximal;
   if (batch.stale.defined()) {

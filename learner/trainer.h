@@ -52,6 +52,19 @@ struct TrainerOptions {
   // This rank's index among the learner ranks on its machine: with learner.device cuda it
   // trains on GPU `local_rank` (learner/learner_device.h).
   int local_rank = 0;
+  // tandem train-rm: the policy's trunk with a scalar head on the final-normed last token
+  // (the value head's tensors, read once per sequence), trained by preference_step.
+  bool reward_model = false;
+};
+
+// One reward-model update (Trainer::preference_step), over every rank's pairs.
+struct PreferenceMetrics {
+  double loss = 0;      // mean over pairs of -log sigmoid(s_chosen - s_rejected)
+  double accuracy = 0;  // share of pairs with s_chosen > s_rejected
+  double margin = 0;    // mean s_chosen - s_rejected
+  double pairs = 0;
+  double grad_norm = 0;
+  double lr = 0;
 };
 
 struct UpdateMetrics {
@@ -103,6 +116,16 @@ class Trainer {
   // algorithm.kl.coef > 0. Not collective: the reference is whole on every rank.
   std::vector<std::vector<float>> reference_logprobs(const std::vector<TrainingSample>& samples);
   int64_t optimizer_steps() const;
+
+  // Reward model (TrainerOptions::reward_model; learner/preference_loss.h). `share`: this
+  // rank's pairs, samples 2i (chosen) and 2i + 1 (rejected) answering the same prompt, each
+  // scored at its last token. One optimizer step (learner.optimizer, its schedule) with
+  // the Bradley-Terry loss averaged over every rank's pairs; micro-batches hold
+  // learner.micro_batch_size pairs. Collective (every rank calls, any even share size).
+  PreferenceMetrics preference_step(const std::vector<TrainingSample>& share);
+  // The reward model's score of each of `samples` (prompt + response, read at the last
+  // token), without gradients. Collective under fsdp.
+  std::vector<float> reward_scores(const std::vector<TrainingSample>& samples);
 
   // Every rank calls these together. The checkpoint directory holds the policy
   // (model.safetensors, config.json), trainer_state.json, and the optimizer moments as

@@ -107,6 +107,12 @@ struct Trainer::Impl {
   // The warm-up's own optimizer: its moments never reach RL (freed by the first train()).
   std::unique_ptr<AdamW> supervised_adam;
   bool supervised = false;  // objective_from_trunk computes supervised_objective
+  // Reward model (trainer_preference.cpp): objective_from_trunk computes preference_objective
+  // over this many pairs of the whole step (all ranks) while > 0.
+  double preference_pairs = 0;
+  ObjectiveResult preference_objective(const at::Tensor& normed, const MicroBatch& batch) const;
+  // The head's score [B] of each row's last token (the reward model's reading).
+  at::Tensor last_token_scores(const at::Tensor& normed, const MicroBatch& batch) const;
   // After a warm-up the reference policy is the warmed-up one (as RLHF's reference is the
   // SFT model), not the initial weights: checkpoints then carry it (reference/).
   bool reference_from_warmup = false;

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <limits>
 #include <functional>
+#include <random>
 #include <thread>
 
 using namespace tandem;
@@ -467,4 +468,119 @@ TEST_CASE("the weight-sync probe's log-probs are float32 whatever learner.precis
   // The training precision is back afterwards.
   const auto again = mixed.response_logprobs(samples);
   CHECK(again == proximal);
+}
+
+namespace {
+
+// Preference pairs whose chosen answer ends with token 1 and rejected one with token 2,
+// after the same prompt and middle: a reward model separates them by the last token.
+std::vector<std::vector<TrainingSample>> preference_batches(uint64_t seed, int batches, int pairs, int32_t vocab) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> token(3, vocab - 1);
+  std::vector<std::vector<TrainingSample>> out(batches);
+  for (auto& batch : out) {
+    for (int p = 0; p < pairs; ++p) {
+      TrainingSample chosen;
+      for (int k = 0, n = 2 + static_cast<int>(rng() % 4); k < n; ++k) chosen.prompt.push_back(token(rng));
+      for (int k = 0, n = static_cast<int>(rng() % 4); k < n; ++k) chosen.response.push_back(token(rng));
+      TrainingSample rejected = chosen;
+      chosen.response.push_back(1);
+      rejected.response.push_back(2);
+      for (TrainingSample* t : {&chosen, &rejected}) {
+        t->old_logprobs.assign(t->response.size(), 0.0f);
+        t->advantages.assign(t->response.size(), 0.0f);
+      }
+      batch.push_back(std::move(chosen));
+      batch.push_back(std::move(rejected));
+    }
+  }
+  return out;
+}
+
+// Rank r's whole pairs of a batch: contiguous, counts differing by at most one.
+std::vector<TrainingSample> pair_share(const std::vector<TrainingSample>& batch, int rank, int world) {
+  const size_t pairs = batch.size() / 2;
+  const size_t begin = pairs * rank / world, end = pairs * (rank + 1) / world;
+  return {batch.begin() + 2 * begin, batch.begin() + 2 * end};
+}
+
+}  // namespace
+
+TEST_CASE("reward model: the Bradley-Terry step learns a preference, reads what reward_scores reads, and shards exactly") {
+  TrainerScenario s = trainer_scenario(31, "ddp");
+  s.options.reward_model = true;
+  s.options.algorithm.kl.coef = 0;  // no reference model
+  s.options.algorithm.entropy_coef = 0;
+  s.options.learner.optimizer.lr = 1e-2;
+  s.options.total_optimizer_steps = 40;
+  s.mini_batches = preference_batches(32, 3, 5, static_cast<int32_t>(s.config.vocab_size));
+
+  auto collectives = Collectives::create({});
+  Trainer trainer(s.config, s.weights, s.options, *collectives);
+  // The head starts at 0: every score 0, the loss log 2, no pair right (ties are wrong).
+  const PreferenceMetrics first = trainer.preference_step(s.mini_batches[0]);
+  CHECK(first.loss == doctest::Approx(std::log(2.0)).epsilon(1e-6));
+  CHECK(first.accuracy == 0);
+  CHECK(first.pairs == 5);
+  for (int step = 1; step < 40; ++step) {
+    const std::vector<TrainingSample>& batch = s.mini_batches[static_cast<size_t>(step) % 3];
+    // The step's reported loss is the loss of the scores reward_scores reads just before it
+    // (the same forward; float32 softplus of each margin, summed over 5 pairs).
+    const std::vector<float> scores = trainer.reward_scores(batch);
+    double want = 0;
+    for (size_t p = 0; p < scores.size(); p += 2) {
+      const double margin = static_cast<double>(scores[p]) - scores[p + 1];
+      want += (margin > 0 ? std::log1p(std::exp(-margin)) : -margin + std::log1p(std::exp(margin))) / 5;
+    }
+    const PreferenceMetrics m = trainer.preference_step(batch);
+    INFO("step " << step);
+    CHECK(std::abs(m.loss - want) <= 1e-5 * (1 + want));
+  }
+  // Learned: every pair of every batch ranked right, the loss far below log 2.
+  for (const auto& batch : s.mini_batches) {
+    const std::vector<float> scores = trainer.reward_scores(batch);
+    for (size_t p = 0; p < scores.size(); p += 2) CHECK(scores[p] > scores[p + 1]);
+  }
+
+  // 2 ranks (threads), ddp and fsdp, equal one process after 3 steps. The bound is
+  // trainer_ranks.h's reorder argument with pairs as the loss's terms: per step the
+  // gradient's summation order differs by at most 2·positions·u·clip·2·Σ_p ‖g_p‖ / P,
+  // AdamW turns δg into lr·2·δg/ε, plus an ulp of the largest weight per step.
+  TrainerScenario three = s;
+  three.options.total_optimizer_steps = 3;
+  auto single_step = [&](const std::vector<TrainingSample>& samples) {
+    auto c = Collectives::create({});
+    Trainer t(three.config, three.weights, three.options, *c);
+    return t.preference_step(samples).grad_norm;
+  };
+  constexpr double u = 1.0 / (1 << 24);
+  const auto& opt = three.options.learner.optimizer;
+  double step_bound = 0;
+  for (const auto& batch : three.mini_batches) {
+    double positions = 0, terms = 0;
+    for (const TrainingSample& t : batch) positions += static_cast<double>(t.prompt.size() + t.response.size());
+    for (size_t p = 0; p < batch.size(); p += 2) terms += single_step({batch[p], batch[p + 1]}) / (batch.size() / 2);
+    const double norm = single_step(batch);
+    const double clip = opt.grad_clip > 0 && norm > 0 ? std::min(1.0, opt.grad_clip / norm) : 1.0;
+    step_bound = std::max(step_bound, opt.lr * 2 * (2 * positions * u * clip * 2 * terms) / opt.eps);
+  }
+  double largest_weight = 0;
+  for (const WeightTensor& t : three.weights.tensors()) {
+    for (float w : t.data) largest_weight = std::max(largest_weight, std::abs(static_cast<double>(w)));
+  }
+  const double tolerance = 3 * (step_bound + 2 * u * largest_weight);
+  auto c1 = Collectives::create({});
+  Trainer one(three.config, three.weights, three.options, *c1);
+  for (const auto& batch : three.mini_batches) one.preference_step(batch);
+  const ModelWeights single = one.weights();
+  CHECK(max_weight_diff(single, three.weights) > 1e-4);  // it trained
+  for (const char* sharding : {"ddp", "fsdp"}) {
+    std::vector<ModelWeights> ranks(2);
+    with_thread_ranks(three, 2, sharding, [&](Trainer& t, Collectives& c) {
+      for (const auto& batch : three.mini_batches) t.preference_step(pair_share(batch, c.rank(), 2));
+      ranks[c.rank()] = t.weights();
+    });
+    INFO(std::string(sharding));
+    for (const ModelWeights& w : ranks) CHECK(max_weight_diff(w, single) <= tolerance);
+  }
 }
