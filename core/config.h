@@ -139,6 +139,18 @@ struct AlgorithmConfig {
   AsyncConfig async;
 };
 
+// `tandem train-rm`: a Bradley-Terry reward model trained on preference pairs
+// (controller/data/preference_pairs.h), from model.path with a scalar head; learner.*,
+// experiment.* (steps, checkpoints, eval_every) and logging.* as for a run. Off while
+// `train` is empty.
+struct RewardModelConfig {
+  std::string train;          // JSONL rows {prompt, chosen, rejected}
+  std::string val;            // the same for validation; empty: val_fraction of train held out
+  double val_fraction = 0.1;
+  int64_t batch_size = 32;    // pairs per optimizer step
+  int64_t max_length = 1024;  // tokens of prompt and answer; longer pairs are left out
+};
+
 // Multi-turn rollouts (on when the config lists tools): budgets and the tool machinery.
 struct MultiTurnConfig {
   int64_t max_turns = 4;                // model turns per trajectory
@@ -350,6 +362,7 @@ struct Config {
   DataConfig data;
   SftConfig sft;
   AlgorithmConfig algorithm;
+  RewardModelConfig reward_model;
   RolloutConfig rollout;
   LearnerConfig learner;
   std::vector<ToolConfig> tools;  // non-empty: multi-turn rollouts with these tools

@@ -12,6 +12,8 @@ std::string* path_value(Config& c, const std::string& key) {
   if (key == "model.path") return &c.model.path;
   if (key == "data.train") return &c.data.train;
   if (key == "data.val") return &c.data.val;
+  if (key == "reward_model.train") return &c.reward_model.train;
+  if (key == "reward_model.val") return &c.reward_model.val;
   if (key == "algorithm.plugin") return &c.algorithm.plugin;
   if (key == "data.chat_template") return &c.data.chat_template;
   if (key == "environment.python") return &c.environment.python;
@@ -31,7 +33,8 @@ std::string* path_value(Config& c, const std::string& key) {
 }  // namespace
 
 std::vector<std::string> config_path_keys(const Config& config) {
-  std::vector<std::string> keys = {"model.path", "data.train", "data.val", "algorithm.plugin"};
+  std::vector<std::string> keys = {"model.path",         "data.train",       "data.val",
+                                   "reward_model.train", "reward_model.val", "algorithm.plugin"};
   if (config.data.chat_template != "auto" && config.data.chat_template != "none") keys.push_back("data.chat_template");
   for (size_t i = 0; i < config.reward.size(); ++i) {
     keys.push_back("reward." + std::to_string(i) + ".plugin");

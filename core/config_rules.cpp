@@ -245,7 +245,8 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
                            "mailbox; {} would need the busy learners to send them)",
                            sync_method, sync_method));
   }
-  if (c.data.val.empty() && c.experiment.eval_every > 0) {
+  // (train-rm evaluates on its validation pairs: reward_model.val or the held-out share.)
+  if (c.data.val.empty() && c.reward_model.train.empty() && c.experiment.eval_every > 0) {
     problem("experiment.eval_every", "evaluation needs validation prompts: set data.val");
   }
 
@@ -282,6 +283,21 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
     problem_at({"algorithm.kl.adaptive", "algorithm.kl.in"},
                "the adaptive coefficient adapts the KL penalty in the reward (as verl's kl_ctrl); set kl.in: reward, "
                "or keep kl.coef fixed in the loss");
+  }
+  // Ziegler's update multiplies by 1 + error * samples / horizon with error >= -0.2: a
+  // horizon of a fifth of a step's samples or less would make the coefficient 0 or negative.
+  const double step_samples = static_cast<double>(c.data.batch_size * c.algorithm.group_size);
+  if (c.algorithm.kl.adaptive && c.algorithm.kl.horizon <= 0.2 * step_samples) {
+    problem_at({"algorithm.kl.horizon", "data.batch_size", "algorithm.group_size"},
+               fmt::format("the adaptive coefficient shrinks by up to 20% x samples / horizon per step: with {} samples "
+                           "a step the horizon must exceed {} (it is in samples, as Ziegler et al.'s)",
+                           step_samples, 0.2 * step_samples));
+  }
+  if (c.algorithm.policy_loss == "clip_cov" &&
+      c.algorithm.policy_loss_options.clip_cov_lb >= c.algorithm.policy_loss_options.clip_cov_ub) {
+    problem_at({"algorithm.policy_loss_options.clip_cov_lb", "algorithm.policy_loss_options.clip_cov_ub"},
+               fmt::format("clip_cov's covariance window needs lb < ub, got {} and {}",
+                           c.algorithm.policy_loss_options.clip_cov_lb, c.algorithm.policy_loss_options.clip_cov_ub));
   }
   if (c.algorithm.kl.adaptive && c.algorithm.kl.coef <= 0) {
     problem_at({"algorithm.kl.adaptive", "algorithm.kl.coef"},

@@ -171,6 +171,16 @@ template <class V> void describe(V& v, AlgorithmConfig& c) {
           "advantage estimators and policy losses");
 }
 
+template <class V> void describe(V& v, RewardModelConfig& c) {
+  v.field("train", c.train, text(),
+          "tandem train-rm: JSONL preference pairs {prompt, chosen, rejected} (prompt a string or chat messages, "
+          "each answer a string or one assistant message)");
+  v.field("val", c.val, text(), "validation pairs in the same form; empty: val_fraction of train is held out");
+  v.field("val_fraction", c.val_fraction, above_up_to(0.0, 0.5), "share of train held out when val is empty");
+  v.field("batch_size", c.batch_size, at_least(1), "pairs per optimizer step");
+  v.field("max_length", c.max_length, at_least(2), "tokens of prompt and answer; longer pairs are left out");
+}
+
 template <class V> void describe(V& v, MultiTurnConfig& c) {
   v.field("max_turns", c.max_turns, at_least(1), "model turns per trajectory (a call past the last ends it: max_turns)");
   v.field("max_total_tokens", c.max_total_tokens, at_least(1),
@@ -439,6 +449,7 @@ template <class V> void describe(V& v, Config& c) {
   v.section("data", c.data, "training prompts");
   v.section("sft", c.sft, "supervised warm-up before RL");
   v.section("algorithm", c.algorithm, "RL objective");
+  v.section("reward_model", c.reward_model, "tandem train-rm: a reward model trained on preference pairs");
   v.section("rollout", c.rollout, "generation workers");
   v.section("learner", c.learner, "training workers");
   v.list("reward", c.reward, "reward functions, summed with their weights");

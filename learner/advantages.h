@@ -15,8 +15,9 @@
 // (grpo, dr_grpo, rloo) fold their sum over the valid tokens into the sequence reward:
 //   r_i = rewards[i] + sum_t mask[i,t] * token_rewards[i,t].
 //
-// Guarantees: 0 at masked positions; all-masked rows get 0s; a group (every group-relative
-// estimator) whose rewards are all equal gets exactly 0, never NaN.
+// Guarantees: 0 at masked positions; all-masked rows get 0s; a group whose rewards are all
+// equal gets exactly 0, never NaN (every group-relative estimator but
+// reinforce_plus_plus_baseline, whose batch whitening moves those 0s with the batch's mean).
 //
 // Groups of one sample (group_size 1): the estimators comparing the samples of a prompt
 // (grpo, dr_grpo, rloo, grpo_passk, opo, gpg, reinforce_plus_plus_baseline and the

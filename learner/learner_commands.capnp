@@ -20,6 +20,7 @@ struct LearnerInit {
   host @7 :Text;                 # this rank's address as the controller saw it register ("": loopback)
   localRank @8 :Int32 = -1;      # among the learner ranks on its machine (its GPU); -1: its rank
   threads @9 :Int32;             # intra-op threads; 0 keeps libtorch's choice
+  rewardModel @10 :Bool;         # tandem train-rm: a score head, trained on preference pairs
 }
 
 struct LearnerReady {
@@ -64,6 +65,12 @@ struct TrainResult {
   optimizerSteps @1 :Int64;
   tokens @2 :Int64;
 }
+
+# learner_preference_step: one reward-model step on this rank's pairs (a TrainingBatch of
+# one mini-batch: samples 2i chosen, 2i + 1 rejected). Reply: TrainResult with rm/loss,
+# rm/accuracy, rm/margin, rm/pairs, rm/grad_norm, rm/lr.
+# learner_reward_scores: a TrainingBatch of one mini-batch; the reply is Empty with one
+# float32 frame, each sample's score.
 
 # learner_sft: one supervised step on one mini-batch. Reply: SftResult.
 struct LearnerSft {

@@ -72,6 +72,7 @@ struct LearnerState {
     options.temperature = config.rollout.temperature;
     options.max_response_length = config.rollout.max_new_tokens;
     options.total_optimizer_steps = body->getTotalOptimizerSteps();
+    options.reward_model = body->getRewardModel();
     CollectivesOptions group;
     group.rendezvous = to_string(body->getRendezvous());
     group.rank = body->getRank();
@@ -134,6 +135,36 @@ struct LearnerState {
               out.setTokens(metrics.tokens);
             }),
             {}};
+  }
+
+  // A reward-model step on this rank's pairs (learner_commands.capnp).
+  CommandResult preference_step(const CommandMsg& command, const std::vector<std::string>& attachments) {
+    Trainer& t = require_trainer(command.name);
+    const auto batches = decode_training_batch(command.body, attachments, command.name);
+    if (batches.size() != 1) throw Error(fmt::format("{}: send exactly one mini-batch of pairs", command.name));
+    const PreferenceMetrics m = t.preference_step(batches[0]);
+    const std::vector<std::pair<std::string, double>> entries = {
+        {"rm/loss", m.loss}, {"rm/accuracy", m.accuracy}, {"rm/margin", m.margin},
+        {"rm/pairs", m.pairs}, {"rm/grad_norm", m.grad_norm}, {"rm/lr", m.lr}};
+    return {encode_body<wire::TrainResult>([&](wire::TrainResult::Builder out) {
+              auto list = out.initMetrics(static_cast<unsigned>(entries.size()));
+              for (size_t i = 0; i < entries.size(); ++i) {
+                list[static_cast<unsigned>(i)].setName(entries[i].first);
+                list[static_cast<unsigned>(i)].setValue(entries[i].second);
+              }
+              out.setOptimizerSteps(t.optimizer_steps());
+            }),
+            {}};
+  }
+
+  // The reward model's score of each sample: one float32 frame.
+  CommandResult reward_scores(const CommandMsg& command, const std::vector<std::string>& attachments) {
+    Trainer& t = require_trainer(command.name);
+    const auto batches = decode_training_batch(command.body, attachments, command.name);
+    if (batches.size() != 1) throw Error(fmt::format("{}: send exactly one mini-batch of samples", command.name));
+    const std::vector<float> scores = t.reward_scores(batches[0]);
+    return {empty_body<wire::Empty>(),
+            {std::string(reinterpret_cast<const char*>(scores.data()), scores.size() * sizeof(float))}};
   }
 
   // Per response token of this rank's share of the samples (one mini-batch; their
@@ -268,6 +299,8 @@ const std::map<std::string, LearnerMethod>& learner_commands() {
       {"learner_logprobs", &LearnerState::per_token},
       {"learner_probe_logprobs", &LearnerState::per_token},
       {"learner_ref_logprobs", &LearnerState::per_token},
+      {"learner_preference_step", &LearnerState::preference_step},
+      {"learner_reward_scores", &LearnerState::reward_scores},
       {"learner_publish", &LearnerState::publish},
       {"learner_free_port", &LearnerState::free_port},
       {"learner_nccl_id", &LearnerState::nccl_id},

@@ -85,7 +85,8 @@ AdvantageResult remax_advantages(const AdvantageInputs& in, const AdvantageParam
   // Undiscounted return-to-go over the valid tokens: a reversed cumulative sum.
   const at::Tensor rewards = token_level_rewards(in, batch).to(batch.valid.device());
   const at::Tensor returns = rewards.flip({1}).cumsum(1).flip({1});
-  const at::Tensor advantages = zero_invalid(returns - in.baselines.to(at::kDouble).unsqueeze(1), batch.valid);
+  const at::Tensor baselines = in.baselines.to(batch.valid.device(), at::kDouble).unsqueeze(1);
+  const at::Tensor advantages = zero_invalid(returns - baselines, batch.valid);
   return {advantages.to(result_dtype(in)), at::Tensor()};
 }
 

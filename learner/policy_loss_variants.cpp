@@ -93,7 +93,7 @@ PolicyLossResult geo_mean_loss(const PolicyLossInputs& in, const PolicyLossParam
   const at::Tensor sequence_loss = -mean_advantage * sequence_log_ratio.exp();  // [B, 1]
   PolicyLossResult out{zero_invalid(sequence_loss.expand_as(x), valid),
                        at::where(valid, sequence_log_ratio.detach().exp().expand_as(x), at::ones({}, x.options())),
-                       clamped.ne(x) & valid};
+                       clamped.ne(x) & a.ne(0) & valid};  // verl counts A > 0 and A < 0 only
   out.sequence_mean = true;
   return out;
 }

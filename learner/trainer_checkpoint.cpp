@@ -20,6 +20,41 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A reward model exports as Hugging Face's *ForSequenceClassification: the trunk's weights
+// (model.*), `score.weight` [1, hidden] (the head's weight; its bias is 0 throughout, since
+// the Bradley-Terry loss sees only score differences, and HF's score has none), no LM head.
+ModelWeights reward_model_weights(const ModelWeights& policy, const std::vector<WeightTensor>& head) {
+  std::vector<WeightTensor> tensors;
+  for (const WeightTensor& t : policy.tensors()) {
+    if (t.name != "lm_head.weight") tensors.push_back(t);
+  }
+  for (const WeightTensor& t : head) {
+    if (t.name == "value_head.weight") tensors.push_back({"score.weight", t.shape, t.data});
+  }
+  return ModelWeights(std::move(tensors));
+}
+
+// config.json of a sequence classifier with one label: architectures renamed
+// (Qwen3ForCausalLM → Qwen3ForSequenceClassification), num_labels 1 as HF saves it.
+std::string reward_model_config_json(const std::string& causal_lm) {
+  nlohmann::ordered_json config = nlohmann::ordered_json::parse(causal_lm);
+  nlohmann::ordered_json architectures = nlohmann::ordered_json::array();
+  for (const auto& name : config.value("architectures", nlohmann::ordered_json::array())) {
+    std::string a = name.get<std::string>();
+    const std::string suffix = "ForCausalLM";
+    if (a.size() > suffix.size() && a.compare(a.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      a = a.substr(0, a.size() - suffix.size()) + "ForSequenceClassification";
+    }
+    architectures.push_back(a);
+  }
+  config["architectures"] = architectures;
+  config["id2label"] = {{"0", "LABEL_0"}};
+  config["label2id"] = {{"LABEL_0", 0}};
+  config["num_labels"] = 1;
+  return config.dump(2) + "\n";
+}
+
+
 TensorToWrite float_tensor(const std::string& name, const at::Tensor& t) {
   at::Tensor c = t.detach().to(at::kCPU, at::kFloat).contiguous();
   TensorToWrite out{name, DType::f32, {c.numel()}, std::string(static_cast<size_t>(c.numel()) * 4, '\0')};
@@ -138,14 +173,20 @@ void Trainer::save_checkpoint(const std::string& dir, const std::string& tokeniz
 
 void Trainer::export_policy(const std::string& dir, const std::string& tokenizer_dir, DType dtype) {
   Impl& m = *impl_;
-  const ModelWeights weights = m.full_weights();  // collective under fsdp
+  std::vector<WeightTensor> head;
+  ModelWeights weights = m.full_weights(m.options.reward_model ? &head : nullptr);  // collective under fsdp
   if (m.collectives.rank() == 0) {
     const std::string staging = dir + ".tmp", previous = dir + ".old";
     fs::remove_all(staging);
     fs::create_directories(staging);
     ModelConfig config = m.model.config();
     config.torch_dtype = dtype == DType::bf16 ? "bfloat16" : dtype == DType::f16 ? "float16" : "float32";
-    write_file_atomic(staging + "/config.json", model_config_to_json(config));
+    std::string config_json = model_config_to_json(config);
+    if (m.options.reward_model) {
+      config_json = reward_model_config_json(config_json);
+      weights = reward_model_weights(weights, head);
+    }
+    write_file_atomic(staging + "/config.json", config_json);
     save_model_weights(staging, weights, dtype);
     copy_tokenizer_files(tokenizer_dir, staging, "export");
     // An older export (a run extended by `tandem resume --set experiment.steps=N`) is

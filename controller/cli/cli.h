@@ -137,6 +137,10 @@ struct GenerateArgs {
 };
 
 int cli_run(const RunArgs& args);
+// `tandem train-rm CONFIG`: a reward model on reward_model.train's preference pairs
+// (controller/loop/reward_model_steps.cpp), in a run directory like a run's; resumed by
+// `tandem resume`, exported to RUN_DIR/reward_model as a sequence classifier.
+int cli_train_rm(const RunArgs& args);
 int cli_resume(const ResumeArgs& args);
 int cli_plot(const PlotArgs& args);
 int cli_tokenize(const TokenizeArgs& args);

@@ -132,13 +132,20 @@ void check_same_rows(const std::optional<CheckpointRef>& newest, const RunInputs
   const nlohmann::json state = nlohmann::json::parse(read_file(path).value_or("{}"), nullptr, false);
   if (!state.is_object() || !state.contains("data_rows")) return;  // written before data_rows was kept
   const size_t rows = state.at("data_rows").get<size_t>();
-  if (rows != inputs.data.rows.size()) {
-    throw UsageError(fmt::format("tandem resume: {} was saved over {} dataset rows, and the config now keeps {} of {}: "
-                                 "its data position would point at other prompts (was data.train, "
-                                 "data.max_prompt_length, rollout.max_new_tokens or the file changed?)",
-                                 newest->dir, rows, inputs.data.rows.size(), inputs.data.source));
+  const bool pairs = inputs.preference_train.has_value();
+  const size_t now = pairs ? inputs.preference_train->pairs.size() : inputs.data.rows.size();
+  if (rows != now) {
+    throw UsageError(fmt::format("tandem resume: {} was saved over {} {}, and the config now keeps {} of {}: its data "
+                                 "position would point at others (was {} or the file changed?)",
+                                 newest->dir, rows, pairs ? "training pairs" : "dataset rows", now,
+                                 pairs ? inputs.preference_train->source : inputs.data.source,
+                                 pairs ? "reward_model.train, val, val_fraction, max_length"
+                                       : "data.train, data.max_prompt_length, rollout.max_new_tokens"));
   }
 }
+
+// A train-rm run directory says so (RUN_DIR/reward_model_run): resume continues it as one.
+const char* kRewardModelMarker = "/reward_model_run";
 
 // The run's end in RUN_DIR/status.json (the loop wrote the rest as it went).
 void mark_run_status(const std::string& run_dir, const std::string& state, const std::string& error) {
@@ -178,7 +185,8 @@ int run_in(const Config& c, RunInputs inputs, const std::string& run_dir, bool r
   install_interrupt_handlers(/*stop_on_sigterm=*/c.launcher.kind == "slurm");
 
   TempDir sockets("tandem-");
-  const std::vector<WorkerId> workers = training_workers(c);
+  const std::vector<WorkerId> workers =
+      inputs.preference_train ? reward_model_workers(c) : training_workers(c);
   LaunchPlan plan = plan_launch(c, run_dir, sockets.path(), workers);
   log::info("{}", plan.description);
   WorkerPool pool(std::move(plan.pool), std::move(plan.launcher));
@@ -211,6 +219,22 @@ int run_in(const Config& c, RunInputs inputs, const std::string& run_dir, bool r
   return 0;
 }
 
+// What train-rm refuses before anything starts, besides what loading its inputs checks.
+void check_reward_model_config(const LoadedConfig& loaded) {
+  const Config& c = loaded.config;
+  if (c.sft.steps > 0) {
+    throw UsageError(fmt::format("{}: sft.steps: tandem train-rm trains a reward model, not a policy: warm a policy up "
+                                 "in a run of its own",
+                                 loaded.origin_of("sft.steps")));
+  }
+  if (c.reward_model.batch_size < c.learner.workers) {
+    throw UsageError(fmt::format("{}: reward_model.batch_size {} gives some of the {} learner ranks no pair; use at "
+                                 "least one pair per rank",
+                                 loaded.origin_of("reward_model.batch_size"), c.reward_model.batch_size,
+                                 c.learner.workers));
+  }
+}
+
 }  // namespace
 
 int cli_run(const RunArgs& args) {
@@ -228,6 +252,23 @@ int cli_run(const RunArgs& args) {
   // taken, or (when the first already ended) finds its config.yaml.
   const RunDirLock lock = RunDirLock::acquire(run_dir, "run");
   if (std::filesystem::exists(run_dir + "/config.yaml")) check_run_dir_free(run_dir);
+  write_file_atomic(run_dir + "/config.yaml", config_to_yaml(c));
+  return run_in(c, std::move(inputs), run_dir, false);
+}
+
+int cli_train_rm(const RunArgs& args) {
+  LoadedConfig loaded = load_config_file(args.config_path, args.overrides);
+  check_reward_model_config(loaded);
+  RunInputs inputs = load_reward_model_inputs(loaded);
+  check_learner_device_runnable(loaded);
+  check_launcher_runnable(loaded);
+  const Config& c = loaded.config;
+  std::string run_dir = args.run_dir.empty() ? default_run_dir(c.experiment.name) : args.run_dir;
+  check_run_dir_free(run_dir);
+  create_run_dir(run_dir);
+  const RunDirLock lock = RunDirLock::acquire(run_dir, "train-rm");
+  if (std::filesystem::exists(run_dir + "/config.yaml")) check_run_dir_free(run_dir);
+  write_file_atomic(run_dir + kRewardModelMarker, "tandem train-rm: this run trains a reward model\n");
   write_file_atomic(run_dir + "/config.yaml", config_to_yaml(c));
   return run_in(c, std::move(inputs), run_dir, false);
 }
@@ -250,7 +291,9 @@ int cli_resume(const ResumeArgs& args) {
                  static_cast<long long>(*finished));
     return 0;
   }
-  RunInputs inputs = check_runnable(loaded);
+  const bool reward_model = std::filesystem::exists(args.run_dir + kRewardModelMarker);
+  if (reward_model) check_reward_model_config(loaded);
+  RunInputs inputs = reward_model ? load_reward_model_inputs(loaded) : check_runnable(loaded);
   check_learner_device_runnable(loaded);
   check_launcher_runnable(loaded);
   // Looked up once, after every config check (it reads each checkpoint file against its

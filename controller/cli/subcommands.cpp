@@ -29,6 +29,14 @@ Runner define_run(CLI::App& c) {
   return [a] { return cli_run(*a); };
 }
 
+Runner define_train_rm(CLI::App& c) {
+  auto a = std::make_shared<RunArgs>();
+  c.add_option("config", a->config_path, "config with reward_model.train (YAML)")->required();
+  add_overrides(c, a->overrides);
+  c.add_option("--run-dir", a->run_dir, "run directory (default: runs/<experiment.name>-<time>)");
+  return [a] { return cli_train_rm(*a); };
+}
+
 Runner define_status(CLI::App& c) {
   auto a = std::make_shared<StatusArgs>();
   c.add_option("run_dir", a->run_dir, "the run directory")->required();
@@ -272,6 +280,8 @@ void refuse_meaningless_values(CLI::App& command) {
 const std::vector<Subcommand>& subcommands() {
   static const std::vector<Subcommand> table = {
       {"run", "run an experiment from a YAML config", define_run},
+      {"train-rm", "train a reward model on preference pairs (reward_model.train); export it for reward: model",
+       define_train_rm},
       {"status", "is a run going, at which step, its workers, its last error", define_status},
       {"dashboard", "serve a live page of a run: progress, curves, workers, samples, errors", define_dashboard},
       {"profile", "where a traced step's time went: its critical path and each worker's idle share", define_profile},

@@ -45,6 +45,7 @@ MetricRow TrainingLoop::kl_in_reward(const std::vector<Sample>& samples, std::ve
     extra.token_rewards[i].assign(row, row + batch[i].response.size());
     batch[i].ref_logprobs = std::move(reference[i]);
   }
+  measured_kl_ = measured;
   return {{"actor/reward_kl_penalty", measured}, {"actor/reward_kl_penalty_coeff", coef}};
 }
 
@@ -53,7 +54,11 @@ std::vector<double> TrainingLoop::remax_baselines(int64_t step, const StepRollou
   std::vector<Sample> greedy = generate(step, rollout.rows, rollout.prompts, EvalSampling{1, 0.0});
   scoring_.score(greedy, rollout.rows, data_);
   std::vector<double> baselines;
-  for (const Sample& s : rollout.samples) baselines.push_back(greedy.at(s.prompt_slot).reward);
+  // Shaped as the samples' rewards are (score_round), so the baseline compares like with like.
+  for (const Sample& s : rollout.samples) {
+    const Sample& g = greedy.at(s.prompt_slot);
+    baselines.push_back(g.reward + overlong_penalty(c_, g));
+  }
   return baselines;
 }
 

@@ -145,7 +145,7 @@ std::optional<int64_t> TrainingLoop::restore_snapshot() {
   const int64_t step = snapshot_->step;
   prefetched_ = snapshot_->prefetched;
   order_->restore(snapshot_->position);
-  kl_controller_.set_coef(snapshot_->kl_coef);
+  if (c_.algorithm.kl.adaptive) kl_controller_.set_coef(snapshot_->kl_coef);
   log::info("the learners are back at step {} (their snapshot in memory)", step);
   continue_from(step);
   return step;

@@ -38,7 +38,9 @@ namespace {
 // Whether a group's samples differ in the filter's metric (and so carry a learning signal).
 bool informative(const Config& c, const std::vector<Sample>& samples, size_t begin, size_t end) {
   auto value = [&](const Sample& s) {
-    return c.algorithm.filter_groups.metric == "acc" ? (s.reward >= c.eval.correct_threshold ? 1.0 : 0.0) : s.reward;
+    // Accuracy is the answer's, before the overlong penalty (which the reward includes).
+    const bool correct = s.reward - overlong_penalty(c, s) >= c.eval.correct_threshold;
+    return c.algorithm.filter_groups.metric == "acc" ? (correct ? 1.0 : 0.0) : s.reward;
   };
   for (size_t i = begin + 1; i < end; ++i) {
     if (value(samples[i]) != value(samples[begin])) return true;
@@ -94,6 +96,9 @@ MetricRow TrainingLoop::keep_informative_groups(int64_t step, StepRollout& rollo
     scores.hidden_reward_s += round.hidden_reward_s;
     kept.prefill.computed += more.prefill.computed;
     kept.prefill.saved += more.prefill.saved;
+    kept.prefill.session_reused += more.prefill.session_reused;
+    kept.prefill.evicted_sessions += more.prefill.evicted_sessions;
+    kept.prefill.pinned_blocks_max = std::max(kept.prefill.pinned_blocks_max, more.prefill.pinned_blocks_max);
     take(more);
   }
   if (kept.prompts.empty()) {

@@ -105,6 +105,8 @@ TrainingLoop::TrainingLoop(WorkerPool& pool, const Config& config, RunInputs inp
       scoring_(std::move(inputs.rewards), config, run_dir, tokenizer_, model_.eos_token_ids,
                [this] { pool_.poll_events(0.05); }) {
   turn_frames_ = std::move(inputs.turn_frames);
+  rm_train_ = std::move(inputs.preference_train);
+  rm_val_ = std::move(inputs.preference_val);
   environment_template_ = std::move(inputs.environment_template);
   environment_rows_ = std::move(inputs.environment_rows);
   val_environment_rows_ = std::move(inputs.val_environment_rows);
@@ -284,9 +286,13 @@ void TrainingLoop::run_step(int64_t step) {
   if (!prefetched && c_.weight_sync.probe_every > 0 && (step - 1) % c_.weight_sync.probe_every == 0) {
     probe_diff = probe_logprobs(batch, step - 1);
   }
-  const MetricRow staleness = c_.algorithm.async.max_staleness > 0 ? correct_for_staleness(samples, batch, step)
-                               : !c_.algorithm.rollout_is.level.empty() ? correct_rollout_mismatch(samples, batch, step)
-                                                                        : MetricRow{};
+  // Off-policy corrections: async RL's staleness, or rollout_is's engine mismatch.
+  MetricRow correction;
+  if (c_.algorithm.async.max_staleness > 0) {
+    correction = correct_for_staleness(samples, batch, step);
+  } else if (!c_.algorithm.rollout_is.level.empty()) {
+    correction = correct_rollout_mismatch(samples, batch, step);
+  }
   ExtraAdvantageInputs extra;
   MetricRow shaping;
   if (c_.algorithm.kl.in == "reward" && c_.algorithm.kl.coef > 0) shaping = kl_in_reward(samples, batch, extra);
@@ -345,7 +351,7 @@ void TrainingLoop::run_step(int64_t step) {
                            {"multi_turn/evicted_sessions", static_cast<double>(prefill.evicted_sessions)},
                            {"multi_turn/kv_pinned_blocks_max", static_cast<double>(prefill.pinned_blocks_max)}});
   }
-  row.insert(row.end(), staleness.begin(), staleness.end());
+  row.insert(row.end(), correction.begin(), correction.end());
   row.insert(row.end(), shaping.begin(), shaping.end());
   row.insert(row.end(), dynamic_sampling.begin(), dynamic_sampling.end());
   if (c_.algorithm.overlong.buffer_len > 0) {
@@ -366,9 +372,8 @@ void TrainingLoop::run_step(int64_t step) {
   observers_->observe_workers(step, row);
   metrics_->write(row);
   // The step is whole: the adaptive KL coefficient moves toward its target for the next.
-  for (const auto& [key, value] : shaping) {
-    if (key == "actor/reward_kl_penalty") kl_controller_.update(value, static_cast<int64_t>(samples.size()));
-  }
+  if (measured_kl_) kl_controller_.update(*measured_kl_, static_cast<int64_t>(samples.size()));
+  measured_kl_.reset();
   observers_->publish_step(step, c_.experiment.steps, row);
   if (c_.logging.jsonl && c_.logging.samples_per_step > 0) {
     const size_t count = static_cast<size_t>(c_.logging.samples_per_step);
@@ -415,9 +420,10 @@ void TrainingLoop::run(bool resume) {
       step = recover_learners(lost);
     }
     if (resume) std::fprintf(stderr, "tandem: resuming after step %lld\n", static_cast<long long>(step));
-    if (step == 0 && !val_data_.rows.empty() && c_.experiment.eval_before_train) {
+    const bool has_validation = reward_model() ? !rm_val_->pairs.empty() : !val_data_.rows.empty();
+    if (step == 0 && has_validation && c_.experiment.eval_before_train) {
       MetricRow row = {{"step", 0.0}, {"weight_version", 0.0}};
-      const MetricRow val = evaluate(0);
+      const MetricRow val = reward_model() ? evaluate_reward_model(0) : evaluate(0);
       row.insert(row.end(), val.begin(), val.end());
       row.emplace_back("reward/timeouts", static_cast<double>(scoring_.new_timeouts()));
       metrics_->write(row);
@@ -445,7 +451,12 @@ void TrainingLoop::run(bool resume) {
           exported = true;
           continue;
         }
-        run_step(++step);
+        ++step;
+        if (reward_model()) {
+          run_reward_model_step(step);
+        } else {
+          run_step(step);
+        }
         // After the step's metrics row: a checkpoint of step N always has row N.
         if (c_.experiment.checkpoint_every > 0 && step % c_.experiment.checkpoint_every == 0) {
           checkpoint(step);
@@ -517,6 +528,12 @@ std::vector<WorkerId> training_workers(const Config& c) {
     return ids;
   }
   for (int64_t r = 0; r < c.rollout.workers; ++r) ids.push_back(training::rollout_worker(c, r));
+  for (int64_t r = 0; r < c.learner.workers; ++r) ids.push_back(training::learner_worker(c, r));
+  return ids;
+}
+
+std::vector<WorkerId> reward_model_workers(const Config& c) {
+  std::vector<WorkerId> ids;
   for (int64_t r = 0; r < c.learner.workers; ++r) ids.push_back(training::learner_worker(c, r));
   return ids;
 }

@@ -21,6 +21,8 @@ namespace tandem {
 
 // The worker processes a config asks for (ids the pool launches).
 std::vector<WorkerId> training_workers(const Config& config);
+// tandem train-rm's: the learner ranks alone.
+std::vector<WorkerId> reward_model_workers(const Config& config);
 
 // Runs experiment.steps steps; writes metrics.jsonl, checkpoints/ and policy/ in run_dir.
 // Starts with the supervised warm-up (sft.steps) unless `resume`, which continues after

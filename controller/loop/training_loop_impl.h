@@ -178,6 +178,17 @@ class TrainingLoop {
   int snapshot_source_rank(size_t rank) const;
   void warm_up();
   void run_step(int64_t step);
+  // reward_model_steps.cpp (tandem train-rm, reward_model_ set): one Bradley-Terry step on
+  // reward_model.batch_size pairs, its metrics row (rm/*), and the validation pairs' loss
+  // and accuracy every experiment.eval_every steps (and at the last).
+  bool reward_model() const { return rm_train_.has_value(); }
+  void run_reward_model_step(int64_t step);
+  MetricRow evaluate_reward_model(int64_t step);
+  // Pairs `indices` of `set` as training samples, chosen then rejected, dealt to the
+  // learner ranks whole (contiguous shares).
+  std::vector<std::vector<TrainingSample>> pair_shares(const PreferenceSet& set, const std::vector<size_t>& indices) const;
+  // The rows the data order walks: the dataset's, or train-rm's pairs.
+  size_t order_rows() const { return reward_model() ? rm_train_->pairs.size() : data_.rows.size(); }
   // The rollout engines' prompt work in a generate(), summed over the workers' replies:
   // tokens prefilled, and prompt tokens not run thanks to rollout.prefix_sharing.
   struct PrefillCounts {
@@ -322,6 +333,7 @@ class TrainingLoop {
   Dataset data_;
   std::vector<std::vector<int32_t>> prompt_ids_;  // [row]: the row's prompt encoded
   Dataset val_data_;                                  // data.val (no rows: no evaluation)
+  std::optional<PreferenceSet> rm_train_, rm_val_;    // tandem train-rm's pairs (RunInputs)
   std::vector<std::vector<int32_t>> val_prompt_ids_;
   int64_t skipped_long_prompts_ = 0;             // rows left out as too long (data.on_long_prompt: skip)
   // The run's rewards and scoring thread: every sample is scored there.
@@ -360,6 +372,7 @@ class TrainingLoop {
   // The KL coefficient of kl.in: reward, adapted after every step with kl.adaptive; saved
   // with checkpoints and snapshots.
   KlController kl_controller_{c_.algorithm.kl, c_.algorithm.kl.horizon};
+  std::optional<double> measured_kl_;  // kl_in_reward's measurement, for the update once the step is whole
   // learner.snapshot: the learners' state after step `step`, in memory on their hosts
   // (snapshot_root_), with what the controller needs to go on from there.
   struct LearnerSnapshot {

@@ -58,7 +58,9 @@ bool TrainingLoop::workers_on_one_host() const {
 
 void TrainingLoop::init_learners(const std::vector<WorkerId>& workers) {
   const std::string config_text = config_for_workers();
-  const int64_t optimizer_steps = c_.experiment.steps * c_.learner.epochs * c_.learner.mini_batches;
+  // train-rm: one optimizer step per step.
+  const int64_t optimizer_steps =
+      reward_model() ? c_.experiment.steps : c_.experiment.steps * c_.learner.epochs * c_.learner.mini_batches;
   // The group's rendezvous: a file store in the run directory when the ranks share a host,
   // else a TCP store served by rank 0 on a port it finds free on its own address.
   // A fresh name for every group formed (a group's store keys must not meet an earlier one's).
@@ -84,6 +86,7 @@ void TrainingLoop::init_learners(const std::vector<WorkerId>& workers) {
     args.world_size = static_cast<int>(c_.learner.workers);
     args.rendezvous = c_.learner.workers > 1 ? rendezvous : std::string();
     args.total_optimizer_steps = optimizer_steps;
+    args.reward_model = reward_model();
     args.threads = static_cast<int>(c_.learner.threads > 0 ? c_.learner.threads
                                                            : std::max<int64_t>(1, host_cores() / c_.learner.workers));
     pending.push_back(pool_.send(workers[static_cast<size_t>(r)], "learner_init", learner_client::init_body(args)));
@@ -104,7 +107,9 @@ bool TrainingLoop::hosts_learner(const WorkerId& worker) const {
 }
 
 void TrainingLoop::start_workers() {
-  for (int64_t r = 0; r < c_.rollout.workers; ++r) init_rollout(rollout_worker(c_, r));
+  if (!reward_model()) {  // train-rm runs learners only
+    for (int64_t r = 0; r < c_.rollout.workers; ++r) init_rollout(rollout_worker(c_, r));
+  }
   init_learners(learner_hosts());
 }
 
@@ -250,7 +255,7 @@ void TrainingLoop::checkpoint(int64_t step) {
                     nlohmann::json{{"step", step},
                                    {"data_epoch", position.epoch},
                                    {"data_index", position.index},
-                                   {"data_rows", data_.rows.size()},
+                                   {"data_rows", order_rows()},
                                    {"kl_coef", kl_controller_.coef()}}
                             .dump(2) +
                         "\n");
@@ -263,7 +268,7 @@ int64_t TrainingLoop::restore(const std::optional<CheckpointRef>& checkpoint) {
   prefetched_.reset();  // generated for a step that is now redone from the checkpoint
   snapshot_.reset();    // newer than the checkpoint: the learners' state no longer leads there
   writing_snapshot_.reset();
-  order_.emplace(data_.rows.size(), static_cast<uint64_t>(c_.experiment.seed), c_.data.shuffle);
+  order_.emplace(order_rows(), static_cast<uint64_t>(c_.experiment.seed), c_.data.shuffle);
   kl_controller_.set_coef(c_.algorithm.kl.coef);
   if (checkpoint) {
     call_learners("learner_load", learner_client::load_body(checkpoint->dir));
@@ -271,8 +276,9 @@ int64_t TrainingLoop::restore(const std::optional<CheckpointRef>& checkpoint) {
     const nlohmann::json state = nlohmann::json::parse(read_file(state_path).value());
     step = state.at("step").get<int64_t>();
     order_->restore({state.at("data_epoch").get<int64_t>(), state.at("data_index").get<int64_t>()});
-    // Checkpoints from before the adaptive coefficient have none: the configured one.
-    kl_controller_.set_coef(state.value("kl_coef", c_.algorithm.kl.coef));
+    // The adaptive coefficient goes on from where it was; a fixed one is the config's
+    // (a resume may --set it). Checkpoints from before the adaptive one have none.
+    if (c_.algorithm.kl.adaptive) kl_controller_.set_coef(state.value("kl_coef", c_.algorithm.kl.coef));
     log::info("restored {} (step {})", checkpoint->dir, step);
   } else {
     warm_up();
@@ -295,7 +301,7 @@ void TrainingLoop::continue_from(int64_t step) {
   truncate_metrics(val_samples_path, step);
   val_samples_log_ = std::make_unique<MetricsWriter>(c_.logging.jsonl && !val_data_.rows.empty() ? val_samples_path : "");
   observers_->restart_at(step);
-  sync_weights(step, /*rewind=*/true);
+  if (!reward_model()) sync_weights(step, /*rewind=*/true);  // train-rm has no rollout workers
 }
 
 int64_t TrainingLoop::recover_learners(const LearnerLost& lost) {
@@ -352,7 +358,9 @@ int64_t TrainingLoop::recover_learners(const LearnerLost& lost) {
 }
 
 void TrainingLoop::export_policy() {
-  call_learners("learner_export", learner_client::export_body(run_dir_ + "/policy", model_dir_, c_.model.dtype));
+  // A reward model is a sequence classifier (Trainer::export_policy writes it so).
+  const std::string dir = run_dir_ + (reward_model() ? "/reward_model" : "/policy");
+  call_learners("learner_export", learner_client::export_body(dir, model_dir_, c_.model.dtype));
 }
 
 }  // namespace tandem::training

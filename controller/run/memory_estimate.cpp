@@ -72,7 +72,8 @@ MemoryEstimate estimate_memory(const Config& c, const ModelConfig& model, int64_
   e.learner_rank.push_back({"parameters", kFloat * values});
   e.learner_rank.push_back({"gradients", kFloat * sharded});
   if (adamw) e.learner_rank.push_back({"AdamW moments", 2 * kFloat * sharded});
-  if (c.algorithm.kl.in == "loss" && c.algorithm.kl.coef > 0) e.learner_rank.push_back({"KL reference", kFloat * p});
+  // The learners hold the reference whenever kl.coef > 0: in the loss, or for the in-reward penalty.
+  if (c.algorithm.kl.coef > 0) e.learner_rank.push_back({"KL reference", kFloat * p});
   const int64_t response = c.multi_turn() ? c.rollout.multi_turn.max_total_tokens : c.rollout.max_new_tokens;
   const double sequence = static_cast<double>(longest_prompt) + static_cast<double>(response);
   e.learner_rank.push_back({"activations of a micro-batch",

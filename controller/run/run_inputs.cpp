@@ -269,7 +269,53 @@ RunInputs load_run_inputs(const LoadedConfig& loaded) {
   return in;
 }
 
+RunInputs load_reward_model_inputs(const LoadedConfig& loaded) {
+  const Config& c = loaded.config;
+  if (c.reward_model.train.empty()) {
+    throw UsageError(fmt::format("{}: reward_model.train: tandem train-rm needs preference pairs (JSONL rows "
+                                 "{{prompt, chosen, rejected}})",
+                                 loaded.source));
+  }
+  RunInputs in;
+  load_model(loaded, in);
+  PreferenceEncoding encoding;
+  encoding.tokenizer = in.tokenizer.get();
+  encoding.chat_template = in.chat_template;
+  encoding.data = c.data;
+  // A finished RL sample ends with the model's end of sequence: so do the pairs.
+  if (!in.model.eos_token_ids.empty()) encoding.end_of_sequence = static_cast<int32_t>(in.model.eos_token_ids.front());
+  encoding.max_length = std::min(c.reward_model.max_length, in.model.max_position_embeddings);
+  auto load = [&](const std::string& key, const std::string& path) {
+    try {
+      return load_preference_pairs(path, encoding);
+    } catch (const UsageError& e) {
+      throw UsageError(fmt::format("{}: {}", loaded.origin_of(key), e.what()));
+    }
+  };
+  in.preference_train = load("reward_model.train", c.reward_model.train);
+  if (!c.reward_model.val.empty()) {
+    in.preference_val = load("reward_model.val", c.reward_model.val);
+  } else {
+    if (in.preference_train->pairs.size() < 2) {
+      throw UsageError(fmt::format("{}: reward_model.train: {} holds one pair; a validation split needs two (or set "
+                                   "reward_model.val)",
+                                   loaded.origin_of("reward_model.train"), c.reward_model.train));
+    }
+    in.preference_val = split_validation(*in.preference_train, c.reward_model.val_fraction,
+                                         static_cast<uint64_t>(c.experiment.seed));
+  }
+  return in;
+}
+
 std::string describe_run_inputs(const RunInputs& in) {
+  if (in.preference_train) {
+    return fmt::format("model {} ({}), {} preference pairs from {}{}, {} validation pairs", in.model_dir,
+                       in.model.model_type, in.preference_train->pairs.size(), in.preference_train->source,
+                       in.preference_train->skipped_long > 0
+                           ? fmt::format(" ({} over reward_model.max_length left out)", in.preference_train->skipped_long)
+                           : std::string(),
+                       in.preference_val->pairs.size());
+  }
   std::string text = fmt::format("model {} ({}, vocabulary {}{}), {} rows from {}, prompts up to {} tokens (limit {})",
                                  in.model_dir, in.model.model_type, in.model.vocab_size,
                                  in.model.sampled_vocab_size > 0

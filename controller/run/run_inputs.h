@@ -31,6 +31,7 @@
 #include "actor/tokenizer.h"
 #include "controller/data/chat_prompts.h"
 #include "controller/data/dataset.h"
+#include "controller/data/preference_pairs.h"
 #include "rewards/scoring.h"
 #include "core/config.h"
 
@@ -71,7 +72,16 @@ struct RunInputs {
   std::string environment_template;
   std::vector<std::string> environment_rows;
   std::vector<std::string> val_environment_rows;
+  // tandem train-rm (load_reward_model_inputs): the preference pairs, encoded; `data` is
+  // then empty and no reward is loaded.
+  std::optional<PreferenceSet> preference_train, preference_val;
 };
+
+// What `tandem train-rm` reads: the model (as above) and reward_model.train / val as
+// preference pairs (controller/data/preference_pairs.h), each sequence at most
+// reward_model.max_length and the model's positions; errors name the config key or the
+// file and line.
+RunInputs load_reward_model_inputs(const LoadedConfig& loaded);
 
 // The tool checks above, filling tool_schemas and turn_frames (run_tools.cpp). Needs the
 // model and the chat template loaded.

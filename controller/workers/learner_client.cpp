@@ -28,6 +28,7 @@ std::string init_body(const InitArgs& a) {
     out.setHost(a.host);
     out.setLocalRank(a.local_rank);
     out.setThreads(a.threads);
+    out.setRewardModel(a.reward_model);
   });
 }
 

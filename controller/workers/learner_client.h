@@ -21,6 +21,7 @@ struct InitArgs {
   std::string rendezvous;  // "" with one rank
   int rank = 0, world_size = 1, local_rank = 0, threads = 0;
   std::string host;  // the rank's address as it registered
+  bool reward_model = false;  // tandem train-rm
 };
 std::string init_body(const InitArgs& args);
 
