@@ -9,9 +9,13 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <signal.h>
+
+#include <chrono>
 #include <filesystem>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace tandem;
@@ -133,4 +137,48 @@ TEST_CASE("train-rm resumes from its checkpoint to the same numbers; bad input s
     CHECK_FALSE(std::filesystem::exists(s.dir.path() + "/refused"));
     std::filesystem::remove(s.dir.path() + "/refused.txt");
   }
+}
+
+TEST_CASE("train-rm: a learner killed mid-run comes back from its snapshot in memory, with the same numbers") {
+  Setup s;
+  const std::vector<std::string> two = {"learner.workers=2", "experiment.steps=40", "experiment.checkpoint_every=20",
+                                        "experiment.eval_every=10", "launcher.max_restarts=2"};
+  REQUIRE(s.train("reference", two, "reference.txt").exit_code == 0);
+  std::vector<std::string> args = {TANDEM_BINARY, "train-rm", s.dir.path() + "/rm.yaml", "--run-dir",
+                                   s.dir.path() + "/run"};
+  for (const std::string& set : two) args.insert(args.end(), {"--set", set});
+  ChildProcess controller = ChildProcess::spawn(args, {s.dir.path() + "/out.txt", false});
+  // Rank 1's pid from the run's status.json once step 12 is done (past step 10's snapshot).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  int pid = 0;
+  while (pid == 0) {
+    REQUIRE_MESSAGE(controller.running(), read_text(s.dir.path() + "/out.txt"));
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (read_text(s.dir.path() + "/run/metrics.jsonl").find("{\"step\":12,") == std::string::npos) continue;
+    const nlohmann::json status = nlohmann::json::parse(read_text(s.dir.path() + "/run/status.json"), nullptr, false);
+    if (!status.is_object()) continue;
+    for (const auto& worker : status.at("workers")) {
+      if (worker.at("name") == "colocated-1") pid = worker.at("pid").get<int>();
+    }
+  }
+  REQUIRE(::kill(pid, SIGKILL) == 0);
+  const auto exit = controller.wait_for(120);
+  const std::string out = read_text(s.dir.path() + "/out.txt");
+  INFO(out);
+  REQUIRE(exit.has_value());
+  REQUIRE(exit->exit_code == 0);
+  CHECK(out.find("from their snapshot in memory") != std::string::npos);
+  const std::vector<nlohmann::json> expected = read_json_lines(s.dir.path() + "/reference/metrics.jsonl");
+  const std::vector<nlohmann::json> got = read_json_lines(s.dir.path() + "/run/metrics.jsonl");
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    for (const auto& [key, value] : expected[i].items()) {
+      if (key.rfind("time/", 0) == 0 || key.rfind("perf/", 0) == 0) continue;
+      INFO("row " << i << " " << key);
+      REQUIRE(got[i].contains(key));
+      CHECK(got[i].at(key) == value);
+    }
+  }
+  CHECK(got.back().at("perf/worker_restarts").get<double>() == 1);
 }
