@@ -245,12 +245,13 @@ struct RewardConfig {
   std::string reward_kwargs = "{}";  // python: more keyword arguments, a JSON object (verl's reward_kwargs)
   bool needs_ground_truth = true;    // python, http: every row must hold data.answer_key
   std::string http;         // a URL: samples are POSTed there in JSON batches
+  std::string model;        // a reward model directory (tandem train-rm's export): its score of each sample
   double timeout_s = 30.0;  // python: longest a call may take; http: longest one request may take
   int64_t workers = 0;      // processes (python), threads (C++) or concurrent requests (http); 0: cores
   int64_t memory_mb = 8192;    // python: RLIMIT_DATA of each worker process; 0: no limit
   int64_t max_processes = 64;  // python: processes in a worker's process group; 0: no limit
   int64_t retries = 3;      // http: attempts after the first on a connection error, timeout, 429 or 5xx
-  int64_t batch_size = 0;   // http: samples per request; 0: the step's samples split over `workers`
+  int64_t batch_size = 0;   // http: samples per request (0: the step's split over `workers`); model: per forward (0: 32)
   double weight = 1.0;
   std::string on_error = "fail";  // fail | fallback: a throw or non-finite score becomes fallback_score
   double fallback_score = 0.0;

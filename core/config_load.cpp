@@ -348,6 +348,7 @@ LoadedConfig load_from_document(YAML::Node root, const std::string& source,
   for (RewardConfig& reward : loaded.config.reward) {
     if (reward.name.empty() && !reward.python.empty()) reward.name = std::filesystem::path(reward.python).stem().string();
     if (reward.name.empty() && !reward.http.empty()) reward.name = "http";
+    if (reward.name.empty() && !reward.model.empty()) reward.name = "reward_model";
   }
   if (context.problems.empty()) check_config_rules(loaded, context.problems);
   if (!context.problems.empty()) throw ConfigError(context.problems);

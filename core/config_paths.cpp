@@ -25,6 +25,7 @@ std::string* path_value(Config& c, const std::string& key) {
   const std::string prefix = "reward.";
   if (key.rfind(prefix, 0) == 0) {
     RewardConfig& reward = c.reward.at(std::stoul(key.substr(prefix.size())));
+    if (key.size() > 6 && key.compare(key.size() - 6, 6, ".model") == 0) return &reward.model;
     return key.size() > 7 && key.compare(key.size() - 7, 7, ".python") == 0 ? &reward.python : &reward.plugin;
   }
   return nullptr;
@@ -39,6 +40,7 @@ std::vector<std::string> config_path_keys(const Config& config) {
   for (size_t i = 0; i < config.reward.size(); ++i) {
     keys.push_back("reward." + std::to_string(i) + ".plugin");
     keys.push_back("reward." + std::to_string(i) + ".python");
+    keys.push_back("reward." + std::to_string(i) + ".model");
   }
   for (size_t i = 0; i < config.tools.size(); ++i) {
     keys.push_back("tools." + std::to_string(i) + ".python");

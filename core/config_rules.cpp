@@ -144,11 +144,12 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
   for (size_t i = 0; i < c.reward.size(); ++i) {
     const RewardConfig& r = c.reward[i];
     const std::string key = "reward." + std::to_string(i);
-    const int sources = !r.python.empty() + !r.plugin.empty() + !r.http.empty();
+    const int sources = !r.python.empty() + !r.plugin.empty() + !r.http.empty() + !r.model.empty();
     if (sources > 1) {
-      problem_at({key + ".python", key + ".plugin", key + ".http"},
-                 "a reward is one of: a Python file (python), a plugin's (plugin), a server (http)");
-    } else if (r.python.empty() && r.http.empty() && r.name.empty()) {
+      problem_at({key + ".python", key + ".plugin", key + ".http", key + ".model"},
+                 "a reward is one of: a Python file (python), a plugin's (plugin), a server (http), a reward model "
+                 "(model)");
+    } else if (r.python.empty() && r.http.empty() && r.model.empty() && r.name.empty()) {
       // Where the entry is: the first of its keys the user wrote.
       std::string where = loaded.source;
       auto in_entry = loaded.origins.lower_bound(key + ".");
@@ -171,14 +172,12 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
       only(r.batched, "batched", "python");
       only(r.reward_kwargs != defaults.reward_kwargs, "reward_kwargs", "python");
     }
-    if (r.python.empty() && r.http.empty()) {
+    if (r.python.empty() && r.http.empty()) {  // (a model reward reads neither)
       only(r.timeout_s != defaults.timeout_s, "timeout_s", "python and http");
       only(r.needs_ground_truth != defaults.needs_ground_truth, "needs_ground_truth", "python and http");
     }
-    if (r.http.empty()) {
-      only(r.retries != defaults.retries, "retries", "http");
-      only(r.batch_size != defaults.batch_size, "batch_size", "http");
-    }
+    if (r.http.empty()) only(r.retries != defaults.retries, "retries", "http");
+    if (r.http.empty() && r.model.empty()) only(r.batch_size != defaults.batch_size, "batch_size", "http and model");
   }
   for (size_t i = 0; i < c.tools.size(); ++i) {
     const ToolConfig& t = c.tools[i];

@@ -310,6 +310,9 @@ template <class V> void describe(V& v, RewardConfig& c) {
   v.field("needs_ground_truth", c.needs_ground_truth,
           "python, http: every row must hold data.answer_key's field (the ground_truth); false for a reward "
           "that reads none");
+  v.field("model", c.model, text(),
+          "a reward model directory (a *ForSequenceClassification export of tandem train-rm): each sample's "
+          "score, read at its last token");
   v.field("http", c.http, text(),
           "a URL (http:// or https://) scoring samples: JSON batches are POSTed there ({\"samples\": [...]}, "
           "answered by {\"scores\": [...]}; docs/rewards.md)");

@@ -128,7 +128,8 @@ void load_config_plugins(const Config& config, const std::function<std::string(c
   named("algorithm.advantage", [&] { find_advantage_estimator(config.algorithm.advantage); });
   named("algorithm.policy_loss", [&] { find_policy_loss(config.algorithm.policy_loss); });
   for (size_t i = 0; i < config.reward.size(); ++i) {
-    if (!config.reward[i].python.empty() || !config.reward[i].http.empty()) continue;  // not a C++ reward
+    const RewardConfig& r = config.reward[i];
+    if (!r.python.empty() || !r.http.empty() || !r.model.empty()) continue;  // not a C++ reward
     named(fmt::format("reward.{}.name", i), [&] { find_reward(config.reward[i].name); });
     try {
       check_reward_config(config.reward[i], i);  // its messages name the key path

@@ -1,6 +1,7 @@
 #include "controller/run/run_inputs.h"
 
 #include "controller/run/memory_estimate.h"
+#include "controller/run/model_reward.h"
 
 #include "actor/model_weights.h"
 #include "actor/presets.h"
@@ -251,8 +252,12 @@ void load_rewards(const LoadedConfig& loaded, RunInputs& in) {
   for (size_t i = 0; i < c.reward.size(); ++i) {
     const std::string key = !c.reward[i].python.empty() ? fmt::format("reward.{}.python", i)
                             : !c.reward[i].http.empty() ? fmt::format("reward.{}.http", i)
-                                                        : fmt::format("reward.{}", i);
-    in.rewards.push_back(at_key(loaded, key, [&] { return make_reward_scorer(c.reward[i], i, c.python.path); }));
+                            : !c.reward[i].model.empty() ? fmt::format("reward.{}.model", i)
+                                                         : fmt::format("reward.{}", i);
+    in.rewards.push_back(at_key(loaded, key, [&] {
+      return c.reward[i].model.empty() ? make_reward_scorer(c.reward[i], i, c.python.path)
+                                       : make_model_reward_scorer(c.reward[i]);
+    }));
   }
 }
 
@@ -262,6 +267,13 @@ RunInputs load_run_inputs(const LoadedConfig& loaded) {
   RunInputs in;
   load_rewards(loaded, in);  // first: no model or data is read for a config whose plugin is missing
   load_model(loaded, in);
+  for (size_t i = 0; i < loaded.config.reward.size(); ++i) {
+    if (loaded.config.reward[i].model.empty()) continue;
+    at_key(loaded, fmt::format("reward.{}.model", i), [&] {
+      check_same_tokenizer(loaded.config.reward[i].model, *in.tokenizer);
+      return 0;
+    });
+  }
   if (loaded.config.multi_turn()) load_tools(loaded, in);  // before the data: prompts show the tools
   load_data(loaded, in);
   if (loaded.config.has_environment()) check_environment(loaded, in);

@@ -12,6 +12,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -101,6 +102,30 @@ TEST_CASE("train-rm learns correct sums over wrong ones and exports a sequence c
   CHECK_FALSE(weights->contains("lm_head.weight"));
   CHECK(weights->contains("model.embed_tokens.weight"));
   CHECK(std::filesystem::exists(run + "/reward_model/tokenizer.json"));
+
+  // Served as a run's reward: GRPO on the same sums, scored by the reward model alone.
+  const std::string grpo = s.dir.path() + "/grpo.yaml";
+  write_file_atomic(grpo, "experiment: {name: rm-grpo, seed: 2, steps: 3, checkpoint_every: 0}\n"
+                          "model: {path: \"builtin:tiny\"}\n"
+                          "data: {train: \"builtin:addition1\", batch_size: 4}\n"
+                          "algorithm: {group_size: 4}\n"
+                          "rollout: {workers: 1, max_new_tokens: 3, kv_cache_mb: 8}\n"
+                          "learner: {workers: 1, micro_batch_size: 16}\n"
+                          "reward: [{model: " + run + "/reward_model, batch_size: 8}]\n"
+                          "logging: {console: plain}\n");
+  const std::string out = s.dir.path() + "/grpo.txt";
+  REQUIRE(run_tandem({"run", grpo, "--run-dir", s.dir.path() + "/grpo"}, out, 300).exit_code == 0);
+  for (const nlohmann::json& row : read_json_lines(s.dir.path() + "/grpo/metrics.jsonl")) {
+    INFO(row.dump());
+    CHECK(std::isfinite(row.at("reward/reward_model").get<double>()));
+    CHECK(row.at("reward/std").get<double>() > 0);  // scores differ between samples
+    CHECK(row.at("reward/fallbacks").get<double>() == 0);
+  }
+  // A policy whose tokenizer differs (tiny-tools has four more special tokens) is refused
+  // before anything starts: the reward model would read its ids as other tokens.
+  REQUIRE(run_tandem({"validate", grpo, "--set", "model.path=builtin:tiny-tools"}, out, 120).exit_code == 2);
+  CHECK(read_text(out).find("reward.0.model: the reward model") != std::string::npos);
+  CHECK(read_text(out).find("would read the policy's tokens as other ones") != std::string::npos);
 }
 
 TEST_CASE("train-rm resumes from its checkpoint to the same numbers; bad input stops it before it starts") {

@@ -1,6 +1,7 @@
 // The learner's training loop: sharded (ddp, zero2; ranks as threads and as processes)
 // equals one process on the same global batch; micro-batching does not change the
 // result; a policy-gradient step moves log-probs the way the advantages say.
+#include "controller/run/model_reward.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/process.h"
@@ -583,4 +584,53 @@ TEST_CASE("reward model: the Bradley-Terry step learns a preference, reads what 
     INFO(std::string(sharding));
     for (const ModelWeights& w : ranks) CHECK(max_weight_diff(w, single) <= tolerance);
   }
+}
+
+TEST_CASE("a trained reward model exported and served as a reward scores as the trainer's forward does") {
+  TrainerScenario s = trainer_scenario(41, "ddp");
+  s.options.reward_model = true;
+  s.options.algorithm.kl.coef = 0;
+  s.options.algorithm.entropy_coef = 0;
+  s.options.learner.optimizer.lr = 1e-2;
+  s.options.total_optimizer_steps = 5;
+  s.mini_batches = preference_batches(42, 1, 6, static_cast<int32_t>(s.config.vocab_size));
+  auto collectives = Collectives::create({});
+  Trainer trainer(s.config, s.weights, s.options, *collectives);
+  for (int step = 0; step < 5; ++step) trainer.preference_step(s.mini_batches[0]);
+  TempDir dir;
+  write_byte_level_tokenizer(dir.path() + "/tokenizer", {"<|endoftext|>", "<|im_start|>", "<|im_end|>"});
+  trainer.export_policy(dir.path() + "/rm", dir.path() + "/tokenizer");
+
+  RewardConfig config;
+  config.model = dir.path() + "/rm";
+  config.batch_size = 5;  // other batches than the trainer's micro-batches: padding must not matter
+  const std::unique_ptr<RewardScorer> served = make_model_reward_scorer(config);
+  const std::vector<TrainingSample>& samples = s.mini_batches[0];
+  const std::vector<float> trained = trainer.reward_scores(samples);
+  // The served scorer reads the prompt as text: an empty prompt and the whole sequence as
+  // the response gives it exactly the tokens the trainer read.
+  const std::string empty;
+  const std::map<std::string, std::string> row;
+  std::vector<std::vector<int32_t>> sequences;
+  for (const TrainingSample& t : samples) {
+    sequences.push_back(t.prompt);
+    sequences.back().insert(sequences.back().end(), t.response.begin(), t.response.end());
+  }
+  std::vector<RewardInput> inputs;
+  for (const auto& ids : sequences) inputs.push_back(RewardInput{empty, empty, ids, row});
+  const std::vector<RewardOutcome> outcomes = served->score(inputs);
+  REQUIRE(outcomes.size() == samples.size());
+  double largest = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    INFO("sample " << i);
+    REQUIRE(outcomes[i].error.empty());
+    largest = std::max(largest, std::abs(static_cast<double>(trained[i])));
+    // The same float32 forward (PolicyModel) on the same tokens; only the batch's padding
+    // and shapes differ, which reorder no sum along a sequence: within 1e-5.
+    CHECK(std::abs(outcomes[i].result.score - trained[i]) <= 1e-5);
+  }
+  CHECK(largest > 1e-3);  // the head trained away from 0: the comparison means something
+  // A directory that is not a reward model is refused, naming it.
+  config.model = dir.path() + "/tokenizer";
+  CHECK_THROWS_AS(make_model_reward_scorer(config), Error);
 }

@@ -1,0 +1,29 @@
+// A trained reward model as a reward (reward: [{model: DIR}]): DIR is a Hugging Face
+// *ForSequenceClassification directory with one label, as `tandem train-rm` exports it
+// (config.json, the trunk's weights, score.weight [1, hidden], the tokenizer). Each sample
+// is scored as the reward model was trained: the prompt's tokens (its text encoded with
+// DIR's tokenizer) then the response's tokens, read at the last token through the final
+// norm and the score head. Forward passes of `batch_size` samples, without gradients, on
+// the scoring thread (so during generation with rollout.score_while_generating), in
+// float32 on the CPU.
+#pragma once
+
+#include "actor/tokenizer.h"
+#include "core/config.h"
+#include "rewards/scoring.h"
+
+#include <memory>
+#include <string>
+
+namespace tandem {
+
+// Loads DIR (errors name it: not a sequence classifier, no score.weight or one of the
+// wrong shape, a missing tensor).
+std::unique_ptr<RewardScorer> make_model_reward_scorer(const RewardConfig& config);
+
+// The policy's token ids must mean the same to the reward model: its tokenizer must encode
+// as the policy's does. An Error says what differs (the vocabulary size, or a probe text's
+// ids).
+void check_same_tokenizer(const std::string& reward_model_dir, const Tokenizer& policy);
+
+}  // namespace tandem
