@@ -332,7 +332,8 @@ template <class V> void describe(V& v, RewardConfig& c) {
           "http: attempts after the first when the server cannot be reached, times out, or answers 429 or 5xx "
           "(backoff 0.5 s, doubling)");
   v.field("batch_size", c.batch_size, at_least(0),
-          "http: samples per request; 0: the step's samples split evenly over `workers` requests");
+          "http: samples per request (0: the step's samples split evenly over `workers` requests); model: samples "
+          "per forward (0: 32)");
   v.field("weight", c.weight, any_number(), "weight in the summed reward");
   v.field("on_error", c.on_error, one_of({"fail", "fallback"}),
           "a throw or non-finite score: fail stops the run; fallback scores fallback_score (counted)");

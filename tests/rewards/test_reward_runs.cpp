@@ -111,7 +111,7 @@ TEST_CASE("python rewards and chat data that cannot work are refused before anyt
       {"missing file", "{train: data/rows.jsonl, batch_size: 1}", "[{python: rewards/nope.py}]",
        "reward.0.python"},
       {"python and plugin", "{train: data/rows.jsonl, batch_size: 1}",
-       "[{python: rewards/ok.py, plugin: libx.so}]", "reward.0.python: a reward is one of: a Python file (python), a plugin's (plugin), a server (http)"},
+       "[{python: rewards/ok.py, plugin: libx.so}]", "reward.0.python: a reward is one of: a Python file (python), a plugin's (plugin), a server (http), a reward model (model)"},
       {"python settings on a C++ reward", "{train: data/rows.jsonl, batch_size: 1}",
        "[{name: math_answer, timeout_s: 3}]", "reward.0.timeout_s: only python and http rewards read timeout_s"},
       {"http URL", "{train: data/rows.jsonl, batch_size: 1}", "[{http: \"localhost:8000/score\"}]",
