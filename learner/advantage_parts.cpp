@@ -53,6 +53,11 @@ Groups make_groups(const at::Tensor& r, int64_t n) {
   return g;
 }
 
+at::Tensor group_variance(const at::Tensor& rewards) {
+  const at::Tensor centred = rewards - rewards.mean(1, true);
+  return centred.pow(2).sum(1, true) / static_cast<double>(rewards.size(1) - 1);
+}
+
 // Group-relative advantage [G, n] → [B], exactly 0 for groups of equal rewards (their
 // float64 mean can be an ulp off, and ulp / eps is not 0).
 at::Tensor finish_groups(const at::Tensor& advantages, const Groups& g) {

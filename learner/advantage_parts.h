@@ -35,6 +35,9 @@ struct Groups {
 // r [B] float64 → [B / n, n] groups.
 Groups make_groups(const at::Tensor& r, int64_t n);
 
+// [G, 1]: each group's variance with Bessel's correction (n - 1), as torch.var.
+at::Tensor group_variance(const at::Tensor& rewards);
+
 // Group-relative advantage [G, n] → [B], exactly 0 for groups of equal rewards (their
 // float64 mean can be an ulp off, and ulp / eps is not 0).
 at::Tensor finish_groups(const at::Tensor& advantages, const Groups& g);

@@ -18,8 +18,7 @@ AdvantageResult group_mean_advantages(const AdvantageInputs& in, bool divide_by_
   Groups g = make_groups(sequence_rewards(in, batch), in.group_size);
   at::Tensor centred = g.rewards - g.rewards.mean(1, true);  // [G, n]
   if (divide_by_std) {
-    at::Tensor std = (centred.pow(2).sum(1, true) / static_cast<double>(in.group_size - 1)).sqrt();  // [G, 1]
-    centred = centred / (std + eps);
+    centred = centred / (group_variance(g.rewards).sqrt() + eps);
   }
   return {broadcast_over_tokens(finish_groups(centred, g), batch, result_dtype(in)), at::Tensor()};
 }

@@ -31,6 +31,20 @@ namespace tandem {
 
 namespace {
 
+// A TrainResult reply: learner_train's and learner_preference_step's.
+std::string train_result_body(const std::vector<std::pair<std::string, double>>& entries, int64_t optimizer_steps,
+                              int64_t tokens) {
+  return encode_body<wire::TrainResult>([&](wire::TrainResult::Builder out) {
+    auto list = out.initMetrics(static_cast<unsigned>(entries.size()));
+    for (size_t i = 0; i < entries.size(); ++i) {
+      list[static_cast<unsigned>(i)].setName(entries[i].first);
+      list[static_cast<unsigned>(i)].setValue(entries[i].second);
+    }
+    out.setOptimizerSteps(optimizer_steps);
+    out.setTokens(tokens);
+  });
+}
+
 // One rank's state between commands; the executor thread runs commands one at a time.
 struct LearnerState {
   std::function<void(const Config&)> prepare;
@@ -109,17 +123,7 @@ struct LearnerState {
   CommandResult train(const CommandMsg& command, const std::vector<std::string>& attachments) {
     Trainer& t = require_trainer(command.name);
     const UpdateMetrics metrics = t.train(decode_training_batch(command.body, attachments, command.name));
-    const auto entries = metrics.entries();
-    return {encode_body<wire::TrainResult>([&](wire::TrainResult::Builder out) {
-              auto list = out.initMetrics(static_cast<unsigned>(entries.size()));
-              for (size_t i = 0; i < entries.size(); ++i) {
-                list[static_cast<unsigned>(i)].setName(entries[i].first);
-                list[static_cast<unsigned>(i)].setValue(entries[i].second);
-              }
-              out.setOptimizerSteps(t.optimizer_steps());
-              out.setTokens(metrics.tokens);
-            }),
-            {}};
+    return {train_result_body(metrics.entries(), t.optimizer_steps(), metrics.tokens), {}};
   }
 
   // One supervised warm-up step on one mini-batch; the samples' per-token fields are ignored.
@@ -146,15 +150,7 @@ struct LearnerState {
     const std::vector<std::pair<std::string, double>> entries = {
         {"rm/loss", m.loss}, {"rm/accuracy", m.accuracy}, {"rm/margin", m.margin},
         {"rm/pairs", m.pairs}, {"rm/grad_norm", m.grad_norm}, {"rm/lr", m.lr}};
-    return {encode_body<wire::TrainResult>([&](wire::TrainResult::Builder out) {
-              auto list = out.initMetrics(static_cast<unsigned>(entries.size()));
-              for (size_t i = 0; i < entries.size(); ++i) {
-                list[static_cast<unsigned>(i)].setName(entries[i].first);
-                list[static_cast<unsigned>(i)].setValue(entries[i].second);
-              }
-              out.setOptimizerSteps(t.optimizer_steps());
-            }),
-            {}};
+    return {train_result_body(entries, t.optimizer_steps(), 0), {}};
   }
 
   // The reward model's score of each sample: one float32 frame.

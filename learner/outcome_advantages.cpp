@@ -12,24 +12,11 @@ namespace tandem {
 
 using namespace advantage_parts;
 
-namespace {
-
-// [G, 1]: the group's std with Bessel's correction, as torch.std.
-at::Tensor group_std(const at::Tensor& rewards) {
-  const at::Tensor centred = rewards - rewards.mean(1, true);
-  return (centred.pow(2).sum(1, true) / static_cast<double>(rewards.size(1) - 1)).sqrt();
-}
-
-}  // namespace
-
 AdvantageResult grpo_vectorized_advantages(const AdvantageInputs& in, const AdvantageParams& params) {
   Batch batch = check_inputs(in, "grpo_vectorized", /*needs_group=*/true, /*needs_values=*/false);
   Groups g = make_groups(sequence_rewards(in, batch), in.group_size);
   at::Tensor centred = g.rewards - g.rewards.mean(1, true);
-  if (params.normalize_std) {
-    const at::Tensor variance = centred.pow(2).sum(1, true) / static_cast<double>(in.group_size - 1);
-    centred = centred / (variance.clamp_min(params.eps).sqrt() + params.eps);
-  }
+  if (params.normalize_std) centred = centred / (group_variance(g.rewards).clamp_min(params.eps).sqrt() + params.eps);
   return {broadcast_over_tokens(finish_groups(centred, g), batch, result_dtype(in)), at::Tensor()};
 }
 
@@ -43,7 +30,7 @@ AdvantageResult grpo_passk_advantages(const AdvantageInputs& in, const Advantage
   const at::Tensor top = g.rewards.gather(1, best);
   const at::Tensor runner_up = g.rewards.masked_fill(is_best, -INFINITY).amax(1, /*keepdim=*/true);
   at::Tensor margin = top - runner_up;
-  if (params.normalize_std) margin = margin / (group_std(g.rewards) + params.eps);
+  if (params.normalize_std) margin = margin / (group_variance(g.rewards).sqrt() + params.eps);
   const at::Tensor advantages = at::where(is_best, margin.expand_as(g.rewards), at::zeros_like(g.rewards));
   return {broadcast_over_tokens(finish_groups(advantages, g), batch, result_dtype(in)), at::Tensor()};
 }

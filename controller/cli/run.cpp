@@ -237,23 +237,33 @@ void check_reward_model_config(const LoadedConfig& loaded) {
 
 }  // namespace
 
+namespace {
+
+// A new run directory for `command` (run, train-rm), held by this controller until the run
+// ends, then the run. A second controller racing into the same directory finds it taken,
+// or (when the first already ended) finds its config.yaml. `marker`, when not empty, is a
+// file the directory keeps to say what it holds (resume reads it).
+int run_in_new_dir(const Config& c, RunInputs inputs, const std::string& requested_dir, const char* command,
+                   const char* marker) {
+  std::string run_dir = requested_dir.empty() ? default_run_dir(c.experiment.name) : requested_dir;
+  check_run_dir_free(run_dir);
+  create_run_dir(run_dir);
+  const RunDirLock lock = RunDirLock::acquire(run_dir, command);
+  if (std::filesystem::exists(run_dir + "/config.yaml")) check_run_dir_free(run_dir);
+  if (marker != nullptr) write_file_atomic(run_dir + marker, fmt::format("tandem {}: what this run trains\n", command));
+  write_file_atomic(run_dir + "/config.yaml", config_to_yaml(c));
+  return run_in(c, std::move(inputs), run_dir, false);
+}
+
+}  // namespace
+
 int cli_run(const RunArgs& args) {
   // Everything that can be wrong with the request is found before anything is created.
   LoadedConfig loaded = load_config_file(args.config_path, args.overrides);
   RunInputs inputs = check_runnable(loaded);
   check_learner_device_runnable(loaded);
   check_launcher_runnable(loaded);
-  const Config& c = loaded.config;
-  std::string run_dir = args.run_dir.empty() ? default_run_dir(c.experiment.name) : args.run_dir;
-  check_run_dir_free(run_dir);
-
-  create_run_dir(run_dir);
-  // Held until the run ends. A second `tandem run` racing into the same directory finds it
-  // taken, or (when the first already ended) finds its config.yaml.
-  const RunDirLock lock = RunDirLock::acquire(run_dir, "run");
-  if (std::filesystem::exists(run_dir + "/config.yaml")) check_run_dir_free(run_dir);
-  write_file_atomic(run_dir + "/config.yaml", config_to_yaml(c));
-  return run_in(c, std::move(inputs), run_dir, false);
+  return run_in_new_dir(loaded.config, std::move(inputs), args.run_dir, "run", nullptr);
 }
 
 int cli_train_rm(const RunArgs& args) {
@@ -262,15 +272,7 @@ int cli_train_rm(const RunArgs& args) {
   RunInputs inputs = load_reward_model_inputs(loaded);
   check_learner_device_runnable(loaded);
   check_launcher_runnable(loaded);
-  const Config& c = loaded.config;
-  std::string run_dir = args.run_dir.empty() ? default_run_dir(c.experiment.name) : args.run_dir;
-  check_run_dir_free(run_dir);
-  create_run_dir(run_dir);
-  const RunDirLock lock = RunDirLock::acquire(run_dir, "train-rm");
-  if (std::filesystem::exists(run_dir + "/config.yaml")) check_run_dir_free(run_dir);
-  write_file_atomic(run_dir + kRewardModelMarker, "tandem train-rm: this run trains a reward model\n");
-  write_file_atomic(run_dir + "/config.yaml", config_to_yaml(c));
-  return run_in(c, std::move(inputs), run_dir, false);
+  return run_in_new_dir(loaded.config, std::move(inputs), args.run_dir, "train-rm", kRewardModelMarker);
 }
 
 int cli_resume(const ResumeArgs& args) {

@@ -114,6 +114,8 @@ TEST_CASE("KL in the reward: the adaptive coefficient follows Ziegler's update a
   for (const auto& row : whole.metrics) {
     INFO("step " << row.at("step"));
     // The coefficient the step used, then Ziegler's update from the KL it measured.
+    // float64 both sides from the same logged float64 KL (JSON keeps 17 digits): a few ulp
+    // per step, 4 steps, ≈ 1e-15 relative; 1e-12 leaves room.
     CHECK(number(row, "actor/reward_kl_penalty_coeff") == doctest::Approx(coef).epsilon(1e-12));
     const double kl = number(row, "actor/reward_kl_penalty");
     CHECK(kl >= 0);  // k3 per token is >= 0
@@ -179,9 +181,11 @@ TEST_CASE("dynamic sampling trains only on groups whose rewards differ; the over
       const double length = s.at("response_tokens").get<double>();
       const double penalty = std::min(0.0, -(length - 1) / 2 * 0.5);
       penalty_sum += penalty;
+      // float64 sums of two terms, one rounding each side: ≈ 2e-16 relative.
       CHECK(s.at("reward").get<double>() ==
             doctest::Approx(s.at("rewards").at("format").get<double>() + penalty).epsilon(1e-12));
     }
+    // float64 means of at most 16 terms in another order: ≤ 16 ulp ≈ 4e-15 relative.
     CHECK(number(row, "reward/overlong_penalty") == doctest::Approx(penalty_sum / count).epsilon(1e-12));
   }
   CHECK(logged > 0);

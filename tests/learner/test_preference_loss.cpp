@@ -82,9 +82,11 @@ TEST_CASE("Bradley-Terry loss: extreme margins stay finite, ties count as wrong,
   const PreferenceLoss got = preference_loss(chosen, rejected, 3.0);
   got.loss.backward();
   // softplus(-100) ~ 3.7e-44 (0 in float32), softplus(100) = 100, softplus(0) = log 2.
+  // float32: log 2 rounds (u), the sum and the division by 3 add 2 u: 3 u ≈ 2e-7 < 1e-6.
   CHECK(got.loss.item<double>() == doctest::Approx((100.0 + std::log(2.0)) / 3).epsilon(1e-6));
   CHECK(got.accuracy_sum == 1);  // the tie is not a correct pair
   CHECK(at::isfinite(chosen.grad()).all().item<bool>());
+  // -sigmoid(100) / 3: sigmoid rounds to 1 (1 - e^-100 is 1 in float32), / 3 one u.
   CHECK(chosen.grad()[1].item<double>() == doctest::Approx(-1.0 / 3).epsilon(1e-6));
   CHECK_THROWS_AS(preference_loss(chosen.detach(), rejected.detach(), 0.0), Error);
   CHECK_THROWS_AS(preference_loss(chosen.detach(), rejected.detach().narrow(0, 0, 2), 3.0), Error);
