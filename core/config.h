@@ -257,6 +257,14 @@ struct RewardConfig {
   double fallback_score = 0.0;
   std::string pattern;         // format: the regex a response must match
   int64_t max_length = 0;      // length_penalty: tokens allowed before the penalty starts
+  // model: scores become (score - mean) / std, the mean and standard deviation of the
+  // model's scores over its validation answers that config.json records (`mean`, `std`:
+  // tandem train-rm writes them, as OpenRLHF's normalize_reward does).
+  bool normalize = false;
+  // model: subtracted from the score of a sample that does not end with the end of
+  // sequence (cut at max_new_tokens): the model never saw such an answer in training, so
+  // its score means nothing (TRL's missing_eos_penalty). 0: none.
+  double missing_eos_penalty = 0.0;
 };
 
 // The reward a config without a `reward:` list gets.

@@ -178,6 +178,10 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
     }
     if (r.http.empty()) only(r.retries != defaults.retries, "retries", "http");
     if (r.http.empty() && r.model.empty()) only(r.batch_size != defaults.batch_size, "batch_size", "http and model");
+    if (r.model.empty()) {
+      only(r.normalize, "normalize", "model");
+      only(r.missing_eos_penalty != defaults.missing_eos_penalty, "missing_eos_penalty", "model");
+    }
   }
   for (size_t i = 0; i < c.tools.size(); ++i) {
     const ToolConfig& t = c.tools[i];

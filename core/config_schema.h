@@ -334,6 +334,12 @@ template <class V> void describe(V& v, RewardConfig& c) {
   v.field("batch_size", c.batch_size, at_least(0),
           "http: samples per request (0: the step's samples split evenly over `workers` requests); model: samples "
           "per forward (0: 32)");
+  v.field("normalize", c.normalize,
+          "model: score as (score - mean) / std with the mean and std of the model's scores over its validation "
+          "answers, from its config.json (tandem train-rm records them)");
+  v.field("missing_eos_penalty", c.missing_eos_penalty, non_negative(),
+          "model: subtracted from the score (after normalize) of a sample that does not end with the end of "
+          "sequence, which a reward model never saw in training (TRL's missing_eos_penalty); 0: none");
   v.field("weight", c.weight, any_number(), "weight in the summed reward");
   v.field("on_error", c.on_error, one_of({"fail", "fallback"}),
           "a throw or non-finite score: fail stops the run; fallback scores fallback_score (counted)");

@@ -145,4 +145,5 @@ struct ExportRequest {
   dir @0 :Text;
   tokenizerFrom @1 :Text;
   dtype @2 :Text;                # model.dtype: float32 | bfloat16 | float16
+  configExtra @3 :Text;          # a JSON object merged into config.json (train-rm: mean, std); "": none
 }

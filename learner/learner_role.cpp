@@ -277,7 +277,8 @@ struct LearnerState {
     Trainer& t = require_trainer(command.name);
     const std::string dtype = to_string(body->getDtype());  // model.dtype
     t.export_policy(to_string(body->getDir()), to_string(body->getTokenizerFrom()),
-                    dtype == "bfloat16" ? DType::bf16 : dtype == "float16" ? DType::f16 : DType::f32);
+                    dtype == "bfloat16" ? DType::bf16 : dtype == "float16" ? DType::f16 : DType::f32,
+                    to_string(body->getConfigExtra()));
     return {empty_body<wire::Empty>(), {}};
   }
 };

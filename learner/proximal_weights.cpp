@@ -12,9 +12,13 @@ ProximalWeights use_forward_as_proximal(ActorObjectiveInputs& in, const at::Tens
                c10::str(in.logprobs.sizes()));
   const at::Tensor on = stale.gt(0).logical_and(in.mask.gt(0));
   const at::Tensor proximal = in.logprobs.detach();
-  const at::Tensor ratio = at::exp(proximal - in.old_logprobs).masked_fill(on.logical_not(), 1.0);
+  // In float64 and rounded once to float32, as the controller computes the weights it sends
+  // (controller/loop/async_rl.cpp): a float32 exp is the CPU's vector code, within an ulp
+  // or two but not the same on every CPU, so only this makes both paths agree everywhere.
+  const at::Tensor ratio = at::exp(proximal.to(at::kDouble) - in.old_logprobs.to(at::kDouble))
+                               .masked_fill(on.logical_not(), 1.0);
   TANDEM_CHECK(!ratio.isnan().any().item<bool>(), "a stale token's importance weight is NaN");
-  const at::Tensor weights = ratio.clamp_max(is_cap);
+  const at::Tensor weights = ratio.clamp_max(is_cap).to(in.logprobs.scalar_type());
   ProximalWeights out;
   out.tokens = on.sum().item<double>();
   out.weight_sum = weights.masked_select(on).sum().item<double>();

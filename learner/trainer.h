@@ -151,7 +151,9 @@ class Trainer {
   // The policy as a Hugging Face directory (config.json, model.safetensors in `dtype`,
   // and the tokenizer files copied from `tokenizer_dir`), written by rank 0, staged and
   // renamed like a checkpoint; an existing DIR is replaced. All ranks call it (fsdp gathers).
-  void export_policy(const std::string& dir, const std::string& tokenizer_dir, DType dtype = DType::f32);
+  // `config_extra`: a JSON object whose keys config.json gets too ("": none).
+  void export_policy(const std::string& dir, const std::string& tokenizer_dir, DType dtype = DType::f32,
+                     const std::string& config_extra = "");
 
  private:
   struct Impl;

@@ -171,7 +171,8 @@ void Trainer::save_checkpoint(const std::string& dir, const std::string& tokeniz
   m.collectives.barrier();
 }
 
-void Trainer::export_policy(const std::string& dir, const std::string& tokenizer_dir, DType dtype) {
+void Trainer::export_policy(const std::string& dir, const std::string& tokenizer_dir, DType dtype,
+                            const std::string& config_extra) {
   Impl& m = *impl_;
   std::vector<WeightTensor> head;
   ModelWeights weights = m.full_weights(m.options.reward_model ? &head : nullptr);  // collective under fsdp
@@ -185,6 +186,12 @@ void Trainer::export_policy(const std::string& dir, const std::string& tokenizer
     if (m.options.reward_model) {
       config_json = reward_model_config_json(config_json);
       weights = reward_model_weights(weights, head);
+    }
+    if (!config_extra.empty()) {
+      nlohmann::ordered_json merged = nlohmann::ordered_json::parse(config_json);
+      const nlohmann::ordered_json extra = nlohmann::ordered_json::parse(config_extra);
+      for (const auto& [key, value] : extra.items()) merged[key] = value;
+      config_json = merged.dump(2) + "\n";
     }
     write_file_atomic(staging + "/config.json", config_json);
     save_model_weights(staging, weights, dtype);

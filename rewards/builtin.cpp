@@ -157,7 +157,9 @@ RewardResult math_answer_reward(const RewardInput& in) {
   const std::optional<std::string> answer = extract_math_answer(in.response);
   const std::optional<double> got = answer ? parse_math_number(*answer) : std::nullopt;
   const bool correct = got && std::abs(*got - *expected) <= 1e-6 * std::max(1.0, std::abs(*expected));
-  return {correct ? 1.0 : 0.0, {{"found", answer ? 1.0 : 0.0}}};
+  // `correct` repeats the score as a part: parts are logged unweighted, so a weight-0
+  // math_answer next to another reward (a reward model) still reports true accuracy.
+  return {correct ? 1.0 : 0.0, {{"found", answer ? 1.0 : 0.0}, {"correct", correct ? 1.0 : 0.0}}};
 }
 
 RewardFn make_format_reward(const std::string& pattern) {

@@ -4,8 +4,9 @@
 //                0. The response's answer is the last \boxed{...}, else the text after
 //                the last "####", else the last number in the response. Numbers may
 //                carry a sign, a decimal point and thousands commas; "3/4" style
-//                fractions are compared as their value. Sub-score: found (an answer
-//                was extracted).
+//                fractions are compared as their value. Sub-scores: found (an answer
+//                was extracted) and correct (the score again, unweighted, for a
+//                math_answer kept at weight 0 as a monitor).
 //   format       1 when the whole response matches the config's `pattern`, else 0. The
 //                pattern is a PCRE2 regular expression (Perl/ECMAScript syntax: classes,
 //                groups, alternation, quantifiers, lookarounds), UTF-8 aware, matched

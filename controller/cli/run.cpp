@@ -285,15 +285,16 @@ int cli_resume(const ResumeArgs& args) {
   LoadedConfig loaded = load_config_file(config_path, args.overrides);
   const int64_t steps = loaded.config.experiment.steps;
   const std::optional<int64_t> finished = finished_steps(args.run_dir);
+  const bool reward_model = std::filesystem::exists(args.run_dir + kRewardModelMarker);
   if (finished && *finished >= steps) {
     std::fprintf(stderr,
-                 "tandem: %s is finished (%lld steps; the policy is in %s/policy); to train longer: tandem resume "
+                 "tandem: %s is finished (%lld steps; the %s is in %s/%s); to train longer: tandem resume "
                  "%s --set experiment.steps=N with N > %lld\n",
-                 args.run_dir.c_str(), static_cast<long long>(*finished), args.run_dir.c_str(), args.run_dir.c_str(),
+                 args.run_dir.c_str(), static_cast<long long>(*finished), reward_model ? "reward model" : "policy",
+                 args.run_dir.c_str(), reward_model ? "reward_model" : "policy", args.run_dir.c_str(),
                  static_cast<long long>(*finished));
     return 0;
   }
-  const bool reward_model = std::filesystem::exists(args.run_dir + kRewardModelMarker);
   if (reward_model) check_reward_model_config(loaded);
   RunInputs inputs = reward_model ? load_reward_model_inputs(loaded) : check_runnable(loaded);
   check_learner_device_runnable(loaded);

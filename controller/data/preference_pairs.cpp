@@ -49,8 +49,61 @@ std::string prompt_text(const nlohmann::ordered_json& prompt, const PreferenceEn
   }
 }
 
+// builtin:addition1_pairs: for every single-digit sum "a+b=" (100 prompts), the right sum
+// chosen over each of the 18 other numbers 0..18, over four numbers 19..99, over the sum
+// with 1 to 3 stray characters after it (twice), over 1 to 4 stray characters, and over
+// the empty answer: 2,600 pairs,
+// shuffled, strays drawn with a fixed seed. A preference a checker can verify, so a
+// reward model's accuracy and a policy trained on its scores can both be measured against
+// the truth (math_answer on builtin:addition1). Every wrong number appears because the
+// policy's own mistakes are near misses a sampled set may never show the model; the
+// malformed answers are what a policy drifts to first against a reward model that never
+// saw any (it learns to emit junk the model happens to score high).
+std::string addition1_pair_lines() {
+  std::mt19937_64 rng(20261128);
+  auto stray = [&](uint64_t count) {
+    std::string text;
+    for (uint64_t i = 0; i < count; ++i) text += static_cast<char>(33 + rng() % 94);  // printable ASCII, no space
+    return text;
+  };
+  std::vector<std::string> lines;
+  for (int a = 0; a <= 9; ++a) {
+    for (int b = 0; b <= 9; ++b) {
+      const std::string prompt = fmt::format("{}+{}=", a, b), sum = std::to_string(a + b);
+      std::vector<std::string> rejected;
+      for (int n = 0; n <= 18; ++n) {
+        if (n != a + b) rejected.push_back(std::to_string(n));
+      }
+      for (int k = 0; k < 4; ++k) rejected.push_back(std::to_string(19 + rng() % 81));  // two digits, beyond any sum
+      rejected.push_back(sum + stray(1 + rng() % 3));
+      rejected.push_back(sum + stray(1 + rng() % 3));
+      std::string junk = stray(1 + rng() % 4);
+      while (junk == sum) junk = stray(1 + rng() % 4);  // a stray digit may spell the sum itself
+      rejected.push_back(junk);
+      rejected.push_back("");
+      for (const std::string& wrong : rejected) {
+        lines.push_back(nlohmann::json{{"prompt", prompt}, {"chosen", sum}, {"rejected", wrong}}.dump());
+      }
+    }
+  }
+  std::shuffle(lines.begin(), lines.end(), rng);
+  std::string text;
+  for (const std::string& line : lines) text += line + "\n";
+  return text;
+}
+
+// The JSONL text of a built-in preference set, or an Error listing the built-in ones.
+std::string builtin_pair_lines(const std::string& spec) {
+  if (spec == "builtin:addition1_pairs") return addition1_pair_lines();
+  throw UsageError(fmt::format("unknown built-in preference set \"{}\"; built-in: builtin:addition1_pairs", spec));
+}
+
 // An answer's text: a string, or a list of exactly one assistant message.
-std::string answer_text(const nlohmann::ordered_json& row, const char* field, const std::string& where) {
+// Empty only where an end-of-sequence token follows it: the sample of a policy that ended at
+// once (a reward model should learn to rank it); without one the sequence would be the
+// prompt alone.
+std::string answer_text(const nlohmann::ordered_json& row, const char* field, const std::string& where,
+                        bool empty_allowed) {
   if (!row.contains(field)) throw UsageError(fmt::format("{}: no \"{}\" field", where, field));
   const nlohmann::ordered_json& answer = row.at(field);
   std::string text;
@@ -66,7 +119,11 @@ std::string answer_text(const nlohmann::ordered_json& row, const char* field, co
                                  where, field, answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
                                                    .substr(0, 120)));
   }
-  if (text.empty()) throw UsageError(fmt::format("{}: \"{}\" is empty", where, field));
+  if (text.empty() && !empty_allowed) {
+    throw UsageError(fmt::format("{}: \"{}\" is empty (and the model has no end-of-sequence token to stand for an "
+                                 "empty answer)",
+                                 where, field));
+  }
   return text;
 }
 
@@ -75,10 +132,14 @@ std::string answer_text(const nlohmann::ordered_json& row, const char* field, co
 PreferenceSet load_preference_pairs(const std::string& path, const PreferenceEncoding& e) {
   TANDEM_CHECK(e.tokenizer != nullptr, "load_preference_pairs: no tokenizer");
   std::string text;
-  try {
-    text = read_input_file(path, kMaxPreferenceBytes);
-  } catch (const Error& error) {
-    throw UsageError(fmt::format("{}: cannot read the preference pairs: {}", path, error.what()));
+  if (path.rfind("builtin:", 0) == 0) {
+    text = builtin_pair_lines(path);
+  } else {
+    try {
+      text = read_input_file(path, kMaxPreferenceBytes);
+    } catch (const Error& error) {
+      throw UsageError(fmt::format("{}: cannot read the preference pairs: {}", path, error.what()));
+    }
   }
   PreferenceSet set;
   set.source = path;
@@ -98,7 +159,7 @@ PreferenceSet load_preference_pairs(const std::string& path, const PreferenceEnc
     pair.prompt_tokens = static_cast<int64_t>(prompt.size());
     pair.where = where;
     for (auto [field, out] : {std::pair{"chosen", &pair.chosen}, std::pair{"rejected", &pair.rejected}}) {
-      const std::vector<int32_t> answer = e.tokenizer->encode(answer_text(row, field, where));
+      const std::vector<int32_t> answer = e.tokenizer->encode(answer_text(row, field, where, e.end_of_sequence >= 0));
       *out = prompt;
       out->insert(out->end(), answer.begin(), answer.end());
       if (e.end_of_sequence >= 0) out->push_back(e.end_of_sequence);

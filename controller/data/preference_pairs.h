@@ -42,7 +42,9 @@ struct PreferenceEncoding {
   int64_t max_length = 0;       // tokens of a whole sequence; longer pairs are skipped and counted
 };
 
-// Reads and encodes `path`. Errors name the file and line: not JSON, not an object, a
+// Reads and encodes `path`, a JSONL file or a built-in set (builtin:addition1_pairs: 2,600
+// pairs, each single-digit sum's right answer chosen over every other number 0..18, four
+// of 19..99 and malformed answers). Errors name the file and line: not JSON, not an object, a
 // missing or empty field, a field of the wrong type, an answer list that is not one
 // assistant message, a template that fails; so is a file with no pair, or one whose every
 // pair is over max_length (those are otherwise left out and counted).

@@ -7,6 +7,8 @@
 #include "controller/workers/learner_client.h"
 #include "core/log.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <cstring>
 
@@ -28,6 +30,22 @@ void append_pair(const PreferencePair& pair, std::vector<TrainingSample>& out) {
 
 // -log sigmoid(m) in float64 without overflow.
 double pair_loss(double margin) { return margin > 0 ? std::log1p(std::exp(-margin)) : -margin + std::log1p(std::exp(margin)); }
+
+struct ScoreStatistics {
+  double mean = 0, std = 0;
+};
+
+// The mean and (population) standard deviation of the scores, in float64, two passes.
+ScoreStatistics score_statistics(const std::vector<float>& scores) {
+  ScoreStatistics s;
+  if (scores.empty()) return s;
+  for (float x : scores) s.mean += x;
+  s.mean /= static_cast<double>(scores.size());
+  double squares = 0;
+  for (float x : scores) squares += (x - s.mean) * (x - s.mean);
+  s.std = std::sqrt(squares / static_cast<double>(scores.size()));
+  return s;
+}
 
 }  // namespace
 
@@ -76,8 +94,7 @@ void TrainingLoop::run_reward_model_step(int64_t step) {
   log::info("step {}: reward model loss {:.4f}, accuracy {:.3f}, step {:.2f}s", step, loss, accuracy, step_s);
 }
 
-MetricRow TrainingLoop::evaluate_reward_model(int64_t step) {
-  const Clock::time_point start = Clock::now();
+std::vector<float> TrainingLoop::reward_model_val_scores() {
   std::vector<size_t> all(rm_val_->pairs.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
   const std::vector<std::vector<TrainingSample>> shares = pair_shares(*rm_val_, all);
@@ -88,31 +105,48 @@ MetricRow TrainingLoop::evaluate_reward_model(int64_t step) {
         request(learner_worker(c_, r), "learner_reward_scores", std::move(batch.body), std::move(batch.attachments)));
   }
   const std::vector<CommandReply> replies = collect(std::move(requests));
-  double loss = 0, correct = 0, margin = 0, pairs = 0;
+  std::vector<float> scores;
   for (size_t r = 0; r < replies.size(); ++r) {
     TANDEM_CHECK(!replies[r].attachments.empty(), "learner_reward_scores reply: no frame");
     const std::string& frame = replies[r].attachments[0];
     TANDEM_CHECK(frame.size() == shares[r].size() * sizeof(float),
                  "learner_reward_scores reply: {} bytes for {} samples", frame.size(), shares[r].size());
-    std::vector<float> scores(shares[r].size());
-    std::memcpy(scores.data(), frame.data(), frame.size());
-    for (size_t p = 0; p + 1 < scores.size(); p += 2) {
-      const double m = static_cast<double>(scores[p]) - scores[p + 1];
-      TANDEM_CHECK(std::isfinite(m), "step {}: a validation pair's score is not finite", step);
-      loss += pair_loss(m);
-      correct += m > 0 ? 1 : 0;
-      margin += m;
-      pairs += 1;
-    }
+    const size_t at = scores.size();
+    scores.resize(at + shares[r].size());
+    std::memcpy(scores.data() + at, frame.data(), frame.size());
   }
+  return scores;
+}
+
+MetricRow TrainingLoop::evaluate_reward_model(int64_t step) {
+  const Clock::time_point start = Clock::now();
+  const std::vector<float> scores = reward_model_val_scores();
+  double loss = 0, correct = 0, margin = 0, pairs = 0;
+  for (size_t p = 0; p + 1 < scores.size(); p += 2) {
+    const double m = static_cast<double>(scores[p]) - scores[p + 1];
+    TANDEM_CHECK(std::isfinite(m), "step {}: a validation pair's score is not finite", step);
+    loss += pair_loss(m);
+    correct += m > 0 ? 1 : 0;
+    margin += m;
+    pairs += 1;
+  }
+  const ScoreStatistics stats = score_statistics(scores);
   const MetricRow row = {{"val/rm_loss", loss / pairs},
                          {"val/rm_accuracy", correct / pairs},
                          {"val/rm_margin", margin / pairs},
                          {"val/pairs", pairs},
+                         {"val/rm_score_mean", stats.mean},
+                         {"val/rm_score_std", stats.std},
                          {"time/eval_s", seconds_since(start)}};
   if (progress_) progress_->note(fmt::format("step {}: validation accuracy {:.3f}, loss {:.4f} ({} pairs)", step,
                                              correct / pairs, loss / pairs, pairs));
   return row;
+}
+
+std::string TrainingLoop::reward_model_export_config() {
+  const ScoreStatistics stats = score_statistics(reward_model_val_scores());
+  // The names OpenRLHF's reward models carry: a served model's `normalize` reads them.
+  return nlohmann::json{{"mean", stats.mean}, {"std", stats.std}}.dump();
 }
 
 }  // namespace tandem::training

@@ -184,6 +184,11 @@ class TrainingLoop {
   bool reward_model() const { return rm_train_.has_value(); }
   void run_reward_model_step(int64_t step);
   MetricRow evaluate_reward_model(int64_t step);
+  // Every validation answer's score from the learners, pairs whole (chosen, then rejected).
+  std::vector<float> reward_model_val_scores();
+  // What the export's config.json adds: `mean` and `std` of the final model's scores over
+  // the validation answers (JSON object), for reward.N.normalize.
+  std::string reward_model_export_config();
   // Pairs `indices` of `set` as training samples, chosen then rejected, dealt to the
   // learner ranks whole (contiguous shares).
   std::vector<std::vector<TrainingSample>> pair_shares(const PreferenceSet& set, const std::vector<size_t>& indices) const;

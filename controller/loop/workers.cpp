@@ -360,7 +360,8 @@ int64_t TrainingLoop::recover_learners(const LearnerLost& lost) {
 void TrainingLoop::export_policy() {
   // A reward model is a sequence classifier (Trainer::export_policy writes it so).
   const std::string dir = run_dir_ + (reward_model() ? "/reward_model" : "/policy");
-  call_learners("learner_export", learner_client::export_body(dir, model_dir_, c_.model.dtype));
+  const std::string config_extra = reward_model() ? reward_model_export_config() : "";
+  call_learners("learner_export", learner_client::export_body(dir, model_dir_, c_.model.dtype, config_extra));
 }
 
 }  // namespace tandem::training

@@ -4,12 +4,18 @@
 #include "actor/model_weights.h"
 #include "actor/policy_torch.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/safetensors.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <mutex>
 
 namespace tandem {
@@ -18,7 +24,12 @@ namespace {
 
 class ModelRewardScorer : public RewardScorer {
  public:
-  explicit ModelRewardScorer(const RewardConfig& c) : dir_(c.model), batch_size_(c.batch_size > 0 ? c.batch_size : 32) {
+  explicit ModelRewardScorer(const RewardConfig& c)
+      : dir_(c.model), batch_size_(c.batch_size > 0 ? c.batch_size : 32), missing_eos_penalty_(c.missing_eos_penalty) {
+    TANDEM_CHECK(std::filesystem::is_directory(dir_),
+                 "{}: no such directory (a reward model is the directory `tandem train-rm` exports to "
+                 "RUN_DIR/reward_model: train it first)",
+                 dir_);
     config_ = read_model_config(dir_ + "/config.json");
     SafetensorsModel file = SafetensorsModel::open_directory(dir_);
     TANDEM_CHECK(file.contains("score.weight"),
@@ -47,6 +58,7 @@ class ModelRewardScorer : public RewardScorer {
     check_weights(config_, weights, dir_);
     model_ = std::make_unique<PolicyModel>(config_, weights, at::kFloat);
     tokenizer_ = load_tokenizer(dir_);
+    if (c.normalize) read_score_statistics();
   }
 
   std::vector<RewardOutcome> score(const std::vector<RewardInput>& inputs) override {
@@ -65,9 +77,11 @@ class ModelRewardScorer : public RewardScorer {
       }
       const at::Tensor scores = sequence_scores(sequences);
       for (int64_t i = 0; i < scores.size(0); ++i) {
-        const double s = scores[i].item<double>();
+        const RewardInput& in = inputs[begin + static_cast<size_t>(i)];
+        const bool ended = !in.response_ids.empty() && is_end_of_sequence(in.response_ids.back());
+        const double s = (scores[i].item<double>() - mean_) / std_ - (ended ? 0.0 : missing_eos_penalty_);
         if (std::isfinite(s)) {
-          out.push_back({RewardResult{s, {}}, ""});
+          out.push_back({RewardResult{s, {{"missing_eos", ended ? 0.0 : 1.0}}}, ""});
         } else {
           out.push_back({RewardResult{}, fmt::format("the reward model {} scored {}", dir_, s)});
         }
@@ -77,6 +91,28 @@ class ModelRewardScorer : public RewardScorer {
   }
 
  private:
+  bool is_end_of_sequence(int32_t id) const {
+    return std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), id) != config_.eos_token_ids.end();
+  }
+
+  // reward.N.normalize: the mean and standard deviation config.json records (tandem train-rm
+  // writes them over its validation answers; OpenRLHF's normalize_reward uses the same keys).
+  void read_score_statistics() {
+    const nlohmann::json config = nlohmann::json::parse(read_file(dir_ + "/config.json").value_or(""), nullptr, false);
+    const auto number = [&](const char* key) -> double {
+      TANDEM_CHECK(config.is_object() && config.contains(key) && config.at(key).is_number(),
+                   "{}/config.json has no number \"{}\": normalize needs the mean and std of the model's scores "
+                   "(tandem train-rm records them; or set normalize: false)",
+                   dir_, key);
+      return config.at(key).get<double>();
+    };
+    mean_ = number("mean");
+    std_ = number("std");
+    TANDEM_CHECK(std::isfinite(mean_) && std::isfinite(std_) && std_ > 0,
+                 "{}/config.json: mean {} and std {} cannot normalize scores (std must be finite and above 0)", dir_,
+                 mean_, std_);
+  }
+
   // [B] float32: each sequence's last token through the final norm and the score head.
   at::Tensor sequence_scores(const std::vector<std::vector<int32_t>>& sequences) const {
     const TokenLayout layout = padded_layout(sequences);
@@ -91,6 +127,8 @@ class ModelRewardScorer : public RewardScorer {
   ModelConfig config_;
   std::unique_ptr<PolicyModel> model_;
   at::Tensor score_;
+  double missing_eos_penalty_;
+  double mean_ = 0, std_ = 1;  // normalize: scores become (s - mean_) / std_
   std::unique_ptr<Tokenizer> tokenizer_;
   std::mutex mutex_;
 };

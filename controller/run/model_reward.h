@@ -5,7 +5,8 @@
 // DIR's tokenizer) then the response's tokens, read at the last token through the final
 // norm and the score head. Forward passes of `batch_size` samples, without gradients, on
 // the scoring thread (so during generation with rollout.score_while_generating), in
-// float32 on the CPU.
+// float32 on the CPU. With `normalize`, each score s becomes (s - mean) / std, config.json's
+// `mean` and `std` (train-rm's statistics of its validation answers' scores).
 #pragma once
 
 #include "actor/tokenizer.h"
@@ -18,7 +19,7 @@
 namespace tandem {
 
 // Loads DIR (errors name it: not a sequence classifier, no score.weight or one of the
-// wrong shape, a missing tensor).
+// wrong shape, a missing tensor; with normalize, no usable mean and std in config.json).
 std::unique_ptr<RewardScorer> make_model_reward_scorer(const RewardConfig& config);
 
 // The policy's token ids must mean the same to the reward model: its tokenizer must encode

@@ -109,9 +109,11 @@ SnapshotLoaded read_snapshot_loaded(const CommandReply& reply) {
   return {body->getLoaded(), to_string(body->getProblem())};
 }
 
-std::string export_body(const std::string& dir, const std::string& tokenizer_from, const std::string& dtype) {
+std::string export_body(const std::string& dir, const std::string& tokenizer_from, const std::string& dtype,
+                        const std::string& config_extra) {
   return encode_body<wire::ExportRequest>([&](wire::ExportRequest::Builder out) {
     out.setDir(dir);
+    out.setConfigExtra(config_extra);
     out.setTokenizerFrom(tokenizer_from);
     out.setDtype(dtype);
   });

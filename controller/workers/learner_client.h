@@ -70,6 +70,8 @@ struct SnapshotLoaded {
   std::string problem;  // why not
 };
 SnapshotLoaded read_snapshot_loaded(const CommandReply& reply);
-std::string export_body(const std::string& dir, const std::string& tokenizer_from, const std::string& dtype);
+// learner_export; `config_extra`: a JSON object whose keys config.json gets too ("": none).
+std::string export_body(const std::string& dir, const std::string& tokenizer_from, const std::string& dtype,
+                        const std::string& config_extra = "");
 
 }  // namespace tandem::learner_client

@@ -9,6 +9,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include <set>
 #include <string>
 #include <vector>
@@ -94,7 +96,6 @@ TEST_CASE("preference pairs: bad rows are named by file and line") {
       {"[1, 2]", ":1: a row must be a JSON object, got array"},
       {"{\"prompt\": \"a\", \"chosen\": \"b\", \"rejected\": \"c\"}\n{oops", ":2: not valid JSON"},
       {"{\"prompt\": 3, \"chosen\": \"b\", \"rejected\": \"c\"}", ":1: \"prompt\" must be a string or a list"},
-      {"{\"prompt\": \"a\", \"chosen\": \"\", \"rejected\": \"c\"}", ":1: \"chosen\" is empty"},
       {"{\"prompt\": \"a\", \"chosen\": [{\"role\": \"user\", \"content\": \"x\"}], \"rejected\": \"c\"}",
        ":1: \"chosen\" must be a string or a list of one assistant message"},
       {"", ": no preference pair in it"},
@@ -104,6 +105,18 @@ TEST_CASE("preference pairs: bad rows are named by file and line") {
     const std::string path = f.file("bad.jsonl", text);
     CHECK_THROWS_WITH_AS(load_preference_pairs(path, f.encoding), doctest::Contains((path + expected).c_str()), UsageError);
   }
+  // An empty answer is a policy that ended at once: its end-of-sequence token alone. With no
+  // such token it would be the prompt alone, and is refused.
+  const std::string empty = f.file("empty.jsonl", "{\"prompt\": \"a\", \"chosen\": \"b\", \"rejected\": \"\"}");
+  const PreferenceSet with_end = load_preference_pairs(empty, f.encoding);
+  REQUIRE(with_end.pairs.size() == 1);
+  const PreferencePair& pair = with_end.pairs[0];
+  REQUIRE(pair.rejected.size() == static_cast<size_t>(pair.prompt_tokens) + 1);
+  CHECK(std::equal(pair.rejected.begin(), pair.rejected.end() - 1, pair.chosen.begin()));  // the prompt
+  CHECK(pair.rejected.back() == f.encoding.end_of_sequence);
+  f.encoding.end_of_sequence = -1;
+  CHECK_THROWS_WITH_AS(load_preference_pairs(empty, f.encoding), doctest::Contains(":1: \"rejected\" is empty"),
+                       UsageError);
   f.encoding.chat_template.reset();
   const std::string chat = f.file("chat.jsonl", "{\"prompt\": [{\"role\": \"user\", \"content\": \"hi\"}], "
                                                 "\"chosen\": \"a\", \"rejected\": \"b\"}");

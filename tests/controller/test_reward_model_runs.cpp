@@ -1,6 +1,8 @@
 // `tandem train-rm` end to end on real learner workers: a reward model learns a checkable
 // preference (correct sums over wrong ones), exports as a Hugging Face sequence classifier,
-// resumes from a checkpoint to the same numbers, and bad input stops it before it starts.
+// serves as a run's only reward and so raises the policy's true accuracy (the shipped
+// configs/rlhf_*.yaml pipeline), resumes from a checkpoint to the same numbers, and bad
+// input stops it before it starts.
 // The Bradley-Terry loss and the learner's step are checked against float64 and across
 // ranks in tests/learner/test_preference_loss.cpp and test_trainer.cpp.
 #include "core/safetensors.h"
@@ -14,7 +16,6 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,12 +27,11 @@ namespace {
 
 const char* kConfig = R"(experiment: {name: rm, seed: 1, steps: 240, checkpoint_every: 120, eval_every: 80}
 model: {path: "builtin:tiny"}
-reward_model: {train: pairs.jsonl, batch_size: 32, max_length: 64}
+reward_model: {train: "builtin:addition1_pairs", batch_size: 32, max_length: 64}
 learner: {workers: 1, micro_batch_size: 16, optimizer: {lr: 1.0e-3}}
 logging: {console: plain}
 )";
 
-// "a+b=" answered with the sum (chosen) or a number 1 to 3 off it (rejected).
 // The training steps' rows (the first row is the evaluation before training, step 0).
 std::vector<nlohmann::json> step_rows(const std::string& path) {
   std::vector<nlohmann::json> rows;
@@ -41,26 +41,9 @@ std::vector<nlohmann::json> step_rows(const std::string& path) {
   return rows;
 }
 
-std::string sum_pairs(int count, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string text;
-  for (int i = 0; i < count; ++i) {
-    const int a = static_cast<int>(rng() % 10), b = static_cast<int>(rng() % 10), sum = a + b;
-    int wrong = sum + static_cast<int>(rng() % 3) + 1;
-    if (rng() % 2 == 0 && sum >= 3) wrong = sum - static_cast<int>(rng() % 3) - 1;
-    text += nlohmann::json{{"prompt", std::to_string(a) + "+" + std::to_string(b) + "="},
-                           {"chosen", std::to_string(sum)},
-                           {"rejected", std::to_string(wrong)}}
-                .dump() +
-            "\n";
-  }
-  return text;
-}
-
 struct Setup {
   TempDir dir;
   Setup() {
-    write_file_atomic(dir.path() + "/pairs.jsonl", sum_pairs(2000, 7));
     write_file_atomic(dir.path() + "/rm.yaml", kConfig);
   }
   ExitStatus train(const std::string& run, const std::vector<std::string>& sets, const std::string& out) const {
@@ -72,65 +55,147 @@ struct Setup {
 
 }  // namespace
 
-TEST_CASE("train-rm learns correct sums over wrong ones and exports a sequence classifier") {
-  Setup s;
-  REQUIRE(s.train("run", {}, "out.txt").exit_code == 0);
-  const std::string run = s.dir.path() + "/run";
+// Mean of `key` over rows [begin, end) of a run's metrics (steps begin+1 .. end).
+double mean_of(const std::vector<nlohmann::json>& rows, const char* key, size_t begin, size_t end) {
+  double sum = 0;
+  for (size_t i = begin; i < end; ++i) sum += rows.at(i).at(key).get<double>();
+  return sum / static_cast<double>(end - begin);
+}
+
+TEST_CASE("the RLHF pipeline as shipped: train-rm learns correct sums over wrong ones, exports a sequence "
+          "classifier, and GRPO on its scores alone raises the true accuracy") {
+  TempDir dir;
+  const std::string configs = std::string(TANDEM_SOURCE_DIR) + "/configs";
+  const std::string run = dir.path() + "/rm";
+  REQUIRE(run_tandem({"train-rm", configs + "/rlhf_reward_model.yaml", "--run-dir", run, "--set",
+                      "logging.console=plain"},
+                     dir.path() + "/rm.txt", 300)
+              .exit_code == 0);
   const std::vector<nlohmann::json> all = read_json_lines(run + "/metrics.jsonl");
   REQUIRE(all.front().at("step") == 0);  // eval_before_train: the untrained head scores every answer 0
   CHECK(all.front().at("val/rm_accuracy") == 0);
+  CHECK(all.front().at("val/rm_score_std") == 0);
   // Scores exactly 0 (the head is 0): the float64 loss is log1p(e^0) = log 2 to an ulp.
   CHECK(all.front().at("val/rm_loss").get<double>() == doctest::Approx(std::log(2.0)).epsilon(1e-9));
   const std::vector<nlohmann::json> rows = step_rows(run + "/metrics.jsonl");
-  REQUIRE(rows.size() == 240);
+  REQUIRE(rows.size() == 1920);
   // The head starts at 0, so every pair's loss is float32 log 2 (one rounding, u); a mean of
   // 32 of them adds at most 31 roundings of the running sum and one of the division: 33 u
   // relative in any order of addition (u = 2^-24).
   const double u = 1.0 / (1 << 24);
   CHECK(rows.front().at("rm/loss").get<double>() == doctest::Approx(std::log(2.0)).epsilon(33 * u));
-  // The held-out 10% (200 pairs) after 240 steps: at least 90% ranked right, the issue's
-  // bar (chance is 50%). Measured 0.96 on a 2-core EPYC on pairs like these.
+  // The held-out 10% (260 pairs) after 1920 steps: at least 90% ranked right, the issue's
+  // bar (chance is 50%). Measured 0.98 to 0.99 over four seeds on a 2-core EPYC.
   const nlohmann::json& last = rows.back();
   REQUIRE(last.contains("val/rm_accuracy"));
-  CHECK(last.at("val/pairs").get<double>() == 200);
+  CHECK(last.at("val/pairs").get<double>() == 260);
   CHECK(last.at("val/rm_accuracy").get<double>() >= 0.9);
   CHECK(last.at("val/rm_loss").get<double>() < 0.35);
 
-  // A Hugging Face *ForSequenceClassification directory: score.weight [1, hidden], no LM head.
-  const nlohmann::json config = nlohmann::json::parse(read_text(run + "/reward_model/config.json"));
+  // A Hugging Face *ForSequenceClassification directory: score.weight [1, hidden], no LM head,
+  // and the final model's score statistics over the validation answers (the last
+  // evaluation's, same weights and the same forward: equal but for the JSON round trip).
+  const std::string model = run + "/reward_model";
+  const nlohmann::json config = nlohmann::json::parse(read_text(model + "/config.json"));
   CHECK(config.at("architectures") == nlohmann::json::array({"Qwen3ForSequenceClassification"}));
   CHECK(config.at("num_labels") == 1);
   CHECK(config.at("id2label").size() == 1);
-  const auto weights = SafetensorsFile::open(run + "/reward_model/model.safetensors");
+  CHECK(config.at("mean").get<double>() == doctest::Approx(last.at("val/rm_score_mean").get<double>()).epsilon(1e-12));
+  CHECK(config.at("std").get<double>() == doctest::Approx(last.at("val/rm_score_std").get<double>()).epsilon(1e-12));
+  CHECK(config.at("std").get<double>() > 0);
+  const auto weights = SafetensorsFile::open(model + "/model.safetensors");
   REQUIRE(weights->contains("score.weight"));
   CHECK(weights->get("score.weight").shape == std::vector<int64_t>{1, config.at("hidden_size").get<int64_t>()});
   CHECK_FALSE(weights->contains("lm_head.weight"));
   CHECK(weights->contains("model.embed_tokens.weight"));
-  CHECK(std::filesystem::exists(run + "/reward_model/tokenizer.json"));
+  CHECK(std::filesystem::exists(model + "/tokenizer.json"));
 
-  // Served as a run's reward: GRPO on the same sums, scored by the reward model alone.
-  const std::string grpo = s.dir.path() + "/grpo.yaml";
-  write_file_atomic(grpo, "experiment: {name: rm-grpo, seed: 2, steps: 3, checkpoint_every: 0}\n"
-                          "model: {path: \"builtin:tiny\"}\n"
-                          "data: {train: \"builtin:addition1\", batch_size: 4}\n"
-                          "algorithm: {group_size: 4}\n"
-                          "rollout: {workers: 1, max_new_tokens: 3, kv_cache_mb: 8}\n"
-                          "learner: {workers: 1, micro_batch_size: 16}\n"
-                          "reward: [{model: " + run + "/reward_model, batch_size: 8}]\n"
-                          "logging: {console: plain}\n");
-  const std::string out = s.dir.path() + "/grpo.txt";
-  REQUIRE(run_tandem({"run", grpo, "--run-dir", s.dir.path() + "/grpo"}, out, 300).exit_code == 0);
-  for (const nlohmann::json& row : read_json_lines(s.dir.path() + "/grpo/metrics.jsonl")) {
+  // Served as shipped (normalize, missing_eos_penalty 2) and plain, one step on the same
+  // seed from the untrained policy (no warm-up: many samples run to max_new_tokens without
+  // an end of sequence): the same samples, so each shaped score is (raw - mean) / std,
+  // less 2 where the sample did not end, to float64 rounding.
+  const std::string pipeline = configs + "/rlhf_pipeline.yaml";
+  const std::vector<std::string> one_step = {"--set", "reward.0.model=" + model, "--set", "experiment.steps=1",
+                                             "--set", "sft.steps=0", "--set", "logging.console=plain"};
+  auto run_pipeline = [&](const std::string& name, std::vector<std::string> sets) {
+    std::vector<std::string> args = {"run", pipeline, "--run-dir", dir.path() + "/" + name};
+    args.insert(args.end(), sets.begin(), sets.end());
+    const std::string out = dir.path() + "/" + name + ".txt";
+    const ExitStatus status = run_tandem(args, out, 300);
+    INFO(read_text(out));
+    REQUIRE(status.exit_code == 0);
+    return read_json_lines(dir.path() + "/" + name + "/metrics.jsonl");
+  };
+  std::vector<std::string> plain_sets = one_step;
+  plain_sets.insert(plain_sets.end(), {"--set", "reward.0.normalize=false", "--set", "reward.0.missing_eos_penalty=0"});
+  const std::vector<nlohmann::json> plain = run_pipeline("plain", plain_sets);
+  const std::vector<nlohmann::json> shaped = run_pipeline("shaped", one_step);
+  REQUIRE(plain.size() == 1);
+  REQUIRE(shaped.size() == 1);
+  CHECK(plain[0].at("reward/std").get<double>() > 0);  // scores differ between samples
+  const double mean = config.at("mean").get<double>(), std = config.at("std").get<double>();
+  const double unended = shaped[0].at("reward/reward_model/missing_eos").get<double>();
+  CHECK(unended > 0);
+  CHECK(unended == plain[0].at("reward/reward_model/missing_eos").get<double>());
+  CHECK(shaped[0].at("reward/reward_model").get<double>() ==
+        doctest::Approx((plain[0].at("reward/reward_model").get<double>() - mean) / std - 2 * unended).epsilon(1e-9));
+  const std::vector<nlohmann::json> plain_samples = read_json_lines(dir.path() + "/plain/samples.jsonl");
+  const std::vector<nlohmann::json> shaped_samples = read_json_lines(dir.path() + "/shaped/samples.jsonl");
+  REQUIRE(plain_samples.size() == shaped_samples.size());
+  for (size_t i = 0; i < plain_samples.size(); ++i) {
+    INFO(shaped_samples[i].dump());
+    REQUIRE(shaped_samples[i].at("response") == plain_samples[i].at("response"));
+    const bool ended = shaped_samples[i].at("finish_reason") == "stop";
+    CHECK(shaped_samples[i].at("reward_parts").at("reward_model/missing_eos") == (ended ? 0.0 : 1.0));
+    CHECK(shaped_samples[i].at("rewards").at("reward_model").get<double>() ==
+          doctest::Approx((plain_samples[i].at("rewards").at("reward_model").get<double>() - mean) / std -
+                          (ended ? 0.0 : 2.0))
+              .epsilon(1e-9));
+  }
+
+  // The whole pipeline config (sft warm-up, then GRPO) with the reward model as its only
+  // reward: math_answer at weight 0 adds nothing to the reward but reports the truth.
+  const std::vector<nlohmann::json> grpo =
+      run_pipeline("grpo", {"--set", "reward.0.model=" + model, "--set", "logging.console=plain"});
+  REQUIRE(grpo.size() == 150);
+  for (const nlohmann::json& row : grpo) {
     INFO(row.dump());
-    CHECK(std::isfinite(row.at("reward/reward_model").get<double>()));
-    CHECK(row.at("reward/std").get<double>() > 0);  // scores differ between samples
+    CHECK(row.at("reward/math_answer").get<double>() == 0);
+    CHECK(row.at("reward/mean").get<double>() == doctest::Approx(row.at("reward/reward_model").get<double>()));
     CHECK(row.at("reward/fallbacks").get<double>() == 0);
   }
-  // A policy whose tokenizer differs (tiny-tools has four more special tokens) is refused
-  // before anything starts: the reward model would read its ids as other tokens.
-  REQUIRE(run_tandem({"validate", grpo, "--set", "model.path=builtin:tiny-tools"}, out, 120).exit_code == 2);
-  CHECK(read_text(out).find("reward.0.model: the reward model") != std::string::npos);
-  CHECK(read_text(out).find("would read the policy's tokens as other ones") != std::string::npos);
+  // True accuracy, first 10 steps (5,120 samples) against the last 10: math_answer itself as
+  // the reward lifts it by ~0.58 (the quickstart, bench/RESULTS.md); the reward model's
+  // scores, a proxy with its own mistakes, lifted it by 0.18 to 0.35 over four seeds of the
+  // reward model and the run (bench/RESULTS.md). 0.1 is a clear rise: a 10-step mean of
+  // 5,120 samples moves by about 0.01 from sampling alone.
+  const double before = mean_of(grpo, "reward/math_answer/correct", 0, 10);
+  const double after = mean_of(grpo, "reward/math_answer/correct", 140, 150);
+  MESSAGE("true accuracy with the reward model's reward: " << before << " -> " << after);
+  CHECK(after >= before + 0.1);
+
+  // Refused before anything starts: a policy whose tokenizer differs (tiny-tools has four
+  // more special tokens: the reward model would read its ids as other tokens); normalize
+  // on a model without statistics; normalize on a reward that is not a model.
+  const std::string bare = dir.path() + "/bare";
+  std::filesystem::copy(model, bare, std::filesystem::copy_options::recursive);
+  nlohmann::json stripped = config;
+  stripped.erase("mean");
+  write_file_atomic(bare + "/config.json", stripped.dump());
+  const std::string out = dir.path() + "/validate.txt";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"reward.0.model=" + model, "model.path=builtin:tiny-tools"}, "would read the policy's tokens as other ones"},
+      {{"reward.0.model=" + dir.path() + "/none", "reward.0.weight=1"}, "none: no such directory (a reward model is"},
+      {{"reward.0.model=" + bare, "reward.0.normalize=true"}, "has no number \"mean\": normalize needs"},
+      {{"reward.0.model=" + model, "reward.1.normalize=true"}, "reward.1.normalize: only model rewards read normalize"},
+  };
+  for (const auto& [sets, expected] : refused) {
+    INFO(sets[1]);
+    std::vector<std::string> args = {"validate", pipeline};
+    for (const std::string& set : sets) args.insert(args.end(), {"--set", set});
+    CHECK(run_tandem(args, out, 120).exit_code == 2);
+    CHECK(read_text(out).find(expected) != std::string::npos);
+  }
 }
 
 TEST_CASE("train-rm resumes from its checkpoint to the same numbers; bad input stops it before it starts") {
@@ -151,6 +216,10 @@ TEST_CASE("train-rm resumes from its checkpoint to the same numbers; bad input s
     for (const char* key : {"rm/loss", "rm/accuracy", "rm/grad_norm"}) CHECK(resumed[i].at(key) == whole[i].at(key));
   }
   CHECK(resumed[5].at("val/rm_loss") == whole[5].at("val/rm_loss"));
+  // A finished train-rm run says where its reward model is (not a policy).
+  REQUIRE(run_tandem({"resume", s.dir.path() + "/whole"}, s.dir.path() + "/finished.txt", 120).exit_code == 0);
+  CHECK(read_text(s.dir.path() + "/finished.txt").find("the reward model is in " + s.dir.path() + "/whole/reward_model") !=
+        std::string::npos);
 
   // Refused with exit 2 and where: no pairs, a bad row, a batch too small for the ranks.
   write_file_atomic(s.dir.path() + "/bad.jsonl", "{\"prompt\": \"1+1=\", \"chosen\": \"2\"}\n");
