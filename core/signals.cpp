@@ -32,6 +32,10 @@ void install_interrupt_handlers(bool stop_on_sigterm) {
 
 int pending_interrupt() { return received_signal.load(); }
 
+Interrupted::Interrupted(int signal)
+    : Error(signal == SIGINT ? "interrupted by SIGINT" : signal == SIGTERM ? "interrupted by SIGTERM" : "interrupted by a signal"),
+      signal_(signal) {}
+
 int pending_stop_request() { return stop_request.load(); }
 
 }  // namespace tandem

@@ -8,7 +8,21 @@
 // interrupts as above.
 #pragma once
 
+#include "core/error.h"
+
 namespace tandem {
+
+// The controller received SIGINT or SIGTERM. Whoever notices first throws it (the worker
+// pool's event loop, a Python reward call waited on by the scoring thread), so that the
+// run ends as interrupted (exit 128 + N, resumable) whichever thread that was.
+class Interrupted : public Error {
+ public:
+  explicit Interrupted(int signal);
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
+};
 
 void install_interrupt_handlers(bool stop_on_sigterm = false);
 // The signal number received (SIGINT or SIGTERM), or 0.

@@ -49,6 +49,12 @@ std::string prompt_text(const nlohmann::ordered_json& prompt, const PreferenceEn
   }
 }
 
+// Fisher-Yates with our own draws: std::shuffle's algorithm is not specified, and the same
+// seed must give the same pairs and split with any standard library (a resume elsewhere).
+template <class T> void shuffle_in_place(std::vector<T>& items, std::mt19937_64& rng) {
+  for (size_t i = items.size(); i > 1; --i) std::swap(items[i - 1], items[rng() % i]);
+}
+
 // builtin:addition1_pairs: for every single-digit sum "a+b=" (100 prompts), the right sum
 // chosen over each of the 18 other numbers 0..18, over four numbers 19..99, over the sum
 // with 1 to 3 stray characters after it (twice), over 1 to 4 stray characters, and over
@@ -86,7 +92,7 @@ std::string addition1_pair_lines() {
       }
     }
   }
-  std::shuffle(lines.begin(), lines.end(), rng);
+  shuffle_in_place(lines, rng);
   std::string text;
   for (const std::string& line : lines) text += line + "\n";
   return text;
@@ -184,7 +190,7 @@ PreferenceSet split_validation(PreferenceSet& set, double fraction, uint64_t see
   TANDEM_CHECK(set.pairs.size() >= 2, "{}: {} pair(s) cannot be split into training and validation pairs", set.source,
                set.pairs.size());
   std::mt19937_64 gen(seed);
-  std::shuffle(set.pairs.begin(), set.pairs.end(), gen);
+  shuffle_in_place(set.pairs, gen);
   const size_t held = std::clamp<size_t>(static_cast<size_t>(fraction * static_cast<double>(set.pairs.size())), 1,
                                          set.pairs.size() - 1);
   PreferenceSet val;

@@ -44,8 +44,10 @@ struct PreferenceEncoding {
 
 // Reads and encodes `path`, a JSONL file or a built-in set (builtin:addition1_pairs: 2,600
 // pairs, each single-digit sum's right answer chosen over every other number 0..18, four
-// of 19..99 and malformed answers). Errors name the file and line: not JSON, not an object, a
-// missing or empty field, a field of the wrong type, an answer list that is not one
+// of 19..99 and malformed answers). An empty answer is the policy ending at once (the
+// end-of-sequence token alone). Errors name the file and line: not JSON, not an object, a
+// missing field, an empty prompt, an empty answer with no end-of-sequence token to stand
+// for it, a field of the wrong type, an answer list that is not one
 // assistant message, a template that fails; so is a file with no pair, or one whose every
 // pair is over max_length (those are otherwise left out and counted).
 PreferenceSet load_preference_pairs(const std::string& path, const PreferenceEncoding& encoding);

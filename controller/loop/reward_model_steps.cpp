@@ -95,6 +95,7 @@ void TrainingLoop::run_reward_model_step(int64_t step) {
 }
 
 std::vector<float> TrainingLoop::reward_model_val_scores() {
+  finish_snapshot();  // every learner command waits for the step's snapshot (the export's too)
   std::vector<size_t> all(rm_val_->pairs.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
   const std::vector<std::vector<TrainingSample>> shares = pair_shares(*rm_val_, all);

@@ -100,17 +100,22 @@ class ModelRewardScorer : public RewardScorer {
   void read_score_statistics() {
     const nlohmann::json config = nlohmann::json::parse(read_file(dir_ + "/config.json").value_or(""), nullptr, false);
     const auto number = [&](const char* key) -> double {
-      TANDEM_CHECK(config.is_object() && config.contains(key) && config.at(key).is_number(),
-                   "{}/config.json has no number \"{}\": normalize needs the mean and std of the model's scores "
-                   "(tandem train-rm records them; or set normalize: false)",
-                   dir_, key);
+      if (!config.is_object() || !config.contains(key) || !config.at(key).is_number()) {
+        throw Error(fmt::format("{}/config.json has no number \"{}\": normalize needs the mean and std of the "
+                                "model's scores (tandem train-rm records them at its export; an older export gets "
+                                "them from `tandem resume RUN_DIR --set experiment.steps=N` with N past its last "
+                                "step; or set normalize: false)",
+                                dir_, key));
+      }
       return config.at(key).get<double>();
     };
     mean_ = number("mean");
     std_ = number("std");
-    TANDEM_CHECK(std::isfinite(mean_) && std::isfinite(std_) && std_ > 0,
-                 "{}/config.json: mean {} and std {} cannot normalize scores (std must be finite and above 0)", dir_,
-                 mean_, std_);
+    if (!std::isfinite(mean_) || !std::isfinite(std_) || std_ <= 0) {
+      throw Error(fmt::format("{}/config.json: mean {} and std {} cannot normalize scores (std must be finite and "
+                              "above 0)",
+                              dir_, mean_, std_));
+    }
   }
 
   // [B] float32: each sequence's last token through the final norm and the score head.
@@ -137,6 +142,18 @@ class ModelRewardScorer : public RewardScorer {
 
 std::unique_ptr<RewardScorer> make_model_reward_scorer(const RewardConfig& config) {
   return std::make_unique<ModelRewardScorer>(config);
+}
+
+void check_same_end_of_sequence(const std::string& reward_model_dir, const std::vector<int64_t>& policy_eos) {
+  const ModelConfig mine = read_model_config(reward_model_dir + "/config.json");
+  for (int64_t id : policy_eos) {
+    if (std::find(mine.eos_token_ids.begin(), mine.eos_token_ids.end(), id) == mine.eos_token_ids.end()) {
+      throw Error(fmt::format("the policy ends its samples with token {}, which the reward model {} does not count "
+                              "as an end of sequence (its config.json's eos_token_id): missing_eos_penalty would "
+                              "punish every sample that ended",
+                              id, reward_model_dir));
+    }
+  }
 }
 
 void check_same_tokenizer(const std::string& reward_model_dir, const Tokenizer& policy) {

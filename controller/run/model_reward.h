@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tandem {
 
@@ -26,5 +27,9 @@ std::unique_ptr<RewardScorer> make_model_reward_scorer(const RewardConfig& confi
 // as the policy's does. An Error says what differs (the vocabulary size, or a probe text's
 // ids).
 void check_same_tokenizer(const std::string& reward_model_dir, const Tokenizer& policy);
+
+// missing_eos_penalty reads the end of sequence as the reward model's config.json has it:
+// every id the policy stops on must be one of its. An Error names the id otherwise.
+void check_same_end_of_sequence(const std::string& reward_model_dir, const std::vector<int64_t>& policy_eos);
 
 }  // namespace tandem

@@ -271,6 +271,9 @@ RunInputs load_run_inputs(const LoadedConfig& loaded) {
     if (loaded.config.reward[i].model.empty()) continue;
     at_key(loaded, fmt::format("reward.{}.model", i), [&] {
       check_same_tokenizer(loaded.config.reward[i].model, *in.tokenizer);
+      if (loaded.config.reward[i].missing_eos_penalty > 0) {
+        check_same_end_of_sequence(loaded.config.reward[i].model, in.model.eos_token_ids);
+      }
       return 0;
     });
   }

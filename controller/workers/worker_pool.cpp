@@ -59,9 +59,6 @@ WorkerFailure::WorkerFailure(WorkerId worker, int pid, std::string reason, const
       log_path_(log_path),
       command_error_(command_error) {}
 
-Interrupted::Interrupted(int signal)
-    : Error(fmt::format("interrupted by {}", signal_word(signal))), signal_(signal) {}
-
 StopRequested::StopRequested(int signal, int64_t step)
     : Error(fmt::format("stopped after step {} on {}, with a checkpoint", step,
                         signal == 0 ? "request (tandem stop)" : signal_word(signal))),

@@ -18,6 +18,7 @@
 #include "core/channel.h"
 #include "core/curve_auth.h"
 #include "core/error.h"
+#include "core/signals.h"  // Interrupted
 
 #include <chrono>
 #include <functional>
@@ -83,15 +84,6 @@ class WorkerFailure : public Error {
   bool command_error_;
 };
 
-// The controller received SIGINT or SIGTERM.
-class Interrupted : public Error {
- public:
-  explicit Interrupted(int signal);
-  int signal() const { return signal_; }
-
- private:
-  int signal_;
-};
 
 // The run stopped after step `step`, checkpointed, because `signal` asked it to
 // (install_interrupt_handlers with stop_on_sigterm), or `tandem stop` did (signal 0).

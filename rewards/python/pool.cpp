@@ -31,7 +31,7 @@ constexpr int64_t kPollMs = 200;
 // Ctrl-C or SIGTERM: a call in progress is not waited for (the workers are killed when
 // the pool is destroyed, right after the controller's loop unwinds).
 void throw_if_interrupted() {
-  if (const int signal = pending_interrupt()) throw Error(fmt::format("interrupted by {}", signal_name(signal)));
+  if (const int signal = pending_interrupt()) throw Interrupted(signal);
 }
 
 void close_fd(int& fd) {

