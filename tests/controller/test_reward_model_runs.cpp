@@ -100,6 +100,8 @@ TEST_CASE("the RLHF pipeline as shipped: train-rm learns correct sums over wrong
   CHECK(config.at("architectures") == nlohmann::json::array({"Qwen3ForSequenceClassification"}));
   CHECK(config.at("num_labels") == 1);
   CHECK(config.at("id2label").size() == 1);
+  // Both are one float64 computation (score_statistics over the same scores) printed as JSON
+  // with round-trip digits: equal; 1e-12 (~4,500 float64 ulps) leaves room only for printing.
   CHECK(config.at("mean").get<double>() == doctest::Approx(last.at("val/rm_score_mean").get<double>()).epsilon(1e-12));
   CHECK(config.at("std").get<double>() == doctest::Approx(last.at("val/rm_score_std").get<double>()).epsilon(1e-12));
   CHECK(config.at("std").get<double>() > 0);
@@ -133,6 +135,11 @@ TEST_CASE("the RLHF pipeline as shipped: train-rm learns correct sums over wrong
   REQUIRE(plain.size() == 1);
   REQUIRE(shaped.size() == 1);
   CHECK(plain[0].at("reward/std").get<double>() > 0);  // scores differ between samples
+  // Tolerance of the checks below: the shaped scores are float64 (s - mean) / std - penalty,
+  // recomputed here from the same float64 inputs (JSON round-trips them exactly) in the same
+  // or another order: a few roundings per sample, and for the step mean a float64 sum of 512
+  // terms of |x| < ~20, so an absolute error under 512 * 20 * 2^-53 ~ 1e-12. doctest's
+  // Approx with epsilon 1e-9 allows 1e-9 * (1 + |x|): a thousand times that, on any CPU.
   const double mean = config.at("mean").get<double>(), std = config.at("std").get<double>();
   const double unended = shaped[0].at("reward/reward_model/missing_eos").get<double>();
   CHECK(unended > 0);
