@@ -47,6 +47,15 @@ struct ModelConfig {
   // from the tokenizer (limit_to_tokenizer). 0: every id up to vocab_size.
   int64_t sampled_vocab_size = 0;
 
+  // A sequence classifier (Hugging Face *ForSequenceClassification, a reward model): its
+  // head is score.weight [num_labels, hidden] in place of lm_head, and a forward's logit
+  // rows are its num_labels scores. 0: a causal LM. Not read from config.json: set by the
+  // loader of a classifier's directory (actor/sequence_classifier.h).
+  int64_t num_labels = 0;
+
+  // Rows of the output head: the vocabulary, or a classifier's labels.
+  int64_t head_rows() const { return num_labels > 0 ? num_labels : vocab_size; }
+
   int64_t sampled_vocab() const { return sampled_vocab_size > 0 ? sampled_vocab_size : vocab_size; }
 
   int64_t q_size() const { return num_attention_heads * head_dim; }

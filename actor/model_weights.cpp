@@ -46,7 +46,11 @@ std::vector<WeightSpec> expected_weights(const ModelConfig& c) {
     specs.push_back({p + "mlp.down_proj.weight", {h, c.intermediate_size}});
   }
   specs.push_back({"model.norm.weight", {h}, true});
-  if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, h}});
+  if (c.num_labels > 0) {
+    specs.push_back({"score.weight", {c.num_labels, h}});  // a classifier: no LM head, tied or not
+  } else if (!c.tie_word_embeddings) {
+    specs.push_back({"lm_head.weight", {c.vocab_size, h}});
+  }
   return specs;
 }
 
@@ -125,6 +129,10 @@ void check_weight_shapes(const ModelConfig& config, const std::map<std::string, 
   }
 }
 
+// A stored lm_head.weight the model does not read: a tied model's head is its embedding,
+// a classifier's is score.weight.
+bool skips_lm_head(const ModelConfig& config) { return config.tie_word_embeddings || config.num_labels > 0; }
+
 }  // namespace
 
 void check_weights(const ModelConfig& config, const ModelWeights& weights, const std::string& source) {
@@ -137,7 +145,7 @@ void check_model_weights_file(const std::string& model_dir, const ModelConfig& c
   SafetensorsModel model = SafetensorsModel::open_directory(model_dir);  // headers; the data stays mapped
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const std::string& name : model.names()) {
-    if (config.tie_word_embeddings && name == "lm_head.weight") continue;
+    if (skips_lm_head(config) && name == "lm_head.weight") continue;
     const TensorView& view = model.get(name);
     TANDEM_CHECK(view.dtype == DType::f32 || view.dtype == DType::bf16 || view.dtype == DType::f16 ||
                      view.dtype == DType::f64,
@@ -151,7 +159,7 @@ ModelWeights load_model_weights(const std::string& model_dir, const ModelConfig&
   SafetensorsModel model = SafetensorsModel::open_directory(model_dir);
   std::vector<WeightTensor> tensors;
   for (const std::string& name : model.names()) {
-    if (config.tie_word_embeddings && name == "lm_head.weight") continue;
+    if (skips_lm_head(config) && name == "lm_head.weight") continue;
     const TensorView& view = model.get(name);
     tensors.push_back({name, view.shape, tensor_to_float(view)});
     release_pages(view);  // the file's copy need not stay resident beside the converted one
@@ -159,6 +167,23 @@ ModelWeights load_model_weights(const std::string& model_dir, const ModelConfig&
   ModelWeights weights(std::move(tensors));
   check_weights(config, weights, model_dir);
   return weights;
+}
+
+ModelConfig read_sequence_classifier_config(const std::string& model_dir) {
+  ModelConfig config = read_model_config(model_dir + "/config.json");
+  SafetensorsModel model = SafetensorsModel::open_directory(model_dir);
+  if (!model.contains("score.weight")) {
+    throw Error(fmt::format("{}: no score.weight: not a sequence classifier (a reward model: tandem train-rm exports "
+                            "one to RUN_DIR/reward_model)",
+                            model_dir));
+  }
+  const std::vector<int64_t>& shape = model.get("score.weight").shape;
+  if (shape.size() != 2 || shape[0] < 1 || shape[1] != config.hidden_size) {
+    throw Error(fmt::format("{}: score.weight is [{}]; a classifier's is [labels, {}] (hidden_size)", model_dir,
+                            fmt::join(shape, ", "), config.hidden_size));
+  }
+  config.num_labels = shape[0];
+  return config;
 }
 
 ModelWeights random_model_weights(const ModelConfig& config, uint64_t seed, double init_std, bool random_norms) {

@@ -60,8 +60,15 @@ void check_weights(const ModelConfig& config, const ModelWeights& weights, const
 void check_model_weights_file(const std::string& model_dir, const ModelConfig& config);
 
 // Reads DIR's safetensors (single file or sharded) as float32, checked. A tied
-// checkpoint that also stores lm_head.weight is accepted (Hugging Face sometimes saves it).
+// checkpoint that also stores lm_head.weight is accepted (Hugging Face sometimes saves it),
+// and so is a classifier's (config.num_labels > 0) that keeps its causal LM's head.
 ModelWeights load_model_weights(const std::string& model_dir, const ModelConfig& config);
+
+// A sequence classifier's directory (a reward model, tandem train-rm's export or a Hugging
+// Face *ForSequenceClassification checkpoint): config.json's architecture with num_labels
+// the rows of its score.weight. An Error names DIR when it has no score.weight (not a
+// classifier) or one that is not [labels, hidden_size].
+ModelConfig read_sequence_classifier_config(const std::string& model_dir);
 
 // Seeded random weights: Linear and embedding entries ~ N(0, init_std^2); norm scales 1,
 // or 1 + N(0, 0.1^2) when `random_norms` (tests want every weight to matter).

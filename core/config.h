@@ -246,8 +246,14 @@ struct RewardConfig {
   bool needs_ground_truth = true;    // python, http: every row must hold data.answer_key
   std::string http;         // a URL: samples are POSTed there in JSON batches
   std::string model;        // a reward model directory (tandem train-rm's export): its score of each sample
+  // model, workers >= 1: where its worker processes run it, cpu | cuda | auto (cuda when
+  // a GPU is usable). With workers 0 it scores in the controller, on the CPU.
+  std::string device = "cpu";
   double timeout_s = 30.0;  // python: longest a call may take; http: longest one request may take
-  int64_t workers = 0;      // processes (python), threads (C++) or concurrent requests (http); 0: cores
+  // Processes (python), threads (C++) or concurrent requests (http), 0: this host's cores;
+  // model: reward-model worker processes (launched like rollout workers), 0: none, the
+  // controller scores.
+  int64_t workers = 0;
   int64_t memory_mb = 8192;    // python: RLIMIT_DATA of each worker process; 0: no limit
   int64_t max_processes = 64;  // python: processes in a worker's process group; 0: no limit
   int64_t retries = 3;      // http: attempts after the first on a connection error, timeout, 429 or 5xx

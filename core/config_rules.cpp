@@ -178,7 +178,13 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
     }
     if (r.http.empty()) only(r.retries != defaults.retries, "retries", "http");
     if (r.http.empty() && r.model.empty()) only(r.batch_size != defaults.batch_size, "batch_size", "http and model");
+    if (!r.model.empty() && r.workers == 0 && r.device != defaults.device) {
+      problem(key + ".device", fmt::format("\"{}\" needs workers >= 1: with workers 0 the controller scores, on its "
+                                           "CPU",
+                                           r.device));
+    }
     if (r.model.empty()) {
+      only(r.device != defaults.device, "device", "model");
       only(r.normalize, "normalize", "model");
       only(r.missing_eos_penalty != defaults.missing_eos_penalty, "missing_eos_penalty", "model");
     }

@@ -321,7 +321,10 @@ template <class V> void describe(V& v, RewardConfig& c) {
           "request may take. on_error decides the sample's score");
   v.field("workers", c.workers, at_least(0),
           "processes (python), threads (C++) or concurrent requests (http) scoring samples in parallel; 0: this "
-          "host's cores (at most 8)");
+          "host's cores (at most 8). model: reward-model worker processes, launched like rollout workers, each "
+          "scoring its share of a batch with a prefill-only pass on `device`; 0: the controller scores, on CPU");
+  v.field("device", c.device, one_of({"cpu", "cuda", "auto"}),
+          "model, workers >= 1: the reward-model workers' backend (auto: cuda when a GPU is usable)");
   v.field("memory_mb", c.memory_mb, at_least(0),
           "python: the memory each worker process may map (RLIMIT_DATA: heap and anonymous maps, reserved or "
           "touched; past it an allocation fails with MemoryError, the sample's error); 0: no limit");

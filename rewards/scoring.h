@@ -31,6 +31,9 @@ class RewardScorer {
   virtual std::vector<RewardOutcome> score(const std::vector<RewardInput>& inputs) = 0;
   // Python rewards: where the workers' output (the user's print()s, tracebacks) goes.
   virtual void set_log_path(const std::string& path) {}
+  // Reward-model workers: launched (their logs in RUN_DIR/logs) and loaded while the run
+  // starts; returns at once, and score() waits until they are ready.
+  virtual void start(const std::string& run_dir) {}
   // Workers killed for running past timeout_s, since the start (python rewards).
   virtual int64_t timeouts() const { return 0; }
 };

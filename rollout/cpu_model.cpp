@@ -51,7 +51,7 @@ void CpuModel::bind_weights() {
   }
   embed_ = w("model.embed_tokens.weight");
   final_norm_ = w("model.norm.weight");
-  lm_head_ = c.tie_word_embeddings ? embed_ : w("lm_head.weight");
+  lm_head_ = c.num_labels > 0 ? w("score.weight") : c.tie_word_embeddings ? embed_ : w("lm_head.weight");
 }
 
 void CpuModel::update_weights(const ModelWeights& update) {
@@ -155,8 +155,8 @@ void CpuModel::forward(const ForwardBatch& batch, KvCache& cache, std::vector<fl
     std::memcpy(&rows_[r * hidden], &x_[t * hidden], hidden * sizeof(float));
   }
   cpu::rms_norm(*pool_, rows_.data(), rows, hidden, final_norm_, c.rms_norm_eps, rows_.data());
-  logits.resize(rows * c.vocab_size);
-  if (rows > 0) cpu::linear(*pool_, rows_.data(), rows, hidden, lm_head_, nullptr, c.vocab_size, logits.data());
+  logits.resize(rows * c.head_rows());
+  if (rows > 0) cpu::linear(*pool_, rows_.data(), rows, hidden, lm_head_, nullptr, c.head_rows(), logits.data());
 }
 
 void CpuModel::attention(const ForwardBatch& batch, int64_t layer, const KvCache& cache) {

@@ -29,7 +29,8 @@ class CpuModel {
   // so a bad update changes nothing.
   void update_weights(const ModelWeights& update);
 
-  // Writes logits [logit_rows.size(), vocab] to `logits` (resized).
+  // Writes logits [logit_rows.size(), vocab] to `logits` (resized); a classifier's
+  // (config.num_labels > 0) rows are its num_labels scores.
   void forward(const ForwardBatch& batch, KvCache& cache, std::vector<float>& logits);
 
  private:

@@ -151,7 +151,7 @@ void CudaBackend<T>::final_rows(std::vector<float>& logits) {
   // of max_rows_ rows (a step asks for one row per sequence; tests may ask for more).
   const ModelConfig& c = config_;
   const cudaStream_t stream = stream_.get();
-  const int64_t hidden = c.hidden_size, vocab = c.vocab_size;
+  const int64_t hidden = c.hidden_size, vocab = c.head_rows();  // a classifier's labels in place of the vocabulary
   const int32_t* rows = meta_.as<int32_t>() + plan_.rows_at;
   logits.resize(static_cast<size_t>(plan_.rows * vocab));
   for (int64_t first = 0; first < plan_.rows; first += max_rows_) {

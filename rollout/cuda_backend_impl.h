@@ -92,11 +92,11 @@ class CudaBackend final : public ModelBackend {
   std::vector<LayerWeights> layers_;
   const T* embed_ = nullptr;       // [vocab, hidden]
   const T* final_norm_ = nullptr;  // [hidden]
-  const T* lm_head_ = nullptr;     // [vocab, hidden]; embed_ when tied
+  const T* lm_head_ = nullptr;     // [vocab, hidden]; embed_ when tied; a classifier's score [labels, hidden]
 
   // Activations of one step, [max_tokens_, ...] each.
   DeviceMemory residual_, hidden_, y_, qkv_, q_normed_, k_normed_, attn_, gate_up_, act_;
-  DeviceMemory rows_residual_, rows_y_, logits_;  // [max_rows_, hidden] x 2, fp32 [max_rows_, vocab]
+  DeviceMemory rows_residual_, rows_y_, logits_;  // [max_rows_, hidden] x 2, fp32 [max_rows_, head_rows()]
   DeviceMemory decode_workspace_;
   DeviceMemory rope_cos_, rope_sin_;  // fp32 [max_position_embeddings, head_dim / 2]
   DeviceMemory meta_;                 // int32 [limits_.meta_capacity]: StepPlan::meta

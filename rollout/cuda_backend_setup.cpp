@@ -159,7 +159,11 @@ void CudaBackend<T>::allocate_weights() {
   bind("model.norm.weight", final_norm);
   embed_ = embed;
   final_norm_ = final_norm;
-  if (c.tie_word_embeddings) {
+  if (c.num_labels > 0) {
+    T* score = allocate_weight(c.num_labels * hidden, "score");  // a classifier's head
+    bind("score.weight", score);
+    lm_head_ = score;
+  } else if (c.tie_word_embeddings) {
     lm_head_ = embed;  // one buffer: an update of the embeddings updates the head
   } else {
     T* lm_head = allocate_weight(c.vocab_size * hidden, "lm_head");
@@ -231,7 +235,7 @@ void CudaBackend<T>::allocate_workspace() {
   act_ = DeviceMemory(n * inter * e, "workspace: silu(gate) * up");
   rows_residual_ = DeviceMemory(max_rows_ * hidden * e, "workspace: logit rows (residual)");
   rows_y_ = DeviceMemory(max_rows_ * hidden * e, "workspace: logit rows");
-  logits_ = DeviceMemory(max_rows_ * c.vocab_size * static_cast<int64_t>(sizeof(float)), "workspace: logits");
+  logits_ = DeviceMemory(max_rows_ * c.head_rows() * static_cast<int64_t>(sizeof(float)), "workspace: logits");
   const int64_t decode_bytes = std::max(
       kernels::paged_decode_workspace_bytes(max_seqs_, c.num_attention_heads, c.head_dim,
                                             std::min(c.max_position_embeddings, kDecodeWorkspaceTokens)),

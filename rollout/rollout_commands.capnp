@@ -91,3 +91,30 @@ struct RolloutLoadWeights {
 struct RolloutWeightsLoaded {
   version @0 :Int64;
 }
+
+# The reward-model worker's commands (rollout/reward_model_role.cpp serves them;
+# controller/run/reward_model_workers.cpp sends them).
+
+# reward_model_init: load a sequence classifier (a reward model directory) onto a backend
+# sized for scoring passes. Reply: RewardModelReady.
+struct RewardModelInit {
+  model @0 :Text;                # the classifier's directory
+  device @1 :Text;               # cpu | cuda | auto
+  dtype @2 :Text;                # cuda: bf16 | fp32
+  threads @3 :Int64;             # cpu: threads of its forwards; 0: all cores
+  maxSequenceTokens @4 :Int64;   # the longest prompt + response it will be sent
+  passTokens @5 :Int64;          # tokens of one forward pass (longer sequences go in chunks)
+  passSequences @6 :Int64;       # sequences of one forward pass
+}
+
+struct RewardModelReady {
+  backend @0 :Text;              # ModelBackend::name(): "cpu", "cuda bf16 (<device>)"
+  labels @1 :Int64;              # scores per sequence (score.weight's rows)
+}
+
+# reward_model_score: one attachment frame, every sequence's int32 tokens back to back.
+# Reply: Empty, and one float32 frame: each sequence's `labels` scores, read at its last
+# token through the final norm and score.weight.
+struct RewardModelScore {
+  lengths @0 :List(UInt32);      # tokens of each sequence in the frame, in order; each >= 1
+}

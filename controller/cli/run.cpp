@@ -79,6 +79,16 @@ RunInputs check_runnable(const LoadedConfig& loaded) {
       throw UsageError(fmt::format("{}: {}", loaded.origin_of("rollout.device"), e.what()));
     }
   }
+  for (size_t i = 0; i < loaded.config.reward.size(); ++i) {
+    const RewardConfig& r = loaded.config.reward[i];
+    if (r.model.empty() || r.workers == 0 || loaded.config.launcher.kind != "local") continue;
+    const std::string key = fmt::format("reward.{}.device", i);
+    try {
+      resolve_device(r.device, key);  // the local launcher runs them on this machine
+    } catch (const UsageError& e) {
+      throw UsageError(fmt::format("{}: {}", loaded.origin_of(key), e.what()));
+    }
+  }
   // learner.device: cuda is checked against this machine by run and resume only
   // (learner_device_problem): validate accepts a config meant for a GPU machine.
   return load_run_inputs(loaded);

@@ -98,7 +98,7 @@ Runner define_validate(CLI::App& c) {
 
 Runner define_worker(CLI::App& c) {
   auto a = std::make_shared<WorkerArgs>();
-  c.add_option("--role", a->role, "rollout | learner | colocated")->required();
+  c.add_option("--role", a->role, "rollout | learner | colocated | reward_model")->required();
   c.add_option("--rank", a->rank, "rank within the role")->required()->check(CLI::NonNegativeNumber);
   c.add_option("--controller", a->controller, "controller address (tcp:// or ipc://)")->required();
   c.add_option("--heartbeat-interval", a->heartbeat_interval_s, "seconds")->check(CLI::PositiveNumber);

@@ -8,6 +8,7 @@
 #include "learner/learner_role.h"
 #include "plugins/plugin_loader.h"
 #include "python/jinja_render.h"
+#include "rollout/reward_model_role.h"
 #include "rollout/rollout_role.h"
 
 #include <unistd.h>
@@ -74,6 +75,8 @@ int cli_worker(const WorkerArgs& args) {
   } else if (args.role == "learner") {
     handler = learner_command_handler(
         [](const Config& config) { load_config_plugins(config, "learner_init config"); });
+  } else if (args.role == "reward_model") {
+    handler = reward_model_command_handler();
   } else if (args.role == "colocated") {
     // One process, both roles (placement: colocated): each command goes to the role whose
     // table serves it.
@@ -89,7 +92,8 @@ int cli_worker(const WorkerArgs& args) {
       return found->second(command, attachments);
     };
   } else {
-    throw UsageError(fmt::format("--role: unknown role \"{}\" (allowed: rollout, learner, colocated)", args.role));
+    throw UsageError(
+        fmt::format("--role: unknown role \"{}\" (allowed: rollout, learner, colocated, reward_model)", args.role));
   }
   WorkerOptions options;
   options.id = WorkerId{args.role, static_cast<uint32_t>(args.rank)};

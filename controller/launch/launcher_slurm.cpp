@@ -36,6 +36,14 @@ std::string node_field(const std::string& line, const std::string& key) {
 bool uses_cuda(const Config& c, const WorkerId& worker) {
   const bool rollout = worker.role == "rollout" || worker.role == "colocated";
   const bool learner = worker.role == "learner" || worker.role == "colocated";
+  if (worker.role == "reward_model") {  // ranks numbered over the model rewards with workers, in turn
+    int64_t first = 0;
+    for (const RewardConfig& r : c.reward) {
+      if (r.model.empty() || r.workers == 0) continue;
+      if (worker.rank < first + r.workers) return r.device == "cuda";
+      first += r.workers;
+    }
+  }
   return (rollout && c.rollout.device == "cuda") || (learner && c.learner.device == "cuda");
 }
 

@@ -26,6 +26,7 @@ StepScoring::~StepScoring() = default;
 
 void StepScoring::open_reward_logs() {
   for (size_t r = 0; r < rewards_.size(); ++r) {
+    rewards_[r]->start(run_dir_);
     if (!configs_[r].python.empty()) {
       rewards_[r]->set_log_path(fmt::format("{}/logs/reward-{}-{}.log", run_dir_, r, metric_name_part(configs_[r].name)));
     }

@@ -36,7 +36,8 @@ class StepScoring {
               std::function<void()> keep_alive);
   ~StepScoring();
 
-  // Python rewards log into RUN_DIR/logs/reward-<index>-<name>.log.
+  // Python rewards log into RUN_DIR/logs/reward-<index>-<name>.log; reward-model workers
+  // start (RewardScorer::start).
   void open_reward_logs();
 
   // Scoring while generating: begin_early starts a batch whose slots are

@@ -5,7 +5,6 @@
 #include "actor/policy_torch.h"
 #include "core/error.h"
 #include "core/files.h"
-#include "core/safetensors.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -20,45 +19,89 @@
 
 namespace tandem {
 
+ModelConfig read_reward_model_config(const std::string& dir) {
+  if (!std::filesystem::is_directory(dir)) {
+    throw Error(fmt::format("{}: no such directory (a reward model is the directory `tandem train-rm` exports to "
+                            "RUN_DIR/reward_model: train it first)",
+                            dir));
+  }
+  ModelConfig config = read_sequence_classifier_config(dir);
+  if (config.num_labels != 1) {
+    throw Error(fmt::format("{}: score.weight has {} rows; a reward model's has one (num_labels 1)", dir,
+                            config.num_labels));
+  }
+  return config;
+}
+
+RewardModelSamples::RewardModelSamples(const RewardConfig& c, const ModelConfig& model)
+    : dir_(c.model), eos_token_ids_(model.eos_token_ids), missing_eos_penalty_(c.missing_eos_penalty),
+      tokenizer_(load_tokenizer(c.model)) {
+  if (c.normalize) read_score_statistics();
+}
+
+std::vector<int32_t> RewardModelSamples::tokens(const RewardInput& input) const {
+  std::vector<int32_t> ids = tokenizer_->encode(input.prompt);
+  ids.insert(ids.end(), input.response_ids.begin(), input.response_ids.end());
+  if (ids.empty()) ids.push_back(0);  // nothing to read: scored as a lone token
+  return ids;
+}
+
+RewardOutcome RewardModelSamples::outcome(double raw_score, const RewardInput& input) const {
+  const bool ended = !input.response_ids.empty() && is_end_of_sequence(input.response_ids.back());
+  const double s = (raw_score - mean_) / std_ - (ended ? 0.0 : missing_eos_penalty_);
+  if (!std::isfinite(s)) return {RewardResult{}, fmt::format("the reward model {} scored {}", dir_, s)};
+  return {RewardResult{s, {{"missing_eos", ended ? 0.0 : 1.0}}}, ""};
+}
+
+bool RewardModelSamples::is_end_of_sequence(int32_t id) const {
+  return std::find(eos_token_ids_.begin(), eos_token_ids_.end(), id) != eos_token_ids_.end();
+}
+
+// reward.N.normalize: the mean and standard deviation config.json records (tandem train-rm
+// writes them over its validation answers; OpenRLHF's normalize_reward uses the same keys).
+void RewardModelSamples::read_score_statistics() {
+  const nlohmann::json config = nlohmann::json::parse(read_file(dir_ + "/config.json").value_or(""), nullptr, false);
+  const auto number = [&](const char* key) -> double {
+    if (!config.is_object() || !config.contains(key) || !config.at(key).is_number()) {
+      throw Error(fmt::format("{}/config.json has no number \"{}\": normalize needs the mean and std of the "
+                              "model's scores (tandem train-rm records them at its export; an older export gets "
+                              "them from `tandem resume RUN_DIR --set experiment.steps=N` with N past its last "
+                              "step; or set normalize: false)",
+                              dir_, key));
+    }
+    return config.at(key).get<double>();
+  };
+  mean_ = number("mean");
+  std_ = number("std");
+  if (!std::isfinite(mean_) || !std::isfinite(std_) || std_ <= 0) {
+    throw Error(fmt::format("{}/config.json: mean {} and std {} cannot normalize scores (std must be finite and "
+                            "above 0)",
+                            dir_, mean_, std_));
+  }
+}
+
 namespace {
 
 class ModelRewardScorer : public RewardScorer {
  public:
-  explicit ModelRewardScorer(const RewardConfig& c)
-      : dir_(c.model), batch_size_(c.batch_size > 0 ? c.batch_size : 32), missing_eos_penalty_(c.missing_eos_penalty) {
-    TANDEM_CHECK(std::filesystem::is_directory(dir_),
-                 "{}: no such directory (a reward model is the directory `tandem train-rm` exports to "
-                 "RUN_DIR/reward_model: train it first)",
-                 dir_);
-    config_ = read_model_config(dir_ + "/config.json");
-    SafetensorsModel file = SafetensorsModel::open_directory(dir_);
-    TANDEM_CHECK(file.contains("score.weight"),
-                 "{}: no score.weight: not a reward model (tandem train-rm exports one to RUN_DIR/reward_model)", dir_);
+  explicit ModelRewardScorer(const RewardConfig& c) : dir_(c.model), batch_size_(c.batch_size > 0 ? c.batch_size : 32) {
+    config_ = read_reward_model_config(dir_);
+    ModelWeights weights = load_model_weights(dir_, config_);
+    score_ = at::tensor(weights.get("score.weight").data, at::kFloat).view({1, config_.hidden_size});
+    // PolicyModel is a causal LM: the trunk never reads its head, so a zero one (or the
+    // tied embedding) fills the place of the classifier's score.
     std::vector<WeightTensor> tensors;
-    for (const std::string& name : file.names()) {
-      const TensorView& view = file.get(name);
-      if (name == "score.weight") {
-        TANDEM_CHECK(view.shape == std::vector<int64_t>({1, config_.hidden_size}),
-                     "{}: score.weight has {} values in {} dimensions; a reward model's is [1, {}] (one label)", dir_,
-                     view.numel(), view.shape.size(), config_.hidden_size);
-        score_ = at::tensor(tensor_to_float(view), at::kFloat).view({1, config_.hidden_size});
-        continue;
-      }
-      if (config_.tie_word_embeddings && name == "lm_head.weight") continue;
-      tensors.push_back({name, view.shape, tensor_to_float(view)});
+    for (const WeightTensor& t : weights.tensors()) {
+      if (t.name != "score.weight") tensors.push_back(t);
     }
-    // A sequence classifier has no LM head; the trunk never reads one, so a zero one fills
-    // the place an untied model's has.
-    if (!config_.tie_word_embeddings && !file.contains("lm_head.weight")) {
+    config_.num_labels = 0;
+    if (!config_.tie_word_embeddings) {
       WeightTensor head{"lm_head.weight", {config_.vocab_size, config_.hidden_size}, {}};
       head.data.assign(static_cast<size_t>(head.numel()), 0.0f);
       tensors.push_back(std::move(head));
     }
-    ModelWeights weights(std::move(tensors));
-    check_weights(config_, weights, dir_);
-    model_ = std::make_unique<PolicyModel>(config_, weights, at::kFloat);
-    tokenizer_ = load_tokenizer(dir_);
-    if (c.normalize) read_score_statistics();
+    model_ = std::make_unique<PolicyModel>(config_, ModelWeights(std::move(tensors)), at::kFloat);
+    samples_ = std::make_unique<RewardModelSamples>(c, config_);
   }
 
   std::vector<RewardOutcome> score(const std::vector<RewardInput>& inputs) override {
@@ -69,55 +112,16 @@ class ModelRewardScorer : public RewardScorer {
     for (size_t begin = 0; begin < inputs.size(); begin += static_cast<size_t>(batch_size_)) {
       const size_t end = std::min(inputs.size(), begin + static_cast<size_t>(batch_size_));
       std::vector<std::vector<int32_t>> sequences;
-      for (size_t i = begin; i < end; ++i) {
-        std::vector<int32_t> ids = tokenizer_->encode(inputs[i].prompt);
-        ids.insert(ids.end(), inputs[i].response_ids.begin(), inputs[i].response_ids.end());
-        if (ids.empty()) ids.push_back(0);  // nothing to read: scored as a lone token
-        sequences.push_back(std::move(ids));
-      }
+      for (size_t i = begin; i < end; ++i) sequences.push_back(samples_->tokens(inputs[i]));
       const at::Tensor scores = sequence_scores(sequences);
       for (int64_t i = 0; i < scores.size(0); ++i) {
-        const RewardInput& in = inputs[begin + static_cast<size_t>(i)];
-        const bool ended = !in.response_ids.empty() && is_end_of_sequence(in.response_ids.back());
-        const double s = (scores[i].item<double>() - mean_) / std_ - (ended ? 0.0 : missing_eos_penalty_);
-        if (std::isfinite(s)) {
-          out.push_back({RewardResult{s, {{"missing_eos", ended ? 0.0 : 1.0}}}, ""});
-        } else {
-          out.push_back({RewardResult{}, fmt::format("the reward model {} scored {}", dir_, s)});
-        }
+        out.push_back(samples_->outcome(scores[i].item<double>(), inputs[begin + static_cast<size_t>(i)]));
       }
     }
     return out;
   }
 
  private:
-  bool is_end_of_sequence(int32_t id) const {
-    return std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), id) != config_.eos_token_ids.end();
-  }
-
-  // reward.N.normalize: the mean and standard deviation config.json records (tandem train-rm
-  // writes them over its validation answers; OpenRLHF's normalize_reward uses the same keys).
-  void read_score_statistics() {
-    const nlohmann::json config = nlohmann::json::parse(read_file(dir_ + "/config.json").value_or(""), nullptr, false);
-    const auto number = [&](const char* key) -> double {
-      if (!config.is_object() || !config.contains(key) || !config.at(key).is_number()) {
-        throw Error(fmt::format("{}/config.json has no number \"{}\": normalize needs the mean and std of the "
-                                "model's scores (tandem train-rm records them at its export; an older export gets "
-                                "them from `tandem resume RUN_DIR --set experiment.steps=N` with N past its last "
-                                "step; or set normalize: false)",
-                                dir_, key));
-      }
-      return config.at(key).get<double>();
-    };
-    mean_ = number("mean");
-    std_ = number("std");
-    if (!std::isfinite(mean_) || !std::isfinite(std_) || std_ <= 0) {
-      throw Error(fmt::format("{}/config.json: mean {} and std {} cannot normalize scores (std must be finite and "
-                              "above 0)",
-                              dir_, mean_, std_));
-    }
-  }
-
   // [B] float32: each sequence's last token through the final norm and the score head.
   at::Tensor sequence_scores(const std::vector<std::vector<int32_t>>& sequences) const {
     const TokenLayout layout = padded_layout(sequences);
@@ -132,9 +136,7 @@ class ModelRewardScorer : public RewardScorer {
   ModelConfig config_;
   std::unique_ptr<PolicyModel> model_;
   at::Tensor score_;
-  double missing_eos_penalty_;
-  double mean_ = 0, std_ = 1;  // normalize: scores become (s - mean_) / std_
-  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<RewardModelSamples> samples_;
   std::mutex mutex_;
 };
 

@@ -9,6 +9,7 @@
 // `mean` and `std` (train-rm's statistics of its validation answers' scores).
 #pragma once
 
+#include "actor/model_config.h"
 #include "actor/tokenizer.h"
 #include "core/config.h"
 #include "rewards/scoring.h"
@@ -19,8 +20,35 @@
 
 namespace tandem {
 
+// DIR's architecture as a one-label classifier (num_labels 1). An Error says what DIR lacks:
+// the directory itself, score.weight, or one of shape [1, hidden_size].
+ModelConfig read_reward_model_config(const std::string& dir);
+
+// How samples meet a reward model, wherever it runs: the tokens it reads of each (the
+// prompt's text encoded with DIR's tokenizer, then the response's ids) and the outcome its
+// raw score becomes (normalize, missing_eos_penalty; a non-finite score is an error).
+class RewardModelSamples {
+ public:
+  // Reads DIR's tokenizer, and with normalize its mean and std (an Error says what is
+  // missing or unusable).
+  RewardModelSamples(const RewardConfig& config, const ModelConfig& model);
+  std::vector<int32_t> tokens(const RewardInput& input) const;
+  RewardOutcome outcome(double raw_score, const RewardInput& input) const;
+
+ private:
+  bool is_end_of_sequence(int32_t id) const;
+  void read_score_statistics();
+
+  std::string dir_;
+  std::vector<int64_t> eos_token_ids_;
+  double missing_eos_penalty_;
+  double mean_ = 0, std_ = 1;  // normalize: scores become (s - mean_) / std_
+  std::unique_ptr<Tokenizer> tokenizer_;
+};
+
 // Loads DIR (errors name it: not a sequence classifier, no score.weight or one of the
 // wrong shape, a missing tensor; with normalize, no usable mean and std in config.json).
+// It scores in this process, with libtorch (reward.N.workers: 0).
 std::unique_ptr<RewardScorer> make_model_reward_scorer(const RewardConfig& config);
 
 // The policy's token ids must mean the same to the reward model: its tokenizer must encode

@@ -2,6 +2,7 @@
 
 #include "controller/run/memory_estimate.h"
 #include "controller/run/model_reward.h"
+#include "controller/run/reward_model_workers.h"
 
 #include "actor/model_weights.h"
 #include "actor/presets.h"
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <utility>
 
 namespace tandem {
 
@@ -249,14 +251,17 @@ void load_rewards(const LoadedConfig& loaded, RunInputs& in) {
   } catch (const Error& e) {
     throw UsageError(e.what());  // a plugin that cannot load is a config problem: nothing starts
   }
+  int64_t reward_model_ranks = 0;  // model entries' workers, numbered in turn
   for (size_t i = 0; i < c.reward.size(); ++i) {
     const std::string key = !c.reward[i].python.empty() ? fmt::format("reward.{}.python", i)
                             : !c.reward[i].http.empty() ? fmt::format("reward.{}.http", i)
                             : !c.reward[i].model.empty() ? fmt::format("reward.{}.model", i)
                                                          : fmt::format("reward.{}", i);
-    in.rewards.push_back(at_key(loaded, key, [&] {
-      return c.reward[i].model.empty() ? make_reward_scorer(c.reward[i], i, c.python.path)
-                                       : make_model_reward_scorer(c.reward[i]);
+    in.rewards.push_back(at_key(loaded, key, [&]() -> std::unique_ptr<RewardScorer> {
+      if (c.reward[i].model.empty()) return make_reward_scorer(c.reward[i], i, c.python.path);
+      if (c.reward[i].workers == 0) return make_model_reward_scorer(c.reward[i]);
+      const int64_t first_rank = std::exchange(reward_model_ranks, reward_model_ranks + c.reward[i].workers);
+      return make_reward_model_workers(c, i, first_rank);
     }));
   }
 }

@@ -87,6 +87,20 @@ TEST_CASE("srun command line of a worker step") {
   const std::vector<std::string> rollout =
       srun_argv(allocation, allocation.nodes[0], c, {"rollout", 0}, "/l", {"/bin/tandem", "worker"});
   CHECK(std::count(rollout.begin(), rollout.end(), "--gpus=1") == 0);  // rollout.device: cpu
+  // Reward-model workers: ranks numbered over the model rewards with workers, each
+  // entry's device deciding its own ranks'.
+  RewardConfig on_cpu, on_gpu;
+  on_cpu.model = on_gpu.model = "/rm";
+  on_cpu.workers = 2;
+  on_gpu.workers = 1;
+  on_gpu.device = "cuda";
+  c.reward = {on_cpu, on_gpu};
+  for (const auto& [rank, gpu] : std::vector<std::pair<uint32_t, bool>>{{0, false}, {1, false}, {2, true}}) {
+    INFO("reward_model rank " << rank);
+    const std::vector<std::string> scorer =
+        srun_argv(allocation, allocation.nodes[0], c, {"reward_model", rank}, "/l", {"/bin/tandem", "worker"});
+    CHECK(std::count(scorer.begin(), scorer.end(), "--gpus=1") == (gpu ? 1 : 0));
+  }
 }
 
 TEST_CASE("the sbatch script carries launcher.slurm's options and the resolved config") {

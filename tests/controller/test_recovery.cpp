@@ -103,28 +103,6 @@ ChildProcess start_run_until_step(const TempDir& dir, int step, const std::vecto
   return controller;
 }
 
-// The pid of the controller's worker `tandem worker --role ROLE --rank RANK` (from /proc), or 0.
-int find_worker_pid(int controller, const std::string& role, int rank) {
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmdline = read_text(entry.path() / "cmdline");
-    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-    const std::string stat = read_text(entry.path() / "stat");
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 2));
-    std::string state;
-    int ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == controller && cmdline.find(" worker --role " + role + " --rank " + std::to_string(rank) + " ") !=
-                                  std::string::npos) {
-      return std::stoi(name);
-    }
-  }
-  return 0;
-}
-
 int worker_pid(int controller, const std::string& role, int rank) {
   const int pid = find_worker_pid(controller, role, rank);
   REQUIRE_MESSAGE(pid != 0, "no ", role, " worker of rank ", rank, " under pid ", controller);

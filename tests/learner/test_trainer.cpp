@@ -2,6 +2,7 @@
 // equals one process on the same global batch; micro-batching does not change the
 // result; a policy-gradient step moves log-probs the way the advantages say.
 #include "controller/run/model_reward.h"
+#include "rollout/sequence_scorer.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/process.h"
@@ -653,6 +654,43 @@ TEST_CASE("a trained reward model exported and served as a reward scores as the 
   }
   MESSAGE("served vs trained scores: largest difference " << worst << ", the arithmetic's bound " << bound);
   CHECK(largest > 1e-3);  // the head trained away from 0: the comparison means something
+
+  // The reward-model workers' scorer (the rollout engine's CPU backend with the head
+  // score.weight, prefill only) on the same sequences, in passes of 4 sequences or 8
+  // tokens (longer ones in chunks): the same bound.
+  const ModelConfig classifier = read_sequence_classifier_config(dir.path() + "/rm");
+  CHECK(classifier.num_labels == 1);
+  ScoringLimits limits;
+  limits.max_sequence_tokens = longest;
+  limits.pass_tokens = 8;
+  limits.pass_sequences = 4;
+  const EngineOptions options = scoring_engine_options(classifier, limits, EngineOptions{});
+  SequenceScorer workers_scorer(
+      make_model_backend(classifier, load_model_weights(dir.path() + "/rm", classifier), options), options, limits);
+  std::vector<int32_t> all_tokens;
+  std::vector<uint32_t> lengths;
+  for (const auto& ids : sequences) {
+    all_tokens.insert(all_tokens.end(), ids.begin(), ids.end());
+    lengths.push_back(static_cast<uint32_t>(ids.size()));
+  }
+  const std::vector<float> worker_scores = workers_scorer.score(all_tokens, lengths);
+  REQUIRE(worker_scores.size() == samples.size());
+  double worker_worst = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    INFO("sample " << i);
+    REQUIRE(std::isfinite(worker_scores[i]));
+    worker_worst = std::max(worker_worst, std::abs(static_cast<double>(worker_scores[i]) - trained[i]));
+    CHECK(std::abs(static_cast<double>(worker_scores[i]) - trained[i]) <= bound);
+  }
+  MESSAGE("reward-model worker vs trained scores: largest difference " << worker_worst);
+  // What a worker refuses, naming it: an empty sequence, one past the limit, lengths that
+  // do not add up to the tokens.
+  CHECK_THROWS_WITH_AS(workers_scorer.score(all_tokens, {0, static_cast<uint32_t>(all_tokens.size())}),
+                       doctest::Contains("sequence 0 of 2 to score is empty"), Error);
+  CHECK_THROWS_WITH_AS(workers_scorer.score(all_tokens, {static_cast<uint32_t>(all_tokens.size())}),
+                       doctest::Contains("this reward model takes at most"), Error);
+  CHECK_THROWS_WITH_AS(workers_scorer.score(all_tokens, {1}), doctest::Contains("the token frame holds"), Error);
+
   // A directory that is not a reward model is refused, naming it.
   config.model = dir.path() + "/tokenizer";
   CHECK_THROWS_AS(make_model_reward_scorer(config), Error);

@@ -179,6 +179,39 @@ TEST_CASE("backend forward matches the float64 reference for every architecture 
   }
 }
 
+TEST_CASE("a sequence classifier's head: each logit row is its labels' scores (reward-model workers)") {
+  auto rng = kernel_test_rng(9);
+  for (const BackendUnderTest& b : kBackends) {
+    for (TestModel m : test_models()) {
+      for (const int64_t labels : {1, 3}) {
+        INFO(b.name << ": " << m.name << ", " << labels << " labels");
+        m.config.num_labels = labels;  // score.weight replaces lm_head, tied model or not
+        ModelWeights weights = weights_for(b, m.config, rng(), 0.15);
+        REQUIRE(weights.contains("score.weight"));
+        CHECK_FALSE(weights.contains("lm_head.weight"));
+        std::unique_ptr<ModelBackend> backend = make_model_backend(m.config, weights, options_for(b, 16));
+        // Two sequences in one step, only their last tokens' rows: as a scoring pass asks.
+        const std::vector<int32_t> first = prompt_tokens(rng, 23, m.config.vocab_size);
+        const std::vector<int32_t> second = prompt_tokens(rng, 41, m.config.vocab_size);
+        const std::vector<int32_t> first_table = scattered_blocks(0, 2), second_table = scattered_blocks(2, 3);
+        ForwardBatch batch;
+        batch.tokens = first;
+        batch.tokens.insert(batch.tokens.end(), second.begin(), second.end());
+        batch.sequences.push_back({0, 23, 0, first_table.data()});
+        batch.sequences.push_back({23, 64, 0, second_table.data()});
+        batch.logit_rows = {22, 63};
+        std::vector<float> scores;
+        backend->forward(batch, scores);
+        REQUIRE(scores.size() == static_cast<size_t>(2 * labels));
+        std::vector<double> want = reference_logits(m.config, weights, first).back();
+        const std::vector<double> second_want = reference_logits(m.config, weights, second).back();
+        want.insert(want.end(), second_want.begin(), second_want.end());
+        check_close(b.name, to_double(scores), want, {logit_bound(b, m.config, weights, 64, 1), 0});
+      }
+    }
+  }
+}
+
 TEST_CASE("incremental and mixed decode/prefill steps equal one full prefill") {
   auto rng = kernel_test_rng(2);
   for (const BackendUnderTest& b : kBackends) {

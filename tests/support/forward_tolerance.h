@@ -60,7 +60,9 @@ inline double max_abs(const WeightTensor& t) {
 
 // The largest row norm ‖W_v‖ of the output head.
 inline double max_head_row_norm(const ModelConfig& c, const ModelWeights& w) {
-  const WeightTensor& head = w.get(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  const WeightTensor& head = w.get(c.num_labels > 0          ? "score.weight"
+                                   : c.tie_word_embeddings ? "model.embed_tokens.weight"
+                                                           : "lm_head.weight");
   const int64_t cols = head.shape[1];
   double best = 0;
   for (int64_t r = 0; r < head.shape[0]; ++r) {

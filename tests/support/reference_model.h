@@ -67,7 +67,8 @@ inline void ref_rope(double* head, int64_t head_dim, int64_t pos, const ModelCon
   }
 }
 
-// Logits [tokens][vocab] of one sequence starting at position 0.
+// Logits [tokens][vocab] of one sequence starting at position 0 (a classifier's, config
+// num_labels > 0: [tokens][labels] through score.weight).
 inline Matrix reference_logits(const ModelConfig& c, const ModelWeights& w, const std::vector<int32_t>& tokens) {
   const int64_t n = static_cast<int64_t>(tokens.size()), hd = c.head_dim, hidden = c.hidden_size;
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
@@ -123,7 +124,9 @@ inline Matrix reference_logits(const ModelConfig& c, const ModelWeights& w, cons
       for (int64_t i = 0; i < hidden; ++i) x[t][i] += down[i];
     }
   }
-  const WeightTensor& head = c.tie_word_embeddings ? embed : w.get("lm_head.weight");
+  const WeightTensor& head = c.num_labels > 0          ? w.get("score.weight")
+                            : c.tie_word_embeddings ? embed
+                                                    : w.get("lm_head.weight");
   Matrix logits(n);
   for (int64_t t = 0; t < n; ++t) {
     ref_rms_norm(x[t].data(), hidden, w.get("model.norm.weight"), 0, c.rms_norm_eps);
