@@ -58,6 +58,19 @@ struct Setup {
 
 }  // namespace
 
+// Two runs' metrics rows: every number but timings and performance counters equal.
+void check_same_numbers(const std::vector<nlohmann::json>& expected, const std::vector<nlohmann::json>& got) {
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    for (const auto& [key, value] : expected[i].items()) {
+      if (key.rfind("time/", 0) == 0 || key.rfind("perf/", 0) == 0) continue;
+      INFO("row " << i << " " << key);
+      REQUIRE(got[i].contains(key));
+      CHECK(got[i].at(key) == value);
+    }
+  }
+}
+
 // Mean of `key` over rows [begin, end) of a run's metrics (steps begin+1 .. end).
 double mean_of(const std::vector<nlohmann::json>& rows, const char* key, size_t begin, size_t end) {
   double sum = 0;
@@ -224,16 +237,7 @@ TEST_CASE("the RLHF pipeline as shipped: train-rm learns correct sums over wrong
   REQUIRE(exit->exit_code == 0);
   CHECK(read_text(dir.path() + "/killed/logs/controller-0.log").find("restarting it and scoring its part again") !=
         std::string::npos);
-  const std::vector<nlohmann::json> killed = read_json_lines(dir.path() + "/killed/metrics.jsonl");
-  REQUIRE(killed.size() == unkilled.size());
-  for (size_t i = 0; i < killed.size(); ++i) {
-    for (const auto& [key, value] : unkilled[i].items()) {
-      if (key.rfind("time/", 0) == 0 || key.rfind("perf/", 0) == 0) continue;
-      INFO("row " << i << " " << key);
-      REQUIRE(killed[i].contains(key));
-      CHECK(killed[i].at(key) == value);
-    }
-  }
+  check_same_numbers(unkilled, read_json_lines(dir.path() + "/killed/metrics.jsonl"));
 
   // The whole pipeline config (sft warm-up, then GRPO) with the reward model as its only
   // reward: math_answer at weight 0 adds nothing to the reward but reports the truth.
@@ -356,14 +360,6 @@ TEST_CASE("train-rm: a learner killed mid-run comes back from its snapshot in me
   CHECK(out.find("from their snapshot in memory") != std::string::npos);
   const std::vector<nlohmann::json> expected = read_json_lines(s.dir.path() + "/reference/metrics.jsonl");
   const std::vector<nlohmann::json> got = read_json_lines(s.dir.path() + "/run/metrics.jsonl");
-  REQUIRE(got.size() == expected.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    for (const auto& [key, value] : expected[i].items()) {
-      if (key.rfind("time/", 0) == 0 || key.rfind("perf/", 0) == 0) continue;
-      INFO("row " << i << " " << key);
-      REQUIRE(got[i].contains(key));
-      CHECK(got[i].at(key) == value);
-    }
-  }
+  check_same_numbers(expected, got);
   CHECK(got.back().at("perf/worker_restarts").get<double>() == 1);
 }
