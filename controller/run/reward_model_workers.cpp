@@ -85,15 +85,27 @@ class RewardModelWorkers : public RewardScorer {
   }
 
  private:
-  // The owner thread: the pool lives and dies here.
+  // The owner thread: the pool lives and dies here. Nothing may escape a thread
+  // (std::terminate): a failure goes to the jobs, or to the log once the run's scoring ended.
   void own_pool(const std::string& run_dir) {
+    try {
+      serve(run_dir);
+    } catch (const std::exception& e) {
+      log::error("reward.{}: the reward-model workers' thread failed: {}", index_, e.what());
+    } catch (...) {
+      log::error("reward.{}: the reward-model workers' thread failed", index_);
+    }
+  }
+
+  void serve(const std::string& run_dir) {
     std::exception_ptr start_failure;
-    TempDir sockets("tandem-rm-");
+    std::unique_ptr<TempDir> sockets;  // before the pool: it outlives the pool's socket
     std::unique_ptr<WorkerPool> pool;
     try {
+      sockets = std::make_unique<TempDir>("tandem-rm-");
       Config launch = config_;
       launch.launcher.port = 0;  // the run's own pool holds a fixed port; these take any free one
-      LaunchPlan plan = plan_launch(launch, run_dir, sockets.path(), ids_);
+      LaunchPlan plan = plan_launch(launch, run_dir, sockets->path(), ids_);
       pool = std::make_unique<WorkerPool>(std::move(plan.pool), std::move(plan.launcher));
       pool->start(ids_);
       load(*pool, ids_);
@@ -114,7 +126,11 @@ class RewardModelWorkers : public RewardScorer {
         }
       }
       if (!job) {
-        if (pool && !start_failure) idle(*pool);
+        try {
+          if (pool && !start_failure) idle(*pool);
+        } catch (...) {
+          start_failure = std::current_exception();  // every later call gets it
+        }
         continue;
       }
       if (start_failure) {
@@ -127,7 +143,7 @@ class RewardModelWorkers : public RewardScorer {
         job->scores.set_exception(std::current_exception());
       }
     }
-    if (pool) pool->shutdown("the run's scoring ended");
+    if (pool) pool->shutdown("the run's scoring ended");  // idempotent; ~WorkerPool ends the rest
   }
 
   // Between calls: heartbeats out, messages and exits in; a worker's failure is recorded
