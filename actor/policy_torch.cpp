@@ -91,21 +91,35 @@ TokenLayout packed_layout(const std::vector<std::vector<int32_t>>& sequences, in
           int64_tensor(flat_segments, rows, row_length)};
 }
 
+TokenLayout pad_length_to(const TokenLayout& layout, int64_t multiple) {
+  TANDEM_CHECK(multiple > 0, "pad_length_to: multiple {} must be positive", multiple);
+  const int64_t length = layout.input_ids.size(1), extra = (multiple - length % multiple) % multiple;
+  if (extra == 0) return layout;
+  const at::Tensor zeros = at::zeros({layout.input_ids.size(0), extra}, layout.input_ids.options());
+  return {at::cat({layout.input_ids, zeros}, 1), at::cat({layout.position_ids, zeros}, 1),
+          at::cat({layout.segment_ids, zeros}, 1)};
+}
+
 TokenLayout TokenLayout::to(at::Device device) const {
   return {input_ids.to(device), position_ids.to(device), segment_ids.to(device)};
 }
 
 PolicyModel::PolicyModel(const ModelConfig& config, const ModelWeights& weights, at::ScalarType dtype,
-                         std::optional<at::ScalarType> compute, at::Device device)
-    : config_(config), compute_(compute.value_or(dtype)), device_(device) {
+                         std::optional<at::ScalarType> compute, at::Device device,
+                         std::shared_ptr<TensorParallelOps> tensor_parallel)
+    : config_(config), compute_(compute.value_or(dtype)), device_(device), tensor_parallel_(std::move(tensor_parallel)) {
   check_weights(config, weights, "PolicyModel");
-  for (const WeightSpec& spec : expected_weights(config)) {
-    const WeightTensor& w = weights.get(spec.name);
-    at::Tensor t = at::from_blob(const_cast<float*>(w.data.data()), w.shape, at::kFloat)
-                       .to(device, dtype, /*non_blocking=*/false, /*copy=*/true);
+  const TensorParallelSpec spec = tensor_parallel_ ? tensor_parallel_->spec() : TensorParallelSpec{};
+  if (tensor_parallel_) check_tensor_parallel(config, spec.size, "tensor parallel size");
+  shards_ = tensor_parallel_layout(config, spec);
+  local_ = local_sizes(config, spec);
+  for (const ParameterShard& shard : shards_) {
+    const WeightTensor& w = weights.get(shard.name);
+    const at::Tensor full = at::from_blob(const_cast<float*>(w.data.data()), w.shape, at::kFloat);
+    at::Tensor t = shard_of(full, shard).to(device, dtype, /*non_blocking=*/false, /*copy=*/true);
     t.set_requires_grad(true);
-    index_[spec.name] = parameters_.size();
-    parameters_.emplace_back(spec.name, t);
+    index_[shard.name] = parameters_.size();
+    parameters_.emplace_back(shard.name, t);
   }
 }
 
@@ -132,8 +146,8 @@ std::vector<at::Tensor> PolicyModel::parameters() const {
 
 ModelWeights PolicyModel::to_weights() const {
   std::vector<WeightTensor> tensors;
-  for (const auto& [name, t] : parameters_) {
-    at::Tensor f = t.detach().to(at::kCPU, at::kFloat).contiguous();
+  for (const auto& [name, t] : weight_tensors()) {
+    at::Tensor f = t.to(at::kCPU, at::kFloat).contiguous();
     WeightTensor w{name, f.sizes().vec(), {}};
     w.data.assign(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
     tensors.push_back(std::move(w));
@@ -143,7 +157,11 @@ ModelWeights PolicyModel::to_weights() const {
 
 std::vector<std::pair<std::string, at::Tensor>> PolicyModel::weight_tensors() const {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& [name, t] : parameters_) tensors.emplace_back(name, t.detach().to(at::kFloat).contiguous());
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    at::Tensor t = parameters_[i].second.detach().to(at::kFloat).contiguous();
+    if (tensor_parallel_) t = tensor_parallel_->gather_parameter(t, shards_[i]);
+    tensors.emplace_back(parameters_[i].first, std::move(t));
+  }
   return tensors;
 }
 
@@ -155,9 +173,10 @@ at::Tensor PolicyModel::attention(const at::Tensor& x, int64_t layer, const at::
   auto project = [&](const std::string& name) {
     return linear(x, p + name + ".weight", c.attention_bias ? p + name + ".bias" : "");
   };
-  at::Tensor q = project("q_proj").view({batch, length, c.num_attention_heads, c.head_dim});
-  at::Tensor k = project("k_proj").view({batch, length, c.num_key_value_heads, c.head_dim});
-  at::Tensor v = project("v_proj").view({batch, length, c.num_key_value_heads, c.head_dim});
+  const int64_t heads = local_.heads, kv_heads = local_.kv_heads;  // this rank's (all of them on one rank)
+  at::Tensor q = project("q_proj").view({batch, length, heads, c.head_dim});
+  at::Tensor k = project("k_proj").view({batch, length, kv_heads, c.head_dim});
+  at::Tensor v = project("v_proj").view({batch, length, kv_heads, c.head_dim});
   if (c.qk_norm) {
     q = rms_norm(q, param(p + "q_norm.weight"), c.rms_norm_eps);
     k = rms_norm(k, param(p + "k_norm.weight"), c.rms_norm_eps);
@@ -166,7 +185,7 @@ at::Tensor PolicyModel::attention(const at::Tensor& x, int64_t layer, const at::
   q = apply_rope(q.transpose(1, 2), cos, sin);
   k = apply_rope(k.transpose(1, 2), cos, sin);
   v = v.transpose(1, 2);
-  const int64_t group = c.num_attention_heads / c.num_key_value_heads;
+  const int64_t group = heads / kv_heads;
   if (group > 1) {  // query head h reads key/value head h / group
     k = k.repeat_interleave(group, 1);
     v = v.repeat_interleave(group, 1);
@@ -174,8 +193,22 @@ at::Tensor PolicyModel::attention(const at::Tensor& x, int64_t layer, const at::
   at::Tensor scores =
       matmul(q, k.transpose(-2, -1)).to(at::kFloat).mul_(1.0 / std::sqrt(static_cast<double>(c.head_dim))).add_(bias);
   at::Tensor probs = at::softmax(scores, -1).to(v.scalar_type());
-  at::Tensor out = matmul(probs, v).transpose(1, 2).reshape({batch, length, c.q_size()});
-  return linear(out, p + "o_proj.weight", c.o_proj_bias() ? p + "o_proj.bias" : "");
+  at::Tensor out = matmul(probs, v).transpose(1, 2).reshape({batch, length, heads * c.head_dim});
+  // Split, o_proj's bias is added once, after the ranks' partial sums meet (layer()).
+  const bool bias_here = c.o_proj_bias() && !tensor_parallel_;
+  return linear(out, p + "o_proj.weight", bias_here ? p + "o_proj.bias" : "");
+}
+
+at::Tensor PolicyModel::enter_split(const at::Tensor& x) const {
+  if (!tensor_parallel_) return x;
+  return tensor_parallel_->spec().sequence_parallel ? tensor_parallel_->gather_sequence(x)
+                                                    : tensor_parallel_->copy_to_region(x);
+}
+
+at::Tensor PolicyModel::leave_split(const at::Tensor& x) const {
+  if (!tensor_parallel_) return x;
+  return tensor_parallel_->spec().sequence_parallel ? tensor_parallel_->reduce_scatter_sequence(x)
+                                                    : tensor_parallel_->reduce_from_region(x);
 }
 
 at::Tensor PolicyModel::forward(const TokenLayout& layout) const { return head(trunk(layout)); }
@@ -194,7 +227,19 @@ at::Tensor PolicyModel::embed(const TokenLayout& layout) const {
                "input_ids, position_ids and segment_ids must have the same shape");
   TANDEM_CHECK(layout.input_ids.device() == device_, "the layout is on {}, the model on {}: move it with TokenLayout::to",
                layout.input_ids.device().str(), device_.str());
-  return at::embedding(param("model.embed_tokens.weight"), layout.input_ids);
+  if (!tensor_parallel_) return at::embedding(param("model.embed_tokens.weight"), layout.input_ids);
+  // Vocabulary-parallel: each rank looks up the ids in its rows, zeros for the others, and
+  // the ranks' rows are summed (each id's row is on exactly one rank).
+  const TensorParallelSpec& spec = tensor_parallel_->spec();
+  TANDEM_CHECK(!spec.sequence_parallel || layout.input_ids.size(1) % spec.size == 0,
+               "sequence parallelism splits the length over {} ranks; this layout's length is {} (pad it: "
+               "pad_length_to)",
+               spec.size, layout.input_ids.size(1));
+  const at::Tensor local_ids = layout.input_ids - local_.vocab_begin;
+  const at::Tensor mine = local_ids.ge(0).logical_and(local_ids.lt(local_.vocab_rows));
+  at::Tensor rows = at::embedding(param("model.embed_tokens.weight"), local_ids.clamp(0, local_.vocab_rows - 1));
+  rows = rows * mine.unsqueeze(-1).to(rows.scalar_type());
+  return leave_split(rows);
 }
 
 PolicyModel::LayerContext PolicyModel::layer_context(const TokenLayout& layout, at::ScalarType dtype) const {
@@ -229,11 +274,13 @@ PolicyModel::LayerContext PolicyModel::layer_context(const TokenLayout& layout, 
 at::Tensor PolicyModel::layer(int64_t layer, const at::Tensor& x, const LayerContext& context) const {
   const ModelConfig& c = config_;
   const std::string p = "model.layers." + std::to_string(layer) + ".";
-  at::Tensor y = x + attention(rms_norm(x, param(p + "input_layernorm.weight"), c.rms_norm_eps), layer, context.cos,
-                               context.sin, context.bias);
-  at::Tensor h = rms_norm(y, param(p + "post_attention_layernorm.weight"), c.rms_norm_eps);
+  const at::Tensor normed = enter_split(rms_norm(x, param(p + "input_layernorm.weight"), c.rms_norm_eps));
+  at::Tensor attended = leave_split(attention(normed, layer, context.cos, context.sin, context.bias));
+  if (tensor_parallel_ && c.o_proj_bias()) attended = attended + param(p + "self_attn.o_proj.bias");
+  at::Tensor y = x + attended;
+  at::Tensor h = enter_split(rms_norm(y, param(p + "post_attention_layernorm.weight"), c.rms_norm_eps));
   at::Tensor gated = at::silu(linear(h, p + "mlp.gate_proj.weight")) * linear(h, p + "mlp.up_proj.weight");
-  return y + linear(gated, p + "mlp.down_proj.weight");
+  return y + leave_split(linear(gated, p + "mlp.down_proj.weight"));
 }
 
 at::Tensor PolicyModel::head(const at::Tensor& x) const { return lm_head(final_norm(x)); }
@@ -242,9 +289,12 @@ at::Tensor PolicyModel::final_norm(const at::Tensor& x) const {
   return rms_norm(x, param("model.norm.weight"), config_.rms_norm_eps);
 }
 
+at::Tensor PolicyModel::head_input(const at::Tensor& normed) const { return enter_split(normed); }
+
 at::Tensor PolicyModel::head_weight() const {
   const at::Tensor& weight =
       config_.tie_word_embeddings ? param("model.embed_tokens.weight") : param("lm_head.weight");
+  if (tensor_parallel_) return local_.head_rows == weight.size(0) ? weight : weight.narrow(0, 0, local_.head_rows);
   // Padded ids (model_config.h, sampled_vocab) get no logit: softmax runs over the ids the
   // rollout engine can draw, so both compute the same distribution.
   if (config_.sampled_vocab() == config_.vocab_size) return weight;
@@ -252,7 +302,13 @@ at::Tensor PolicyModel::head_weight() const {
 }
 
 at::Tensor PolicyModel::lm_head(const at::Tensor& normed) const {
-  return at::linear(normed.to(compute_), head_weight().to(compute_)).to(at::kFloat);
+  if (!tensor_parallel_) return at::linear(normed.to(compute_), head_weight().to(compute_)).to(at::kFloat);
+  // Every rank's padded rows (equal counts), gathered in rank order: canonical id order,
+  // then cut to the sampled ids.
+  const at::Tensor& weight =
+      config_.tie_word_embeddings ? param("model.embed_tokens.weight") : param("lm_head.weight");
+  const at::Tensor local = at::linear(head_input(normed).to(compute_), weight.to(compute_)).to(at::kFloat);
+  return tensor_parallel_->gather_last_dim(local).narrow(-1, 0, config_.sampled_vocab());
 }
 
 TokenLogProbs token_logprobs(const at::Tensor& logits, const TokenLayout& layout, double temperature) {

@@ -11,9 +11,11 @@
 
 #include "actor/model_config.h"
 #include "actor/model_weights.h"
+#include "actor/tensor_parallel.h"
 
 #include <ATen/core/Tensor.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -35,6 +37,9 @@ TokenLayout padded_layout(const std::vector<std::vector<int32_t>>& sequences, in
 // sequence is an Error). `placement` receives (row, offset) of each sequence.
 TokenLayout packed_layout(const std::vector<std::vector<int32_t>>& sequences, int64_t row_length,
                           std::vector<std::pair<int64_t, int64_t>>* placement = nullptr);
+// `layout` with padding columns (segment 0) appended until its length is a multiple of
+// `multiple` (sequence parallelism splits the length over the tensor-parallel ranks).
+TokenLayout pad_length_to(const TokenLayout& layout, int64_t multiple);
 
 class PolicyModel {
  public:
@@ -46,8 +51,18 @@ class PolicyModel {
   // torch.autocast does it: the residual stream, norms, rotary embedding, softmax and
   // logits statistics stay float32. Parameters live on `device`; a layout passed in must
   // be there too (every tensor this makes is created where its inputs are).
+  //
+  // `tensor_parallel` (actor/tensor_parallel.h): this model is one rank's part of the
+  // model, split over the ops' group. Parameters are then the rank's shards (from the
+  // canonical `weights` every rank passes), every rank runs every call together, and:
+  // embed and each layer return the rank's L/T positions under sequence parallelism
+  // (the layout's length a multiple of T), whole ones otherwise; head_weight() is the
+  // rank's vocabulary rows (vocab_offset() the first one's id); forward()/head()/lm_head()
+  // still return whole logits (gathered); to_weights() and weight_tensors() gather the
+  // canonical tensors.
   PolicyModel(const ModelConfig& config, const ModelWeights& weights, at::ScalarType dtype,
-              std::optional<at::ScalarType> compute = std::nullopt, at::Device device = at::kCPU);
+              std::optional<at::ScalarType> compute = std::nullopt, at::Device device = at::kCPU,
+              std::shared_ptr<TensorParallelOps> tensor_parallel = nullptr);
 
   // Logits [B, L, vocab] in float32, whatever the parameter dtype.
   at::Tensor forward(const TokenLayout& layout) const;
@@ -66,10 +81,19 @@ class PolicyModel {
   at::Tensor layer(int64_t layer, const at::Tensor& x, const LayerContext& context) const;  // [B, L, hidden]
   at::Tensor head(const at::Tensor& x) const;  // lm_head(final_norm(x)): logits [B, L, vocab] float32
   at::Tensor final_norm(const at::Tensor& x) const;  // the last hidden state a head reads [B, L, hidden]
+  // What a vocabulary-parallel head reads: final_norm's output made whole and replicated
+  // over the tensor-parallel group (all-gathered along L under sequence parallelism; its
+  // gradient summed over the group). `normed` itself without tensor parallelism.
+  at::Tensor head_input(const at::Tensor& normed) const;
   // Logits [B, L, config.sampled_vocab()] float32: padded ids (model_config.h) are left out.
   at::Tensor lm_head(const at::Tensor& normed) const;
-  // The weight lm_head multiplies by, [config.sampled_vocab(), hidden] (tied: a view of the embeddings).
+  // The weight lm_head multiplies by, [config.sampled_vocab(), hidden] (tied: a view of the
+  // embeddings); under tensor parallelism this rank's rows of it, the first being id vocab_offset().
   at::Tensor head_weight() const;
+  int64_t vocab_offset() const { return local_.vocab_begin; }
+  // The tensor-parallel ops (null without) and how each parameter is split (one rank: whole).
+  TensorParallelOps* tensor_parallel() const { return tensor_parallel_.get(); }
+  const std::vector<ParameterShard>& shards() const { return shards_; }
   // The last layer's output, before the final norm: embed and every layer.
   at::Tensor trunk(const TokenLayout& layout) const;
 
@@ -77,7 +101,8 @@ class PolicyModel {
   at::ScalarType compute_dtype() const { return compute_; }
   at::Device device() const { return device_; }
   void set_compute_dtype(at::ScalarType compute) { compute_ = compute; }
-  // HF names, in expected_weights order (no lm_head when tied).
+  // HF names, in expected_weights order (no lm_head when tied); this rank's shards under
+  // tensor parallelism.
   const std::vector<std::pair<std::string, at::Tensor>>& named_parameters() const { return parameters_; }
   std::vector<at::Tensor> parameters() const;
   // The current weights as float32 in host memory (for saving or for a rollout engine).
@@ -92,14 +117,22 @@ class PolicyModel {
   at::Tensor linear(const at::Tensor& x, const std::string& name, const std::string& bias_name = "") const;
   // a · b (batched) in the compute dtype, returned in a's dtype.
   at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) const;
+  // Self-attention over the heads this rank holds, o_proj applied: under tensor
+  // parallelism a partial sum over the group, without o_proj's bias.
   at::Tensor attention(const at::Tensor& x, int64_t layer, const at::Tensor& cos, const at::Tensor& sin,
                        const at::Tensor& bias) const;
+  // Where activations enter and leave the split region (identity without tensor parallelism).
+  at::Tensor enter_split(const at::Tensor& x) const;
+  at::Tensor leave_split(const at::Tensor& x) const;
 
   ModelConfig config_;
   at::ScalarType compute_;
   at::Device device_;
   std::vector<std::pair<std::string, at::Tensor>> parameters_;
   std::map<std::string, size_t> index_;
+  std::shared_ptr<TensorParallelOps> tensor_parallel_;
+  std::vector<ParameterShard> shards_;
+  LocalSizes local_;  // heads, KV heads, MLP columns and vocabulary rows of this rank
 };
 
 struct TokenLogProbs {

@@ -5,6 +5,7 @@
 // validate`) and the docs all use. Cross-field rules live in core/config_rules.cpp.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -224,6 +225,10 @@ struct LearnerConfig {
   int64_t workers = 1;
   std::string device = "cpu";
   std::string sharding = "ddp";
+  // Ranks each model is split over (actor/tensor_parallel.h); workers = tensor_parallel x
+  // the data-parallel size, sharding over the data-parallel ranks.
+  int64_t tensor_parallel = 1;
+  bool sequence_parallel = true;   // with tensor_parallel > 1: norms and residuals hold 1/T of the positions
   std::string precision = "fp32";  // fp32 | bf16: the compute dtype; parameters and optimizer state stay float32
   int64_t epochs = 1;
   int64_t mini_batches = 1;
@@ -234,6 +239,7 @@ struct LearnerConfig {
   std::string snapshot = "memory";
   std::string snapshot_dir = "/dev/shm";  // where the snapshots live on each learner's host (a tmpfs)
   OptimizerConfig optimizer;
+  int64_t data_parallel() const { return workers / std::max<int64_t>(1, tensor_parallel); }
 };
 
 struct RewardConfig {

@@ -67,22 +67,45 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
 
   // Each optimizer step takes one mini-batch, split evenly over learner ranks, then into
   // micro-batches for gradient accumulation.
+  // Tensor parallelism: each model spans tensor_parallel ranks, which see the same samples;
+  // the data-parallel ranks (workers / tensor_parallel) split them.
+  const int64_t tp = c.learner.tensor_parallel;
+  if (c.learner.workers % tp != 0) {
+    problem_at({"learner.workers", "learner.tensor_parallel"},
+               fmt::format("learner.workers {} is not a multiple of learner.tensor_parallel {}: each model spans {} "
+                           "ranks",
+                           c.learner.workers, tp, tp));
+  }
+  if (tp > 1 && c.learner.sharding == "fsdp") {
+    problem_at({"learner.sharding", "learner.tensor_parallel"},
+               "learner.sharding fsdp with learner.tensor_parallel > 1 is not supported yet: use ddp or zero2 over "
+               "the data-parallel ranks");
+  }
+  if (tp > 1 && c.algorithm.advantage == "gae") {
+    problem_at({"algorithm.advantage", "learner.tensor_parallel"},
+               "algorithm.advantage gae (a critic) with learner.tensor_parallel > 1 is not supported yet");
+  }
+  const int64_t data_ranks = std::max<int64_t>(1, c.learner.data_parallel());
   const int64_t samples = c.data.batch_size * c.algorithm.group_size;
-  const int64_t shards = c.learner.workers * c.learner.mini_batches;
+  const int64_t shards = data_ranks * c.learner.mini_batches;
+  const std::string ranks_named = tp > 1 ? fmt::format("learner.workers {} / learner.tensor_parallel {} = {} "
+                                                       "data-parallel ranks",
+                                                       c.learner.workers, tp, data_ranks)
+                                         : fmt::format("learner.workers {}", c.learner.workers);
   if (samples % shards != 0) {
     problem_at({"learner.mini_batches", "learner.workers", "data.batch_size", "algorithm.group_size"},
             fmt::format("{} samples per step (data.batch_size {} x algorithm.group_size {}) cannot be split "
-                        "into learner.mini_batches {} x learner.workers {} = {} equal parts",
+                        "into learner.mini_batches {} x {} = {} equal parts",
                         samples, c.data.batch_size, c.algorithm.group_size, c.learner.mini_batches,
-                        c.learner.workers, shards));
+                        ranks_named, shards));
   } else {
     const int64_t per_rank = samples / shards;
     if (per_rank % c.learner.micro_batch_size != 0) {
       problem_at({"learner.micro_batch_size", "learner.mini_batches", "learner.workers", "data.batch_size",
                   "algorithm.group_size"},
-              fmt::format("{} samples per rank and mini-batch ({} samples / {} mini-batches / {} workers) are "
+              fmt::format("{} samples per rank and mini-batch ({} samples / {} mini-batches / {}) are "
                           "not a multiple of learner.micro_batch_size {}",
-                          per_rank, samples, c.learner.mini_batches, c.learner.workers,
+                          per_rank, samples, c.learner.mini_batches, ranks_named,
                           c.learner.micro_batch_size));
     }
   }

@@ -277,6 +277,12 @@ template <class V> void describe(V& v, LearnerConfig& c) {
           "where training runs: cuda puts each learner worker on its own GPU (needs a CUDA libtorch, -Dtorch_dir, "
           "and NCCL for several workers); auto picks cuda when both a GPU per worker and a CUDA libtorch are here");
   v.field("sharding", c.sharding, one_of({"ddp", "zero2", "fsdp"}), "data-parallel strategy");
+  v.field("tensor_parallel", c.tensor_parallel, at_least(1),
+          "ranks each model is split over (Megatron-style: attention heads, MLP columns and vocabulary); workers "
+          "must be a multiple, and sharding then applies over the workers / tensor_parallel data-parallel ranks");
+  v.field("sequence_parallel", c.sequence_parallel,
+          "with tensor_parallel > 1: norms and residual adds run on 1/tensor_parallel of the positions (all-gather "
+          "and reduce-scatter in place of the all-reduces), so their activations shrink by that factor");
   v.field("precision", c.precision, one_of({"fp32", "bf16"}),
           "compute dtype of the forward and backward: bf16 casts each float32 master weight where it is used "
           "(norms, softmax, logits, optimizer state stay float32)");

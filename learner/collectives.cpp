@@ -25,18 +25,26 @@ class SingleRank final : public Collectives {
   void all_gather(const at::Tensor& shard, at::Tensor& full) override { full.copy_(shard); }
   void broadcast(at::Tensor&, int) override {}
   void barrier() override {}
+  std::unique_ptr<Collectives> subgroup(const std::string&, const std::vector<int>& ranks) override {
+    TANDEM_CHECK(ranks == std::vector<int>{0}, "a subgroup of a one-rank group holds rank 0 only");
+    return std::make_unique<SingleRank>();
+  }
 };
 
 class GlooCollectives final : public Collectives {
  public:
-  explicit GlooCollectives(const CollectivesOptions& o) : options_(o) {
+  explicit GlooCollectives(const CollectivesOptions& o) : GlooCollectives(o, c10::intrusive_ptr<c10d::Store>()) {}
+
+  // `store`: the parent group's (a subgroup meets there, under its name); null: open o.rendezvous.
+  GlooCollectives(const CollectivesOptions& o, c10::intrusive_ptr<c10d::Store> store) : options_(o) {
     TANDEM_CHECK(o.rank >= 0 && o.rank < o.world_size, "rank {} outside world size {}", o.rank, o.world_size);
     try {
-      auto store = c10::make_intrusive<c10d::PrefixStore>("tandem/", open_rendezvous_store(o));
+      store_ = store;
+      if (!store_) store_ = c10::make_intrusive<c10d::PrefixStore>("tandem/", open_rendezvous_store(o));
       auto gloo_options =
           c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000)));
       gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(o.host));
-      group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.world_size, gloo_options);
+      group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, o.rank, o.world_size, gloo_options);
     } catch (const std::exception& e) {
       throw Error(fmt::format("learner rank {}/{}: cannot join the process group at {} within {} s: {}", o.rank,
                               o.world_size, o.rendezvous, o.timeout_s, first_line(e.what())));
@@ -94,6 +102,12 @@ class GlooCollectives final : public Collectives {
     run("barrier", [&] { group_->barrier()->wait(); });
   }
 
+  std::unique_ptr<Collectives> subgroup(const std::string& name, const std::vector<int>& ranks) override {
+    const CollectivesOptions o = subgroup_options(options_, name, ranks);
+    if (o.world_size == 1) return std::make_unique<SingleRank>();
+    return std::make_unique<GlooCollectives>(o, c10::make_intrusive<c10d::PrefixStore>(name + "/", store_));
+  }
+
  private:
   void all_reduce(at::Tensor& tensor, c10d::ReduceOp op) {
     run("all_reduce", [&] {
@@ -118,10 +132,27 @@ class GlooCollectives final : public Collectives {
   }
 
   CollectivesOptions options_;
+  c10::intrusive_ptr<c10d::Store> store_;  // kept: a subgroup meets on it
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
 };
 
 }  // namespace
+
+CollectivesOptions subgroup_options(const CollectivesOptions& options, const std::string& name,
+                                    const std::vector<int>& ranks) {
+  TANDEM_CHECK(!name.empty() && name.find('/') == std::string::npos, "subgroup name \"{}\": non-empty, no '/'", name);
+  CollectivesOptions o = options;
+  o.world_size = static_cast<int>(ranks.size());
+  o.rank = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    TANDEM_CHECK(ranks[i] >= 0 && ranks[i] < options.world_size && (i == 0 || ranks[i] > ranks[i - 1]),
+                 "subgroup {}: ranks must be ascending and inside the group of {}", name, options.world_size);
+    if (ranks[i] == options.rank) o.rank = static_cast<int>(i);
+  }
+  TANDEM_CHECK(o.rank >= 0, "subgroup {}: rank {} is not one of its members", name, options.rank);
+  o.rendezvous = options.rendezvous + " (subgroup " + name + ")";  // for messages only: the store is shared
+  return o;
+}
 
 std::unique_ptr<Collectives> Collectives::create(const CollectivesOptions& options) {
   if (options.world_size == 1) return std::make_unique<SingleRank>();

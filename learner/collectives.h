@@ -18,6 +18,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tandem {
 
@@ -50,6 +51,19 @@ class Collectives {
   // In place: every rank ends with rank `root`'s `tensor`.
   virtual void broadcast(at::Tensor& tensor, int root) = 0;
   virtual void barrier() = 0;
+
+  // A group of some of this group's ranks: `ranks` (ascending, this rank among them),
+  // renumbered 0, 1, ... in that order. Every member calls it with the same `name` and
+  // `ranks`; groups of different names never meet, and non-members do not call. It meets
+  // on this group's rendezvous (under the name) and keeps its timeout, host and device.
+  // Tensor parallelism splits the learner's ranks into tensor-parallel and data-parallel
+  // groups this way (learner/parallel_groups.h).
+  virtual std::unique_ptr<Collectives> subgroup(const std::string& name, const std::vector<int>& ranks) = 0;
 };
+
+// `options` for member `ranks` of a subgroup (rank renumbered, world_size its size), after
+// checking that `ranks` is ascending, inside the world and holds `options.rank`.
+CollectivesOptions subgroup_options(const CollectivesOptions& options, const std::string& name,
+                                    const std::vector<int>& ranks);
 
 }  // namespace tandem

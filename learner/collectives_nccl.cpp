@@ -86,14 +86,19 @@ struct BlockingStream {
 
 class NcclCollectives final : public Collectives {
  public:
-  explicit NcclCollectives(const CollectivesOptions& o) : options_(o), where_(nccl_collectives_where(o)) {
+  explicit NcclCollectives(const CollectivesOptions& o) : NcclCollectives(o, c10::intrusive_ptr<c10d::Store>()) {}
+
+  // `store`: the parent group's, prefixed with a subgroup's name; null: open o.rendezvous.
+  NcclCollectives(const CollectivesOptions& o, c10::intrusive_ptr<c10d::Store> store)
+      : options_(o), where_(nccl_collectives_where(o)) {
     TANDEM_CHECK(o.rank >= 0 && o.rank < o.world_size, "rank {} outside world size {}", o.rank, o.world_size);
     cuda_require_device(o.cuda_device, where_);  // "no GPU: ..." before anything waits on peers
     // Default flags: a blocking stream, ordered with the legacy default stream libtorch queues on.
     TANDEM_CUDA_CHECK(where_, cudaStreamCreate(&stream_.stream));
     std::string id;
     try {
-      store_ = c10::make_intrusive<c10d::PrefixStore>("tandem/", open_rendezvous_store(o));
+      store_ = store;
+      if (!store_) store_ = c10::make_intrusive<c10d::PrefixStore>("tandem/", open_rendezvous_store(o));
     } catch (const std::exception& e) {
       throw Error(fmt::format("{}: cannot open the rendezvous {} within {} s: {}", where_, o.rendezvous, o.timeout_s,
                               std::string(e.what()).substr(0, std::string(e.what()).find('\n'))));
@@ -150,6 +155,12 @@ class NcclCollectives final : public Collectives {
                            comm_.comm, stream_.stream);
     });
     copy_back(tensor, p[0]);
+  }
+
+  std::unique_ptr<Collectives> subgroup(const std::string& name, const std::vector<int>& ranks) override {
+    const CollectivesOptions o = subgroup_options(options_, name, ranks);
+    if (o.world_size == 1) return Collectives::create(o);
+    return std::make_unique<NcclCollectives>(o, c10::make_intrusive<c10d::PrefixStore>(name + "/", store_));
   }
 
   void barrier() override {

@@ -1,6 +1,7 @@
 #include "learner/head_logprobs.h"
 
 #include "core/error.h"
+#include "learner/tensor_parallel_ops.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -52,8 +53,26 @@ struct HeadForward {
   at::Tensor logprobs, entropy, log_normaliser;
 };
 
+// The group's statistics from each rank's (vocabulary-parallel): the largest maximum, every
+// rank's sum and moment rescaled to it and summed, the target's logit from the rank holding it.
+void combine_over_group(GroupTensorParallelOps& group, at::Tensor& top, at::Tensor& sum, at::Tensor& moment,
+                        at::Tensor& picked) {
+  const at::Tensor global_top = group.all_reduce_max(top, "head");
+  // A rank's sum relative to the global maximum: Σ exp(z - G) = sum · exp(top - G), and the
+  // moment Σ exp(z - G) (z - G) = (moment + sum · (top - G)) · exp(top - G). A rank whose
+  // rows all lie at -inf has sum 0: its shift becomes the lowest float, its terms 0.
+  const at::Tensor shift = (top - global_top).nan_to_num_(0.0);
+  const at::Tensor scale = shift.exp();
+  const at::Tensor moments = at::stack({sum * scale, (moment + sum * shift) * scale});
+  const at::Tensor summed = group.all_reduce(moments, "head");
+  sum = summed[0];
+  moment = summed[1];
+  picked = group.all_reduce(picked, "head");
+  top = global_top;
+}
+
 HeadForward head_forward(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                         double temperature, const HeadTiles& tiles) {
+                         double temperature, const HeadTiles& tiles, GroupTensorParallelOps* group) {
   const int64_t rows = hidden.size(0), vocab = weight.size(0);
   const at::TensorOptions f32 = hidden.options().dtype(at::kFloat);
   at::Tensor top = at::full({rows}, -std::numeric_limits<float>::infinity(), f32);
@@ -79,6 +98,7 @@ HeadForward head_forward(const at::Tensor& hidden, const at::Tensor& weight, con
     moment_rows.add_(e.mul_(z).sum(1));
     old_top.copy_(new_top);
   });
+  if (group) combine_over_group(*group, top, sum, moment, picked);
   const at::Tensor log_sum = sum.log();
   HeadForward out;
   out.log_normaliser = top + log_sum;
@@ -92,13 +112,14 @@ HeadForward head_forward(const at::Tensor& hidden, const at::Tensor& weight, con
 struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                                const at::Tensor& targets, double temperature, int64_t tile_rows, int64_t tile_vocab,
-                               int64_t compute_dtype) {
+                               int64_t compute_dtype, int64_t group_handle) {
     ctx->set_materialize_grads(false);
     const HeadTiles tiles{tile_rows, tile_vocab};
     const at::ScalarType compute = static_cast<at::ScalarType>(compute_dtype);
     // The weight in the compute dtype once per call (a no-op in float32), kept for backward.
     const at::Tensor weight_c = weight.to(compute);
-    HeadForward f = head_forward(hidden.to(compute), weight_c, targets, temperature, tiles);
+    HeadForward f = head_forward(hidden.to(compute), weight_c, targets, temperature, tiles,
+                                 reinterpret_cast<GroupTensorParallelOps*>(group_handle));
     ctx->save_for_backward({hidden, weight_c, targets, f.log_normaliser, f.entropy});
     ctx->saved_data["compute"] = compute_dtype;
     ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
@@ -119,7 +140,7 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
     const HeadTiles tiles{ctx->saved_data["tile_rows"].toInt(), ctx->saved_data["tile_vocab"].toInt()};
     const at::Tensor& grad_logprobs = grads[0];
     const at::Tensor& grad_entropy = grads[1];
-    const variable_list none(7);
+    const variable_list none(8);
     if (!grad_logprobs.defined() && !grad_entropy.defined()) return none;
 
     const int64_t rows = hidden.size(0), vocab = weight_c.size(0);
@@ -172,7 +193,8 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
 }  // namespace
 
 HeadLogProbs head_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                           double temperature, HeadTiles tiles, std::optional<at::ScalarType> compute) {
+                           double temperature, HeadTiles tiles, std::optional<at::ScalarType> compute,
+                           GroupTensorParallelOps* vocab, int64_t vocab_offset) {
   TANDEM_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
                "head_logprobs: hidden [N, H] and weight [V, H], got {} and {}", c10::str(hidden.sizes()),
                c10::str(weight.sizes()));
@@ -182,13 +204,15 @@ HeadLogProbs head_logprobs(const at::Tensor& hidden, const at::Tensor& weight, c
   TANDEM_CHECK(tiles.rows > 0 && tiles.vocab > 0, "head_logprobs: tiles must be positive, got {} x {}", tiles.rows,
                tiles.vocab);
   const at::ScalarType dtype = compute.value_or(hidden.scalar_type());
+  // Ids of this rank's rows count from 0; a target on another rank falls outside every tile.
+  const at::Tensor local_targets = vocab ? targets - vocab_offset : targets;
   const bool needs_graph = at::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
   if (!needs_graph) {
-    HeadForward f = head_forward(hidden.to(dtype), weight, targets, temperature, tiles);
+    HeadForward f = head_forward(hidden.to(dtype), weight, local_targets, temperature, tiles, vocab);
     return {f.logprobs, f.entropy};
   }
-  variable_list out = FusedHeadLogProbs::apply(hidden, weight, targets, temperature, tiles.rows, tiles.vocab,
-                                               static_cast<int64_t>(dtype));
+  variable_list out = FusedHeadLogProbs::apply(hidden, weight, local_targets, temperature, tiles.rows, tiles.vocab,
+                                               static_cast<int64_t>(dtype), reinterpret_cast<int64_t>(vocab));
   return {out[0], out[1]};
 }
 

@@ -20,6 +20,8 @@
 
 namespace tandem {
 
+class GroupTensorParallelOps;
+
 struct HeadLogProbs {
   at::Tensor logprobs;  // [N] float32: log softmax(hidden_i · weightᵀ / temperature)[targets_i]
   at::Tensor entropy;   // [N] float32: entropy of that distribution
@@ -36,8 +38,18 @@ struct HeadTiles {
 // products over float32 master weights: learner.precision bf16); the softmax statistics,
 // the results and the gradient sums are float32, and the gradients come back in each
 // input's own dtype. Differentiable in `hidden` and `weight`.
+//
+// Vocabulary-parallel (`vocab` set, learner/tensor_parallel_ops.h): `weight` is this rank's
+// rows of the head, the first being id `vocab_offset`; `hidden` and `targets` are the same
+// on every rank of the group, and every rank calls together. Each rank's running
+// maximum, sum and moment over its rows are combined across the group with three
+// reductions of per-row scalars (the maximum; sum and moment rescaled to it, 2 floats;
+// the target's logit, found on exactly one rank), so logits are never gathered. Backward
+// then needs no collective: each rank's gradient of `hidden` is its rows' part, summed by
+// the caller's region entry (PolicyModel::head_input), and its weight gradient is its own rows'.
 HeadLogProbs head_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                            double temperature, HeadTiles tiles = {},
-                           std::optional<at::ScalarType> compute = std::nullopt);
+                           std::optional<at::ScalarType> compute = std::nullopt,
+                           GroupTensorParallelOps* vocab = nullptr, int64_t vocab_offset = 0);
 
 }  // namespace tandem

@@ -66,15 +66,56 @@ uint64_t mix_seed(uint64_t a, uint64_t b, uint64_t c) {
   return x ^ (x >> 31);
 }
 
+// learner.tensor_parallel T: the group of the T ranks that split one model (rank g is
+// tensor-parallel rank g % T of replica g / T), and the group of the ranks holding the
+// same shards in every replica. Every rank makes its tensor group first, then its data
+// group: each group's members all meet it before their second.
+std::unique_ptr<Collectives> tensor_group_of(Collectives& world, int64_t t) {
+  if (t <= 1) return nullptr;
+  TANDEM_CHECK(world.world_size() % t == 0, "learner.tensor_parallel {} does not divide the {} learner ranks", t,
+               world.world_size());
+  const int replica = world.rank() / static_cast<int>(t);
+  std::vector<int> ranks;
+  for (int i = 0; i < t; ++i) ranks.push_back(replica * static_cast<int>(t) + i);
+  return world.subgroup(fmt::format("tensor-{}", replica), ranks);
+}
+
+std::unique_ptr<Collectives> data_group_of(Collectives& world, int64_t t) {
+  if (t <= 1) return nullptr;
+  const int slot = world.rank() % static_cast<int>(t);
+  std::vector<int> ranks;
+  for (int r = slot; r < world.world_size(); r += static_cast<int>(t)) ranks.push_back(r);
+  return world.subgroup(fmt::format("data-{}", slot), ranks);
+}
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 }  // namespace
 
 Trainer::Impl::Impl(const ModelConfig& config, const ModelWeights& weights, const TrainerOptions& o, Collectives& c)
     : options(o),
       collectives(c),
+      tensor_group(tensor_group_of(c, o.learner.tensor_parallel)),
+      data_group(data_group_of(c, o.learner.tensor_parallel)),
+      tensor_ops(tensor_group ? std::make_shared<GroupTensorParallelOps>(*tensor_group, o.learner.sequence_parallel)
+                              : nullptr),
       strategy(strategy_from_name(o.learner.sharding)),
       device(training_device(o)),
-      model(config, weights, at::kFloat, compute_dtype(o.learner.precision), device),
+      model(config, weights, at::kFloat, compute_dtype(o.learner.precision), device, tensor_ops),
       objective(actor_objective_params(o.algorithm, o.algorithm.kl.coef)) {
+  if (tensor_ops) {
+    TANDEM_CHECK(strategy != Strategy::fsdp,
+                 "learner.tensor_parallel {} with learner.sharding fsdp is not supported yet (ddp, zero2)",
+                 o.learner.tensor_parallel);
+    TANDEM_CHECK(o.algorithm.advantage != "gae" && !o.reward_model,
+                 "learner.tensor_parallel {}: a value or score head (advantage gae, tandem train-rm) is not "
+                 "supported with tensor parallelism yet",
+                 o.learner.tensor_parallel);
+  }
   // The critic's value head, or the reward model's score head: the same [1, hidden] + [1]
   // (the reward model's bias never moves: the Bradley-Terry loss sees score differences).
   if (o.algorithm.advantage == "gae" || o.reward_model) {
@@ -87,13 +128,13 @@ Trainer::Impl::Impl(const ModelConfig& config, const ModelWeights& weights, cons
     // The value head sorts into the last unit, with the final norm and LM head it shares an input with.
     fsdp = std::make_unique<FsdpParameters>(parameters, fsdp_unit_sizes(parameters, config.num_hidden_layers), c);
   } else {
-    flat = std::make_unique<FlatParameters>(parameters, c.world_size());
+    flat = std::make_unique<FlatParameters>(parameters, data().world_size());
   }
   const OptimizerConfig& opt = o.learner.optimizer;
   adam = std::make_unique<AdamW>(local_values().numel(),
                                  AdamWOptions{opt.beta1, opt.beta2, opt.eps, opt.weight_decay}, device);
   if (o.algorithm.kl.coef > 0) {  // in the loss, or in the reward (reference_logprobs)
-    reference = std::make_unique<PolicyModel>(config, weights, at::kFloat, model.compute_dtype(), device);
+    reference = std::make_unique<PolicyModel>(config, weights, at::kFloat, model.compute_dtype(), device, tensor_ops);
   }
 }
 
@@ -110,21 +151,109 @@ std::vector<std::pair<std::string, at::Tensor>> Trainer::Impl::value_head_parame
 
 at::Tensor Trainer::Impl::local_values() {
   if (strategy == Strategy::fsdp) return fsdp->local_values();
-  return strategy == Strategy::zero2 ? flat->value_shard(collectives.rank()) : flat->values();
+  return strategy == Strategy::zero2 ? flat->value_shard(data().rank()) : flat->values();
 }
 
 at::Tensor Trainer::Impl::local_grads() {
   if (strategy == Strategy::fsdp) return fsdp->local_grads();
-  return strategy == Strategy::zero2 ? flat->grad_shard(collectives.rank()) : flat->grads();
+  return strategy == Strategy::zero2 ? flat->grad_shard(data().rank()) : flat->grads();
 }
 
 std::vector<OwnedRange> Trainer::Impl::owned_ranges() const {
   if (strategy == Strategy::fsdp) return fsdp->owned_ranges();
-  if (strategy == Strategy::ddp) return {{0, 0, flat->numel()}};
-  const int64_t shard = flat->shard_numel(), begin = std::min(flat->numel(), collectives.rank() * shard);
+  if (strategy == Strategy::ddp) return tensor_ops ? canonical_ranges(0, flat->numel()) : std::vector<OwnedRange>{{0, 0, flat->numel()}};
+  const int64_t shard = flat->shard_numel(), begin = std::min(flat->numel(), data().rank() * shard);
   const int64_t end = std::min(flat->numel(), begin + shard);
   if (end <= begin) return {};
+  if (tensor_ops) return canonical_ranges(begin, end - begin);
   return {{begin, 0, end - begin}};
+}
+
+std::vector<OwnedRange> Trainer::Impl::canonical_ranges(int64_t begin, int64_t numel) const {
+  std::vector<OwnedRange> out;
+  // One contiguous piece of a parameter: local flat elements [local, local + n) are
+  // canonical flat elements [canonical, canonical + n).
+  auto piece = [&](int64_t local, int64_t canonical, int64_t n) {
+    const int64_t from = std::max(local, begin), to = std::min(local + n, begin + numel);
+    if (from < to) out.push_back({canonical + (from - local), from - begin, to - from});
+  };
+  const std::vector<ParameterShard>& shards = model.shards();
+  const std::vector<FlatParameters::Entry>& entries = flat->entries();
+  TANDEM_CHECK(entries.size() == shards.size(), "flat parameters ({}) and shards ({}) differ", entries.size(),
+               shards.size());
+  int64_t canonical = 0;  // where this parameter starts in the canonical flat layout
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const ParameterShard& s = shards[i];
+    const int64_t local = entries[i].offset;
+    if (s.dim < 0) {
+      piece(local, canonical, entries[i].numel);
+    } else if (s.dim == 0) {  // whole rows: one piece (padding rows after it map nowhere)
+      const int64_t row = numel_of(s.canonical_shape) / s.canonical_shape[0];
+      piece(local, canonical + s.begin * row, s.length * row);
+    } else {  // a block of columns: one piece per row
+      const int64_t rows = s.canonical_shape[0], columns = s.canonical_shape[1];
+      for (int64_t r = 0; r < rows; ++r) piece(local + r * s.length, canonical + r * columns + s.begin, s.length);
+    }
+    canonical += numel_of(s.canonical_shape);
+  }
+  return out;
+}
+
+void Trainer::Impl::sum_partial_gradients() {
+  const std::vector<ParameterShard>& shards = model.shards();
+  const std::vector<FlatParameters::Entry>& entries = flat->entries();
+  // Each partial gradient goes to its place in a canonical-sized block, so that ranks
+  // sharing a replicated KV head add into the same rows and nobody else's.
+  std::vector<size_t> partial;
+  int64_t total = 0;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (!shards[i].partial_gradient) continue;
+    partial.push_back(i);
+    total += numel_of(shards[i].canonical_shape);
+  }
+  if (partial.empty()) return;
+  auto place = [&](const at::Tensor& block, size_t i) {
+    const ParameterShard& s = shards[i];
+    const at::Tensor canonical = block.view(s.canonical_shape);
+    return s.dim < 0 ? canonical : canonical.narrow(s.dim, s.begin, s.length);
+  };
+  auto grad_of = [&](size_t i) { return flat->grads().narrow(0, entries[i].offset, entries[i].numel).view(entries[i].shape); };
+  at::Tensor buffer = at::zeros({total}, flat->grads().options());
+  int64_t offset = 0;
+  for (size_t i : partial) {
+    const int64_t n = numel_of(shards[i].canonical_shape);
+    place(buffer.narrow(0, offset, n), i).copy_(grad_of(i));
+    offset += n;
+  }
+  buffer = tensor_ops->all_reduce(buffer, "gradients");
+  offset = 0;
+  for (size_t i : partial) {
+    const int64_t n = numel_of(shards[i].canonical_shape);
+    grad_of(i).copy_(place(buffer.narrow(0, offset, n), i));
+    offset += n;
+  }
+}
+
+double Trainer::Impl::gradient_square_sum(const at::Tensor& grads, int64_t begin) const {
+  double total = grads.to(at::kDouble).pow(2).sum().item<double>();
+  const std::vector<ParameterShard>& shards = model.shards();
+  const std::vector<FlatParameters::Entry>& entries = flat->entries();
+  const int64_t t = model.tensor_parallel()->spec().size;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    // Copies of this parameter's elements over the group: every rank's for a replicated one,
+    // the ranks sharing a KV head for a replicated head's rows.
+    const ParameterShard& s = shards[i];
+    const double copies = s.dim < 0 ? static_cast<double>(t)
+                          : s.partial_gradient ? static_cast<double>(t) * s.length / s.canonical_shape[0]
+                                               : 1.0;
+    if (copies == 1.0) continue;
+    const int64_t from = std::max(entries[i].offset, begin);
+    const int64_t to = std::min(entries[i].offset + entries[i].numel, begin + grads.numel());
+    if (from >= to) continue;
+    const double square = grads.narrow(0, from - begin, to - from).to(at::kDouble).pow(2).sum().item<double>();
+    total -= square * (1.0 - 1.0 / copies);
+  }
+  return total;
 }
 
 ModelWeights Trainer::Impl::full_weights(std::vector<WeightTensor>* value_head) {
@@ -147,15 +276,18 @@ ModelWeights Trainer::Impl::full_weights(std::vector<WeightTensor>* value_head) 
 
 std::pair<at::Tensor, at::Tensor> Trainer::Impl::response_logprobs(const PolicyModel& policy, const at::Tensor& normed,
                                                                    const MicroBatch& batch, double temperature) const {
-  const int64_t rows = normed.size(0), length = normed.size(1), responses = batch.mask.size(1);
+  // The layout's length: normed holds 1/T of it under sequence parallelism.
+  const int64_t rows = normed.size(0), length = batch.layout.input_ids.size(1), responses = batch.mask.size(1);
   // Response token t of row b sits at position p = response_position[b, t] and is
   // predicted by the hidden state at p - 1. Cells past a row's response are left out.
   const at::Tensor row_start = (at::arange(rows, batch.mask.options().dtype(at::kLong)) * length).unsqueeze(1);
   const at::Tensor cells = batch.mask.flatten().nonzero().squeeze(1);
   const at::Tensor position = (row_start + batch.response_position).flatten().index_select(0, cells);
-  const at::Tensor hidden = normed.reshape({rows * length, normed.size(2)}).index_select(0, position - 1);
+  const at::Tensor whole = policy.head_input(normed);  // all positions, on every tensor-parallel rank
+  const at::Tensor hidden = whole.reshape({rows * length, normed.size(2)}).index_select(0, position - 1);
   const at::Tensor targets = batch.layout.input_ids.flatten().index_select(0, position);
-  HeadLogProbs head = head_logprobs(hidden, policy.head_weight(), targets, temperature, {}, policy.compute_dtype());
+  HeadLogProbs head = head_logprobs(hidden, policy.head_weight(), targets, temperature, {}, policy.compute_dtype(),
+                                    tensor_ops.get(), policy.vocab_offset());
   const at::Tensor zeros = at::zeros({rows * responses}, head.logprobs.options());
   return {zeros.index_copy(0, cells, head.logprobs).view({rows, responses}),
           zeros.index_copy(0, cells, head.entropy).view({rows, responses})};
@@ -206,7 +338,7 @@ ObjectiveResult Trainer::Impl::objective_from_trunk(const at::Tensor& trunk, con
   // clip_cov draws its tokens: a seed per optimizer step, rank and micro-batch, so a step
   // redone after a recovery draws the same ones.
   ActorObjectiveParams params = objective;
-  params.clip.seed = mix_seed(static_cast<uint64_t>(steps), static_cast<uint64_t>(collectives.rank()),
+  params.clip.seed = mix_seed(static_cast<uint64_t>(steps), static_cast<uint64_t>(data().rank()),
                               static_cast<uint64_t>(micro_index));
   ObjectiveResult result = actor_objective(in, params, scale);
   result.metrics.is_weight_sum = proximal.weight_sum;
@@ -233,7 +365,7 @@ AggregationScale Trainer::Impl::global_scale(const std::vector<TrainingSample>& 
     sequences += s.response.empty() ? 0 : 1;
   }
   at::Tensor counts = device_doubles({tokens, sequences, static_cast<double>(share.size())});
-  collectives.all_reduce_sum(counts);
+  data().all_reduce_sum(counts);
   const std::vector<double> total = host_doubles(counts);
   AggregationScale scale;
   scale.tokens = total[0];
@@ -256,7 +388,7 @@ int64_t Trainer::Impl::micro_batches_to_run(int64_t local_count) {
   if (strategy != Strategy::fsdp) return local_count;
   // FSDP gathers and reduce-scatters inside every micro-batch: all ranks must run as many.
   at::Tensor count = device_doubles({static_cast<double>(local_count)});
-  collectives.all_reduce_max(count);
+  data().all_reduce_max(count);
   return static_cast<int64_t>(host_doubles(count)[0]);
 }
 
@@ -267,7 +399,10 @@ MicroBatch Trainer::Impl::idle_micro_batch() const {
 }
 
 MicroBatch Trainer::Impl::micro_batch_of(const std::vector<TrainingSample>& samples, size_t begin, size_t end) const {
-  return make_micro_batch(samples, begin, end, device);
+  MicroBatch batch = make_micro_batch(samples, begin, end, device);
+  // Sequence parallelism splits the positions over the tensor-parallel ranks.
+  if (tensor_ops && tensor_ops->spec().sequence_parallel) batch.layout = pad_length_to(batch.layout, tensor_ops->spec().size);
+  return batch;
 }
 
 at::Tensor Trainer::Impl::device_doubles(const std::vector<double>& values) const {
@@ -287,13 +422,21 @@ void Trainer::Impl::zero_gradients() {
 double Trainer::Impl::synchronise_and_step(AdamW& optimizer, double learning_rate) {
   trace::Span span("optimizer_step", "train");
   at::Tensor grads = local_grads();
+  if (tensor_ops) sum_partial_gradients();
   switch (strategy) {
-    case Strategy::ddp: collectives.all_reduce_sum(flat->grads()); break;
-    case Strategy::zero2: collectives.reduce_scatter_sum(flat->grads(), grads); break;
+    case Strategy::ddp: data().all_reduce_sum(flat->grads()); break;
+    case Strategy::zero2: data().reduce_scatter_sum(flat->grads(), grads); break;
     case Strategy::fsdp: break;  // reduce-scattered layer by layer during backward
   }
-  at::Tensor norm_sq = grads.to(at::kDouble).pow(2).sum().reshape({1});
-  if (strategy != Strategy::ddp) collectives.all_reduce_sum(norm_sq);  // each rank holds shards
+  at::Tensor norm_sq;
+  if (tensor_ops) {  // each tensor-parallel rank holds part of the parameters
+    const int64_t begin = strategy == Strategy::zero2 ? data().rank() * flat->shard_numel() : 0;
+    norm_sq = device_doubles({gradient_square_sum(grads, begin)});
+    norm_sq = tensor_ops->all_reduce(norm_sq, "gradients");
+  } else {
+    norm_sq = grads.to(at::kDouble).pow(2).sum().reshape({1});
+  }
+  if (strategy != Strategy::ddp) data().all_reduce_sum(norm_sq);  // each rank holds shards
   const double norm = std::sqrt(host_doubles(norm_sq)[0]);
   const OptimizerConfig& opt = options.learner.optimizer;
   if (opt.grad_clip > 0 && norm > opt.grad_clip) grads.mul_(opt.grad_clip / (norm + 1e-6));
@@ -306,7 +449,7 @@ double Trainer::Impl::synchronise_and_step(AdamW& optimizer, double learning_rat
       if (opt.weight_decay != 0) params.mul_(1.0 - learning_rate * opt.weight_decay);
       params.add_(grads, -learning_rate);
     }
-    if (strategy == Strategy::zero2) collectives.all_gather(params.clone(), flat->values());
+    if (strategy == Strategy::zero2) data().all_gather(params.clone(), flat->values());
   }
   return norm;
 }
@@ -314,7 +457,8 @@ double Trainer::Impl::synchronise_and_step(AdamW& optimizer, double learning_rat
 void Trainer::Impl::adopt_policy_as_reference() {
   if (!reference) return;  // no KL in the loss
   const ModelWeights weights = full_weights();
-  reference = std::make_unique<PolicyModel>(model.config(), weights, at::kFloat, model.compute_dtype(), device);
+  reference =
+      std::make_unique<PolicyModel>(model.config(), weights, at::kFloat, model.compute_dtype(), device, tensor_ops);
   reference_from_warmup = true;
 }
 
@@ -325,6 +469,10 @@ Trainer::Trainer(const ModelConfig& config, const ModelWeights& weights, const T
 Trainer::~Trainer() = default;
 
 int64_t Trainer::optimizer_steps() const { return impl_->steps; }
+
+CollectiveTally Trainer::tensor_parallel_collectives() const {
+  return impl_->tensor_ops ? impl_->tensor_ops->tally() : CollectiveTally{};
+}
 
 ModelWeights Trainer::weights() const { return impl_->full_weights(); }
 

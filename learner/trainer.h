@@ -31,6 +31,7 @@
 #include "core/config.h"
 #include "core/safetensors.h"
 #include "learner/objective_metrics.h"
+#include "learner/tensor_parallel_ops.h"
 #include "learner/train_batch.h"
 
 #include <functional>
@@ -116,6 +117,9 @@ class Trainer {
   // algorithm.kl.coef > 0. Not collective: the reference is whole on every rank.
   std::vector<std::vector<float>> reference_logprobs(const std::vector<TrainingSample>& samples);
   int64_t optimizer_steps() const;
+  // learner.tensor_parallel > 1: the collectives the split model ran since the last
+  // train() began (learner/tensor_parallel_ops.h); empty without tensor parallelism.
+  CollectiveTally tensor_parallel_collectives() const;
 
   // Reward model (TrainerOptions::reward_model; learner/preference_loss.h). `share`: this
   // rank's pairs, samples 2i (chosen) and 2i + 1 (rejected) answering the same prompt, each

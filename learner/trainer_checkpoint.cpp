@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 
 namespace tandem {
 
@@ -116,7 +117,7 @@ constexpr const char* kReferenceDir = "reference";  // the warmed-up reference p
 
 std::unique_ptr<PolicyModel> Trainer::Impl::reference_from(const std::string& dir) const {
   return std::make_unique<PolicyModel>(model.config(), load_model_weights(dir, model.config()), at::kFloat,
-                                       model.compute_dtype(), device);
+                                       model.compute_dtype(), device, tensor_ops);
 }
 
 void Trainer::save_checkpoint(const std::string& dir, const std::string& tokenizer_dir) {
@@ -129,12 +130,17 @@ void Trainer::save_checkpoint(const std::string& dir, const std::string& tokeniz
     fs::create_directories(staging);
   }
   std::vector<WeightTensor> value_head;
-  const ModelWeights weights = m.full_weights(&value_head);  // collective under fsdp
+  const ModelWeights weights = m.full_weights(&value_head);  // collective under fsdp and tensor parallelism
+  // Gathered by every tensor-parallel rank together; rank 0 writes it.
+  const std::optional<ModelWeights> reference =
+      m.reference_from_warmup ? std::optional<ModelWeights>(m.reference->to_weights()) : std::nullopt;
   m.collectives.barrier();
-  // ddp ranks all hold everything: rank 0 writes it. Sharded ranks write their own.
+  // ddp replicas all hold the same: replica 0 writes it (one file, or one per tensor-parallel
+  // rank, its shards' canonical ranges). Sharded ranks write their own.
   const bool sharded = m.strategy != Strategy::ddp;
-  const int files = sharded ? world : 1;
-  if ((sharded || rank == 0) && m.options.learner.optimizer.name == "adamw") {
+  const int tensor_ranks = m.tensor_group ? m.tensor_group->world_size() : 1;
+  const int files = sharded ? world : tensor_ranks;
+  if ((sharded || m.data().rank() == 0) && m.options.learner.optimizer.name == "adamw") {
     write_safetensors(fmt::format("{}/optimizer-{}.safetensors", staging, rank),
                       {float_tensor("exp_avg", m.adam->exp_avg()), float_tensor("exp_avg_sq", m.adam->exp_avg_sq())},
                       {{"ranges", format_ranges(m.owned_ranges())}});
@@ -143,7 +149,7 @@ void Trainer::save_checkpoint(const std::string& dir, const std::string& tokeniz
     save_model_weights(staging, weights, DType::f32);
     if (m.reference_from_warmup) {
       fs::create_directories(staging + "/" + kReferenceDir);
-      save_model_weights(staging + "/" + kReferenceDir, m.reference->to_weights(), DType::f32);
+      save_model_weights(staging + "/" + kReferenceDir, *reference, DType::f32);
     }
     if (m.critic()) {
       std::vector<TensorToWrite> tensors;
@@ -255,6 +261,11 @@ void Trainer::load_checkpoint(const std::string& dir) {
     if (m.strategy == Strategy::fsdp) {
       fill_through_host(m.local_values(), [&](float* values) {
         copy_overlaps(global.data(), {{0, 0, static_cast<int64_t>(global.size())}}, values, mine);
+      });
+    } else if (m.tensor_ops) {  // ddp and zero2 keep every parameter of this rank's shards
+      fill_through_host(m.flat->values(), [&](float* values) {
+        copy_overlaps(global.data(), {{0, 0, static_cast<int64_t>(global.size())}}, values,
+                      m.canonical_ranges(0, m.flat->numel()));
       });
     } else {  // ddp and zero2 keep the full parameters on every rank
       fill_through_host(m.flat->values(),

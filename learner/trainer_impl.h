@@ -11,6 +11,7 @@
 #include "learner/flat_parameters.h"
 #include "learner/fsdp_parameters.h"
 #include "learner/objective.h"
+#include "learner/tensor_parallel_ops.h"
 #include "learner/trainer.h"
 
 #include <ATen/ATen.h>
@@ -86,13 +87,32 @@ struct Trainer::Impl {
   // The parameter values this rank holds: its shard under fsdp; under ddp and zero2 the
   // whole flat buffer (zero2 steps a shard of it, then gathers the rest from its peers).
   at::Tensor held_values();  // trainer_snapshot.cpp
+  // In the canonical (unsplit) flat layout: under tensor parallelism each local range maps
+  // to the canonical elements of this rank's shards (canonical_ranges).
   std::vector<OwnedRange> owned_ranges() const;
+  // Local flat elements [begin, begin + numel) as ranges of the canonical flat layout
+  // (local_offset counted from `begin`); padding rows map nowhere.
+  std::vector<OwnedRange> canonical_ranges(int64_t begin, int64_t numel) const;
+  // Tensor parallelism: partial gradients (ParameterShard::partial_gradient) summed over
+  // the tensor group, in one all-reduce.
+  void sum_partial_gradients();
+  // Σ g² over local gradients `grads` (flat elements [begin, begin + n)), each replicated
+  // parameter's counted 1/copies, so that summing over the tensor group counts it once.
+  double gradient_square_sum(const at::Tensor& grads, int64_t begin) const;
   // The policy (and into `value_head`, when given and there is a critic, the value head's
   // tensors). Collective under fsdp.
   ModelWeights full_weights(std::vector<WeightTensor>* value_head = nullptr);
 
   TrainerOptions options;
-  Collectives& collectives;
+  Collectives& collectives;  // every learner rank
+  // Tensor parallelism (learner.tensor_parallel T > 1): rank g is tensor-parallel rank g % T
+  // of data-parallel replica g / T. `tensor_group` holds the T ranks of this rank's replica
+  // (null for T = 1); `data_group` the ranks holding the same shards in the other replicas
+  // (for T = 1 the collectives themselves). Samples, gradient sync, metrics and the
+  // data-parallel strategy go over data(); the model's own collectives over the tensor group.
+  std::unique_ptr<Collectives> tensor_group, data_group;
+  std::shared_ptr<GroupTensorParallelOps> tensor_ops;  // null for T = 1
+  Collectives& data() const { return data_group ? *data_group : collectives; }
   Strategy strategy;
   at::Device device;  // where parameters, gradients, optimizer state and micro-batches live
   PolicyModel model;
@@ -116,6 +136,7 @@ struct Trainer::Impl {
   // After a warm-up the reference policy is the warmed-up one (as RLHF's reference is the
   // SFT model), not the initial weights: checkpoints then carry it (reference/).
   bool reference_from_warmup = false;
+  bool reference_snapshot_gathered = false;  // tensor parallelism: save_snapshot gathered the reference once
   void adopt_policy_as_reference();  // collective under fsdp
   // The warmed-up reference policy saved in model directory `dir` (trainer_checkpoint.cpp).
   std::unique_ptr<PolicyModel> reference_from(const std::string& dir) const;

@@ -50,7 +50,7 @@ UpdateMetrics Trainer::supervised_step(const std::vector<TrainingSample>& share,
   UpdateMetrics out;
   out.grad_norm = m.synchronise_and_step(*m.supervised_adam, lr);
   at::Tensor sums = m.device_doubles({loss, tokens});
-  m.collectives.all_reduce_sum(sums);
+  m.data().all_reduce_sum(sums);
   const std::vector<double> summed = Impl::host_doubles(sums);
   out.objective.loss = summed[0];
   out.objective.tokens = summed[1];
@@ -67,6 +67,7 @@ UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& min
     m.adopt_policy_as_reference();
   }
   const size_t micro = static_cast<size_t>(m.options.learner.micro_batch_size);
+  if (m.tensor_ops) m.tensor_ops->tally() = {};  // tensor_parallel_collectives(): this update's
   ObjectiveMetrics total;
   total.ratio_min = INFINITY;
   total.ratio_max = -INFINITY;
@@ -101,8 +102,8 @@ UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& min
                                       total.explained_variance * t, total.is_weight_sum, total.is_clipped,
                                       total.is_tokens});
   at::Tensor extremes = m.device_doubles({total.ratio_max, -total.ratio_min});
-  m.collectives.all_reduce_sum(sums);
-  m.collectives.all_reduce_max(extremes);
+  m.data().all_reduce_sum(sums);  // tensor-parallel ranks report the same numbers: counted once
+  m.data().all_reduce_max(extremes);
   const std::vector<double> summed = Impl::host_doubles(sums), largest = Impl::host_doubles(extremes);
   auto s = [&](int i) { return summed[static_cast<size_t>(i)]; };
   const double tokens = s(8), per_token = tokens > 0 ? 1.0 / tokens : 0.0;
@@ -201,7 +202,8 @@ std::vector<std::vector<float>> Trainer::response_logprobs(const std::vector<Tra
 std::vector<std::vector<float>> Trainer::reference_logprobs(const std::vector<TrainingSample>& samples) {
   Impl& m = *impl_;
   TANDEM_CHECK(m.reference, "reference log-probs: this learner holds no reference policy (algorithm.kl.coef is 0)");
-  // The reference is whole on every rank (fsdp shards only the policy): no collective.
+  // The reference is whole on every rank (fsdp shards only the policy): no collective,
+  // except tensor parallelism's inside its forward (split like the policy).
   std::vector<std::vector<float>> out;
   const size_t micro = static_cast<size_t>(m.options.learner.micro_batch_size);
   c10::InferenceMode guard;

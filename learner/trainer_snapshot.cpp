@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <optional>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -134,11 +135,18 @@ void Trainer::save_snapshot(const std::string& slot, const std::string& referenc
   *header = done;
   // The warmed-up reference never changes after the warm-up: written once, by whichever
   // rank of the host gets there first (a staging directory of its own, then a rename).
-  if (m.reference_from_warmup && !fs::exists(reference_dir + "/model.safetensors")) {
+  // Split over a tensor-parallel group, gathering it is a collective: every rank of the
+  // group gathers it once (each process the same calls), then writes it if still missing.
+  std::optional<ModelWeights> gathered;
+  if (m.reference_from_warmup && m.tensor_ops && !m.reference_snapshot_gathered) {
+    gathered = m.reference->to_weights();
+    m.reference_snapshot_gathered = true;
+  }
+  if (m.reference_from_warmup && !fs::exists(reference_dir + "/model.safetensors") && (gathered || !m.tensor_ops)) {
     const std::string staging = fmt::format("{}.tmp-{}", reference_dir, ::getpid());
     fs::remove_all(staging);
     fs::create_directories(staging);
-    save_model_weights(staging, m.reference->to_weights(), DType::f32);
+    save_model_weights(staging, gathered ? *gathered : m.reference->to_weights(), DType::f32);
     std::error_code lost_race;  // another rank renamed its copy first: the same weights
     fs::rename(staging, reference_dir, lost_race);
     fs::remove_all(staging, lost_race);

@@ -45,7 +45,8 @@ void TrainingLoop::remove_stale_snapshots() const {
 }
 
 int TrainingLoop::snapshot_source_rank(size_t rank) const {
-  if (c_.learner.sharding != "ddp") return static_cast<int>(rank);
+  // Sharded ranks, and tensor-parallel ones (each holds its own part of the model), write their own.
+  if (c_.learner.sharding != "ddp" || c_.learner.tensor_parallel > 1) return static_cast<int>(rank);
   // ddp ranks hold the same state: the first rank of each host writes it for the host.
   const std::vector<WorkerId> hosts = learner_hosts();
   const WorkerStatus& mine = pool_.worker_status(hosts[rank]);

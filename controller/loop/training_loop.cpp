@@ -37,7 +37,8 @@ std::vector<std::vector<float>> TrainingLoop::per_token_from_learners(const std:
   std::vector<Request> requests;
   for (size_t r = 0; r < ranks; ++r) {
     std::vector<TrainingSample> share;
-    for (size_t i = samples.size() * r / ranks; i < samples.size() * (r + 1) / ranks; ++i) {
+    const auto [begin, end] = learner_share(samples.size(), static_cast<int64_t>(r), c_.learner);
+    for (size_t i = begin; i < end; ++i) {
       TrainingSample probe;  // tokens are what matters; the codec wants every per-token field sized
       probe.prompt = samples[i].prompt;
       probe.response = samples[i].response;
@@ -51,11 +52,13 @@ std::vector<std::vector<float>> TrainingLoop::per_token_from_learners(const std:
   }
   const std::vector<CommandReply> replies = collect(std::move(requests));
   std::vector<std::vector<float>> out;
-  for (size_t r = 0; r < ranks; ++r) {
+  const size_t tensor_ranks = static_cast<size_t>(std::max<int64_t>(1, c_.learner.tensor_parallel));
+  for (size_t r = 0; r < ranks; r += tensor_ranks) {  // a replica's tensor-parallel ranks answer alike
     TANDEM_CHECK(!replies[r].attachments.empty(), "{} reply: no frame", command);
     const std::string& frame = replies[r].attachments[0];
     size_t offset = 0;
-    for (size_t i = samples.size() * r / ranks; i < samples.size() * (r + 1) / ranks; ++i) {
+    const auto [begin, end] = learner_share(samples.size(), static_cast<int64_t>(r), c_.learner);
+    for (size_t i = begin; i < end; ++i) {
       const size_t n = samples[i].response.size();
       TANDEM_CHECK((offset + n) * 4 <= frame.size(), "{} reply: frame too short", command);
       out.emplace_back(n);
@@ -163,7 +166,8 @@ std::vector<std::vector<std::vector<TrainingSample>>> TrainingLoop::rank_shares(
   for (size_t m = 0; m < minis; ++m) {
     const size_t begin = batch.size() * m / minis, end = batch.size() * (m + 1) / minis;
     for (size_t r = 0; r < ranks; ++r) {
-      const size_t b = begin + (end - begin) * r / ranks, e = begin + (end - begin) * (r + 1) / ranks;
+      const auto [b_offset, e_offset] = learner_share(end - begin, static_cast<int64_t>(r), c_.learner);
+      const size_t b = begin + b_offset, e = begin + e_offset;
       shares[r][m].assign(batch.begin() + static_cast<std::ptrdiff_t>(b), batch.begin() + static_cast<std::ptrdiff_t>(e));
     }
   }

@@ -55,6 +55,15 @@ inline WorkerId rollout_worker(const Config& c, int64_t rank) {
   return {colocated(c) ? "colocated" : "rollout", static_cast<uint32_t>(rank)};
 }
 
+// Samples [begin, end) of `count` that learner rank `rank` works on: the data-parallel
+// replicas split them in contiguous parts; the learner.tensor_parallel ranks of a replica
+// (ranks r·T .. r·T + T - 1) all get the same part.
+inline std::pair<size_t, size_t> learner_share(size_t count, int64_t rank, const LearnerConfig& learner) {
+  const size_t t = static_cast<size_t>(std::max<int64_t>(1, learner.tensor_parallel));
+  const size_t replicas = static_cast<size_t>(learner.workers) / t, replica = static_cast<size_t>(rank) / t;
+  return {count * replica / replicas, count * (replica + 1) / replicas};
+}
+
 inline WorkerId learner_worker(const Config& c, int64_t rank) {
   return {colocated(c) ? "colocated" : "learner", static_cast<uint32_t>(rank)};
 }

@@ -36,8 +36,9 @@ void TrainingLoop::warm_up() {
     }
     std::vector<Request> requests;
     for (size_t r = 0; r < ranks; ++r) {
-      const std::vector<TrainingSample> share(batch.begin() + static_cast<std::ptrdiff_t>(batch.size() * r / ranks),
-                                              batch.begin() + static_cast<std::ptrdiff_t>(batch.size() * (r + 1) / ranks));
+      const auto [begin, end] = learner_share(batch.size(), static_cast<int64_t>(r), c_.learner);
+      const std::vector<TrainingSample> share(batch.begin() + static_cast<std::ptrdiff_t>(begin),
+                                              batch.begin() + static_cast<std::ptrdiff_t>(end));
       learner_client::BatchCommand command = learner_client::sft_command(share, c_.sft.lr);
       const WorkerId worker = learner_worker(c_, static_cast<int64_t>(r));
       requests.push_back(request(worker, "learner_sft", std::move(command.body), std::move(command.attachments)));

@@ -6,6 +6,7 @@
 
 #include "actor/model_weights.h"
 #include "actor/presets.h"
+#include "actor/tensor_parallel_layout.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "plugins/plugin_loader.h"
@@ -53,6 +54,11 @@ void load_model(const LoadedConfig& loaded, RunInputs& in) {
     }
     in.tokenizer = load_tokenizer(in.model_dir);
     limit_to_tokenizer(in.model, in.tokenizer->vocab_size(), in.model_dir);
+    return 0;
+  });
+  // Heads, MLP columns and the vocabulary must split over learner.tensor_parallel ranks.
+  at_key(loaded, "learner.tensor_parallel", [&] {
+    check_tensor_parallel(in.model, static_cast<int>(c.learner.tensor_parallel), "the model " + c.model.path);
     return 0;
   });
   // Before anything that walks the layers: a shape no machine holds is refused now

@@ -160,10 +160,19 @@ TEST_CASE("cross-field rules name the numbers") {
         "default; learner.workers from x.yaml:4:11; data.batch_size from x.yaml:1:8; algorithm.group_size from "
         "x.yaml:3:13)");
   CHECK(only_problem("learner: {micro_batch_size: 5}") ==
-        "x.yaml:1:11: learner.micro_batch_size: 256 samples per rank and mini-batch (256 samples / 1 mini-batches / 1 "
-        "workers) are not a multiple of learner.micro_batch_size 5 (learner.micro_batch_size from x.yaml:1:11; "
+        "x.yaml:1:11: learner.micro_batch_size: 256 samples per rank and mini-batch (256 samples / 1 mini-batches / "
+        "learner.workers 1) are not a multiple of learner.micro_batch_size 5 (learner.micro_batch_size from x.yaml:1:11; "
         "learner.mini_batches from the default; learner.workers from the default; data.batch_size from the default; "
         "algorithm.group_size from the default)");
+  // Tensor parallelism: workers a multiple of it; samples split over the data-parallel ranks only.
+  CHECK(only_problem("learner: {workers: 3, tensor_parallel: 2}").find(
+            "learner.workers 3 is not a multiple of learner.tensor_parallel 2") != std::string::npos);
+  CHECK(problems_of("learner: {workers: 4, tensor_parallel: 4, micro_batch_size: 256}").empty());
+  CHECK(only_problem("learner: {workers: 4, tensor_parallel: 2, micro_batch_size: 256}").find(
+            "/ learner.workers 4 / learner.tensor_parallel 2 = 2 data-parallel ranks) are not a multiple") !=
+        std::string::npos);
+  CHECK(only_problem("learner: {workers: 2, tensor_parallel: 2, sharding: fsdp}").find(
+            "fsdp with learner.tensor_parallel > 1 is not supported yet") != std::string::npos);
   CHECK(only_problem("algorithm: {group_size: 1}\nlearner: {micro_batch_size: 1}").find(
             "advantage grpo compares samples of one prompt and needs group_size >= 2, got 1") != std::string::npos);
   CHECK(only_problem("algorithm: {clip: {dual_c: 0.5}}").find("dual clip needs a constant > 1") != std::string::npos);

@@ -50,10 +50,12 @@ inline double max_weight_diff(const ModelWeights& a, const ModelWeights& b) {
 // Weight differences also change later gradients, by lr-sized amounts times the curvature:
 // second order, left out. `gradient_norm(samples)`: the pre-clip gradient norm of one
 // optimizer step on exactly these samples from the scenario's weights (default: the RL
-// objective, Trainer::train).
+// objective, Trainer::train). `path_terms`: terms of every other sum on a gradient's path
+// that two trainings may reorder too (tensor parallelism splits the forward's and
+// backward's products: forward_path_length), added to N.
 using GradientNorm = std::function<double(const std::vector<TrainingSample>&)>;
 
-inline double reorder_tolerance(const TrainerScenario& s, GradientNorm gradient_norm = {}) {
+inline double reorder_tolerance(const TrainerScenario& s, GradientNorm gradient_norm = {}, double path_terms = 0) {
   if (!gradient_norm) {
     gradient_norm = [&s](const std::vector<TrainingSample>& samples) {
       auto collectives = Collectives::create({});
@@ -77,7 +79,7 @@ inline double reorder_tolerance(const TrainerScenario& s, GradientNorm gradient_
     }
     const double norm = gradient_norm(batch);
     const double clip = optimizer.grad_clip > 0 && norm > 0 ? std::min(1.0, optimizer.grad_clip / norm) : 1.0;
-    const double gradient_error = 2 * positions * unit_roundoff * clip * 2 * terms;
+    const double gradient_error = 2 * (positions + path_terms) * unit_roundoff * clip * 2 * terms;
     step_bound = std::max(step_bound, optimizer.lr * 2 * gradient_error / optimizer.eps);
   }
   double largest_weight = 0;

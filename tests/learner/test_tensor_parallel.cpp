@@ -1,0 +1,398 @@
+// Tensor and sequence parallelism (actor/tensor_parallel*.h, learner/tensor_parallel_ops.h):
+// the layout covers every canonical element as it should; a model split over T ranks
+// (threads over Gloo, in-memory rendezvous) computes the logits, log-probs and entropies of
+// the unsplit one; Trainer with learner.tensor_parallel gets the unsplit gradients and,
+// over 5 AdamW steps, the unsplit parameters; every collective runs as often as the
+// closed forms say; checkpoints written split load unsplit and back.
+//
+// Where the numbers may differ, and why the bounds hold: a split model adds the same
+// terms in other groupings (a row-parallel product sums T partial sums of n/T terms; the
+// vocabulary-parallel log-sum-exp combines T partial sums; the BLAS may block narrower
+// products differently along their inner dimension), so every float32 sum on the path may
+// be reordered. tests/support/forward_tolerance.h bounds each forward's distance from the
+// exact one by the summed lengths of those sums: two forwards lie within twice of it. The
+// gradients are sums of the same products (plus the group's sums of partial gradients), so
+// the same path length, over the positions of a mini-batch, bounds their reordering; the
+// optimizer steps then follow trainer_ranks.h's reorder bound with that longer path.
+#include "actor/policy_torch.h"
+#include "actor/tensor_parallel.h"
+#include "core/error.h"
+#include "learner/collectives.h"
+#include "learner/head_logprobs.h"
+#include "learner/tensor_parallel_ops.h"
+#include "learner/trainer.h"
+#include "tests/support/forward_tolerance.h"
+#include "tests/support/reference_model.h"
+#include "tests/support/trainer_ranks.h"
+#include "tests/support/trainer_scenario.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace tandem;
+using namespace tandem::testing;
+
+namespace {
+
+// `body(rank)` on `world` threads; any rank's exception fails the test, naming the rank.
+void on_threads(int world, const std::function<void(int)>& body) {
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        body(rank);
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < world; ++rank) REQUIRE_MESSAGE(errors[rank].empty(), "rank ", rank, ": ", errors[rank]);
+}
+
+std::string fresh_rendezvous() {
+  static int count = 0;
+  return "memory://tensor-parallel-" + std::to_string(count++);
+}
+
+// A model whose 8 query heads split over 4 ranks and whose 2 KV heads are then each
+// replicated over 2 ranks; untied head over a vocabulary of 97 (padded to 4 x 25).
+ModelConfig four_way_model() {
+  ModelConfig c = test_models()[0].config;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 2;
+  return c;
+}
+
+struct SplitCase {
+  std::string name;
+  ModelConfig config;
+  int size;
+};
+
+std::vector<SplitCase> split_cases() {
+  std::vector<SplitCase> cases;
+  for (const TestModel& m : test_models()) cases.push_back({m.name, m.config, 2});
+  cases.push_back({"llama, 8 heads over 4 ranks (KV heads replicated)", four_way_model(), 4});
+  return cases;
+}
+
+at::Tensor as_tensor(const WeightTensor& w) {
+  return at::from_blob(const_cast<float*>(w.data.data()), w.shape, at::kFloat).clone();
+}
+
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
+  REQUIRE(a.sizes() == b.sizes());
+  const double d = (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+  return std::isnan(d) ? INFINITY : d;
+}
+
+// Three sequences packed into rows of 12 positions (a multiple of 2 and 4).
+TokenLayout sample_layout(const ModelConfig& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<int32_t>> sequences;
+  for (int64_t length : {7, 5, 12}) sequences.push_back(random_tokens(rng, length, c.vocab_size));
+  return packed_layout(sequences, 12);
+}
+
+// Every position's log-prob of the next token and entropy, through the (vocabulary-parallel)
+// fused head, as the trainer reads them.
+HeadLogProbs next_token_logprobs(const PolicyModel& model, const TokenLayout& layout, GroupTensorParallelOps* ops) {
+  const at::Tensor normed = model.head_input(model.final_norm(model.trunk(layout)));
+  const int64_t rows = layout.input_ids.size(0), length = layout.input_ids.size(1);
+  const at::Tensor hidden = normed.narrow(1, 0, length - 1).reshape({rows * (length - 1), normed.size(2)});
+  const at::Tensor targets = layout.input_ids.narrow(1, 1, length - 1).reshape({-1});
+  return head_logprobs(hidden, model.head_weight(), targets, 0.9, {8, 16}, std::nullopt, ops, model.vocab_offset());
+}
+
+}  // namespace
+
+TEST_CASE("the tensor-parallel layout puts every canonical element on the ranks that should hold it") {
+  for (const SplitCase& split : split_cases()) {
+    CAPTURE(split.name);
+    const ModelConfig& c = split.config;
+    check_tensor_parallel(c, split.size, "test");
+    const std::vector<ParameterShard> whole = tensor_parallel_layout(c, {1, 0, false});
+    for (bool sequence_parallel : {false, true}) {
+      // How many ranks hold each canonical element of each parameter.
+      std::vector<at::Tensor> holders;
+      for (const ParameterShard& s : whole) holders.push_back(at::zeros(s.canonical_shape, at::kLong));
+      for (int rank = 0; rank < split.size; ++rank) {
+        const std::vector<ParameterShard> layout = tensor_parallel_layout(c, {split.size, rank, sequence_parallel});
+        REQUIRE(layout.size() == whole.size());
+        for (size_t i = 0; i < layout.size(); ++i) {
+          const ParameterShard& s = layout[i];
+          CAPTURE(s.name);
+          REQUIRE(s.name == whole[i].name);
+          // Mark the elements the shard holds: shard_of of an all-ones tensor, padding zero.
+          const at::Tensor ones = at::ones(s.canonical_shape, at::kLong);
+          const at::Tensor local = shard_of(ones, s);
+          CHECK(local.sizes().vec() == s.local_shape);
+          if (s.dim < 0) {
+            holders[i] += 1;
+            CHECK(local.sum().item<int64_t>() == ones.numel());
+          } else {
+            holders[i].narrow(s.dim, s.begin, s.length) += 1;
+            CHECK(local.sum().item<int64_t>() == ones.numel() / s.canonical_shape[s.dim] * s.length);  // padding is 0
+          }
+        }
+      }
+      for (size_t i = 0; i < whole.size(); ++i) {
+        CAPTURE(whole[i].name);
+        const std::string& n = whole[i].name;
+        const bool kv = n.find("k_proj") != std::string::npos || n.find("v_proj") != std::string::npos;
+        const int64_t replicas = kv && c.num_key_value_heads < split.size ? split.size / c.num_key_value_heads : 1;
+        const bool replicated = tensor_parallel_layout(c, {split.size, 0, false})[i].dim < 0;
+        const int64_t expected = replicated ? split.size : replicas;
+        CHECK(holders[i].min().item<int64_t>() == expected);
+        CHECK(holders[i].max().item<int64_t>() == expected);
+      }
+    }
+  }
+}
+
+TEST_CASE("a model that does not split over T ranks is refused, naming what does not divide") {
+  const ModelConfig c = test_models()[0].config;  // 6 heads, 2 KV heads, intermediate 80, vocabulary 97
+  auto refusal = [&](const ModelConfig& config, int size) {
+    try {
+      check_tensor_parallel(config, size, "learner.tensor_parallel");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(refusal(c, 4) == "learner.tensor_parallel: 4 does not divide the model's 6 attention heads");
+  CHECK(refusal(c, 3).find("3 neither divides the model's 2 key/value heads nor is a multiple of them") !=
+        std::string::npos);
+  ModelConfig odd_mlp = c;
+  odd_mlp.intermediate_size = 81;
+  CHECK(refusal(odd_mlp, 2) == "learner.tensor_parallel: 2 does not divide the model's intermediate_size 81");
+  ModelConfig few_ids = c;
+  few_ids.sampled_vocab_size = 40;  // rank 1's rows start at id 49
+  CHECK(refusal(few_ids, 2).find("leaves rank 1 no vocabulary ids of the 40 sampled ones") != std::string::npos);
+  ModelConfig classifier = c;
+  classifier.num_labels = 1;
+  CHECK(refusal(classifier, 2).find("this model is a sequence classifier") != std::string::npos);
+  CHECK(refusal(c, 2).empty());
+  CHECK(refusal(c, 1).empty());
+}
+
+TEST_CASE("a split model's logits, log-probs and entropies are the unsplit model's") {
+  for (const SplitCase& split : split_cases()) {
+    for (bool sequence_parallel : {false, true}) {
+      CAPTURE(split.name);
+      CAPTURE(sequence_parallel);
+      const ModelConfig& c = split.config;
+      const ModelWeights weights = random_model_weights(c, 17, 0.15, true);
+      const TokenLayout layout = sample_layout(c, 5);
+      const PolicyModel whole(c, weights, at::kFloat);
+      at::Tensor expected_logits, expected_logprobs, expected_entropy;
+      {
+        c10::NoGradGuard no_grad;
+        expected_logits = whole.forward(layout);
+        const HeadLogProbs head = next_token_logprobs(whole, layout, nullptr);
+        expected_logprobs = head.logprobs;
+        expected_entropy = head.entropy;
+      }
+      const std::string rendezvous = fresh_rendezvous();
+      std::vector<double> logit_diff(split.size), logprob_diff(split.size), entropy_diff(split.size);
+      on_threads(split.size, [&](int rank) {
+        auto group = Collectives::create({rendezvous, rank, split.size, 60.0});
+        auto ops = std::make_shared<GroupTensorParallelOps>(*group, sequence_parallel);
+        const PolicyModel part(c, weights, at::kFloat, std::nullopt, at::kCPU, ops);
+        c10::NoGradGuard no_grad;
+        logit_diff[rank] = max_abs_diff(part.forward(layout), expected_logits);
+        const HeadLogProbs head = next_token_logprobs(part, layout, ops.get());
+        logprob_diff[rank] = max_abs_diff(head.logprobs, expected_logprobs);
+        entropy_diff[rank] = max_abs_diff(head.entropy, expected_entropy);
+        // The canonical weights come back whole from the shards, exactly.
+        const ModelWeights gathered = part.to_weights();
+        for (const WeightTensor& t : weights.tensors()) {
+          CAPTURE(t.name);
+          CHECK(max_abs_diff(as_tensor(gathered.get(t.name)), as_tensor(t)) == 0.0);
+        }
+      });
+      const int64_t positions = layout.input_ids.size(1);
+      // Both forwards within forward_tolerance.h's bound of the exact one: within twice of each other.
+      const double logit_bound = 2 * logit_tolerance(c, weights, positions);
+      // A log-prob and an entropy (log Σ exp minus the mean logit) each move by at most twice the logits' change / T.
+      const double logprob_bound = logprob_agreement(c, weights, positions, 0.9);
+      for (int rank = 0; rank < split.size; ++rank) {
+        CAPTURE(rank);
+        CHECK(logit_diff[rank] <= logit_bound);
+        CHECK(logprob_diff[rank] <= logprob_bound);
+        CHECK(entropy_diff[rank] <= logprob_bound);
+      }
+      MESSAGE(split.name, std::string(sequence_parallel ? " SP" : ""), ": logits ", logit_diff[0], " (bound ", logit_bound,
+              "), log-probs ", logprob_diff[0], ", entropy ", entropy_diff[0], " (bound ", logprob_bound, ")");
+    }
+  }
+}
+
+namespace {
+
+// learner.tensor_parallel `t` over `world` thread ranks (world / t data-parallel replicas):
+// body(trainer, rank) on each, every rank's trainer made from the scenario's weights.
+void with_split_trainers(const TrainerScenario& s, int world, int t, bool sequence_parallel,
+                         const std::function<void(Trainer&, int)>& body) {
+  const std::string rendezvous = fresh_rendezvous();
+  TrainerOptions options = s.options;
+  options.learner.tensor_parallel = t;
+  options.learner.sequence_parallel = sequence_parallel;
+  on_threads(world, [&](int rank) {
+    auto collectives = Collectives::create({rendezvous, rank, world, 60.0});
+    Trainer trainer(s.config, s.weights, options, *collectives);
+    body(trainer, rank);
+  });
+}
+
+// A replica's share of each mini-batch: the tensor-parallel ranks of replica rank / t see the same samples.
+std::vector<std::vector<TrainingSample>> replica_shares(const TrainerScenario& s, int rank, int world, int t) {
+  return rank_shares(s.mini_batches, rank / t, world / t);
+}
+
+struct SplitTraining {
+  std::string name;
+  int world, t;
+  std::string sharding;
+  bool sequence_parallel;
+  bool four_way;  // four_way_model() in place of the scenario's qwen3 (MQA: its one KV head on both ranks)
+};
+
+std::vector<SplitTraining> split_trainings() {
+  return {{"T=2, ddp", 2, 2, "ddp", false, false},
+          {"T=2 with SP, ddp", 2, 2, "ddp", true, false},
+          {"T=2 with SP x 2 replicas, zero2", 4, 2, "zero2", true, false},
+          {"T=4 with SP, KV heads replicated, ddp", 4, 4, "ddp", true, true}};
+}
+
+TrainerScenario split_scenario(const SplitTraining& split, uint64_t seed, int mini_batches) {
+  TrainerScenario s = trainer_scenario(seed, split.sharding);
+  for (uint64_t more = 1; static_cast<int>(s.mini_batches.size()) < mini_batches; ++more) {
+    for (auto& batch : trainer_scenario(seed + 100 * more, split.sharding).mini_batches) s.mini_batches.push_back(batch);
+  }
+  s.mini_batches.resize(static_cast<size_t>(mini_batches));
+  s.options.total_optimizer_steps = mini_batches;
+  if (split.four_way) {
+    s.config = four_way_model();
+    s.weights = random_model_weights(s.config, seed, 0.15, true);
+  }
+  return s;
+}
+
+int64_t longest_sequence(const TrainerScenario& s) {
+  int64_t longest = 0;
+  for (const auto& batch : s.mini_batches) {
+    for (const TrainingSample& t : batch) longest = std::max<int64_t>(longest, t.prompt.size() + t.response.size());
+  }
+  return longest;
+}
+
+double l2(const ModelWeights& a, const ModelWeights* minus = nullptr) {
+  double sum = 0;
+  for (const WeightTensor& t : a.tensors()) {
+    const std::vector<float>* b = minus ? &minus->get(t.name).data : nullptr;
+    for (size_t i = 0; i < t.data.size(); ++i) {
+      const double d = static_cast<double>(t.data[i]) - (b ? (*b)[i] : 0.0);
+      sum += d * d;
+    }
+  }
+  return std::sqrt(sum);
+}
+
+ModelWeights difference(const ModelWeights& a, const ModelWeights& b) {
+  std::vector<WeightTensor> out;
+  for (const WeightTensor& t : a.tensors()) {
+    WeightTensor d = t;
+    const std::vector<float>& other = b.get(t.name).data;
+    for (size_t i = 0; i < d.data.size(); ++i) d.data[i] -= other[i];
+    out.push_back(std::move(d));
+  }
+  return ModelWeights(std::move(out));
+}
+
+}  // namespace
+
+TEST_CASE("split training gets the unsplit gradients") {
+  // Plain SGD at learning rate 1 without clipping or decay: one step moves every weight by
+  // exactly minus its gradient, so the weights' change is the gradient.
+  for (const SplitTraining& split : split_trainings()) {
+    CAPTURE(split.name);
+    TrainerScenario s = split_scenario(split, 31, 1);
+    auto& opt = s.options.learner.optimizer;
+    opt.name = "sgd";
+    opt.lr = 1.0;
+    opt.weight_decay = 0;
+    opt.grad_clip = 0;
+    ModelWeights single_after;
+    double norm = 0;
+    {
+      auto collectives = Collectives::create({});
+      Trainer trainer(s.config, s.weights, s.options, *collectives);
+      norm = trainer.train(s.mini_batches).grad_norm;
+      single_after = trainer.weights();
+    }
+    std::vector<ModelWeights> after(split.world);
+    std::vector<double> norms(split.world);
+    with_split_trainers(s, split.world, split.t, split.sequence_parallel, [&](Trainer& trainer, int rank) {
+      norms[rank] = trainer.train(replica_shares(s, rank, split.world, split.t)).grad_norm;
+      after[rank] = trainer.weights();
+    });
+    const ModelWeights single_gradient = difference(s.weights, single_after);
+    // Σ_s ‖g_s‖ (each sample weighted as in the token-mean loss): what the reordered sums add up.
+    double terms = 0, positions = 0, tokens = 0;
+    for (const TrainingSample& t : s.mini_batches[0]) tokens += static_cast<double>(t.response.size());
+    for (const TrainingSample& t : s.mini_batches[0]) {
+      auto collectives = Collectives::create({});
+      Trainer trainer(s.config, s.weights, s.options, *collectives);
+      terms += trainer.train({{t}}).grad_norm * static_cast<double>(t.response.size()) / tokens;
+      positions += static_cast<double>(t.prompt.size() + t.response.size());
+    }
+    // Each gradient entry is a float32 sum over the positions and along the forward's path,
+    // reordered: within 2·N·u·Σ|terms| of the other order, and in L2 within 2·N·u·Σ_s‖g_s‖.
+    const double path = forward_path_length(s.config, longest_sequence(s));
+    const double bound = 2 * (positions + path) * kUnitRoundoff * terms / l2(single_gradient);
+    for (int rank = 0; rank < split.world; ++rank) {
+      CAPTURE(rank);
+      const double relative = l2(difference(s.weights, after[rank]), &single_gradient) / l2(single_gradient);
+      CHECK(relative <= bound);
+      CHECK(std::abs(norms[rank] - norm) <= bound * norm);  // the clipping norm counts replicated weights once
+      if (rank == 0) MESSAGE(split.name, ": gradient relative L2 ", relative, " (bound ", bound, ")");
+    }
+  }
+}
+
+TEST_CASE("five AdamW steps split end where five unsplit ones end") {
+  for (const SplitTraining& split : split_trainings()) {
+    CAPTURE(split.name);
+    const TrainerScenario s = split_scenario(split, 47, 5);
+    UpdateMetrics single_metrics;
+    const ModelWeights single = train_single(s, &single_metrics);
+    std::vector<ModelWeights> after(split.world);
+    std::vector<UpdateMetrics> metrics(split.world);
+    with_split_trainers(s, split.world, split.t, split.sequence_parallel, [&](Trainer& trainer, int rank) {
+      metrics[rank] = trainer.train(replica_shares(s, rank, split.world, split.t));
+      after[rank] = trainer.weights();
+    });
+    const double tolerance = reorder_tolerance(s, {}, forward_path_length(s.config, longest_sequence(s)));
+    for (int rank = 0; rank < split.world; ++rank) {
+      CAPTURE(rank);
+      const double diff = max_weight_diff(after[rank], single);
+      CHECK(diff <= tolerance);
+      // Metrics count each replica once, not once per tensor-parallel rank.
+      CHECK(metrics[rank].tokens == single_metrics.tokens);
+      CHECK(metrics[rank].optimizer_steps == 5);
+      if (rank == 0) MESSAGE(split.name, ": parameters after 5 steps within ", diff, " (bound ", tolerance, ")");
+    }
+  }
+}
