@@ -396,3 +396,131 @@ TEST_CASE("five AdamW steps split end where five unsplit ones end") {
     }
   }
 }
+
+TEST_CASE("every split layer runs the collectives the closed forms say") {
+  // One mini-batch of 7 samples in micro-batches of 2 on one replica of T = 2, no KL (no
+  // reference forward). Per micro-batch of B rows, L positions (padded to a multiple of
+  // T with SP), hidden H, N response tokens, and `layers` layers, in bytes of float32:
+  //   without SP: forward  1 + 2·layers all-reduces of B·L·H (embedding; attention and MLP outputs)
+  //               backward 2·layers + 1 all-reduces of B·L·H (attention and MLP inputs; the head's input)
+  //   with SP:    forward  1 + 2·layers reduce-scatters and 2·layers + 1 all-gathers of B·L·H (the head's input)
+  //               backward the same counts, kinds swapped
+  //   the head:   1 all-reduce-max of N floats, all-reduces of 2N and N floats (sum/moment, target logit)
+  // and per optimizer step 2 all-reduces of gradients: the partial gradients (q_norm and k_norm;
+  // the one KV head's projections, replicated; with SP every norm too) and the norm.
+  for (bool sequence_parallel : {false, true}) {
+    CAPTURE(sequence_parallel);
+    SplitTraining split{"T=2", 2, 2, "ddp", sequence_parallel, false};
+    TrainerScenario s = split_scenario(split, 53, 1);
+    s.options.algorithm.kl.coef = 0;
+    const ModelConfig& c = s.config;
+    const int64_t layers = c.num_hidden_layers, hidden = c.hidden_size, f32 = 4;
+    int64_t micro = 0, activation_bytes = 0, head_rows = 0;  // Σ over micro-batches of B·L·H·4, N
+    const std::vector<TrainingSample>& batch = s.mini_batches[0];
+    for (size_t begin = 0; begin < batch.size(); begin += 2) {
+      int64_t rows = 0, length = 0;
+      for (size_t i = begin; i < std::min(batch.size(), begin + 2); ++i) {
+        ++rows;
+        length = std::max<int64_t>(length, batch[i].prompt.size() + batch[i].response.size());
+        head_rows += static_cast<int64_t>(batch[i].response.size());
+      }
+      if (sequence_parallel) length = (length + 1) / 2 * 2;
+      ++micro;
+      activation_bytes += rows * length * hidden * f32;
+    }
+    int64_t partial = 0;  // canonical floats of the partial gradients
+    for (const ParameterShard& shard : tensor_parallel_layout(c, {2, 0, sequence_parallel})) {
+      if (!shard.partial_gradient) continue;
+      int64_t n = 1;
+      for (int64_t d : shard.canonical_shape) n *= d;
+      partial += n;
+    }
+    std::vector<CollectiveTally> tallies(2);
+    with_split_trainers(s, 2, 2, sequence_parallel, [&](Trainer& trainer, int rank) {
+      trainer.train(replica_shares(s, rank, 2, 2));
+      tallies[rank] = trainer.tensor_parallel_collectives();
+    });
+    for (const CollectiveTally& tally : tallies) {
+      auto expect = [&](const std::string& key, int64_t calls, int64_t bytes) {
+        CAPTURE(key);
+        CHECK(tally.calls(key) == calls);
+        CHECK(tally.bytes(key) == bytes);
+      };
+      const int64_t per_layer = 2 * layers;
+      if (sequence_parallel) {
+        expect("forward reduce_scatter", micro * (1 + per_layer), activation_bytes * (1 + per_layer));
+        expect("forward all_gather", micro * (per_layer + 1), activation_bytes * (per_layer + 1));
+        expect("backward all_gather", micro * (1 + per_layer), activation_bytes * (1 + per_layer));
+        expect("backward reduce_scatter", micro * (per_layer + 1), activation_bytes * (per_layer + 1));
+        expect("forward all_reduce", 0, 0);
+        expect("backward all_reduce", 0, 0);
+      } else {
+        expect("forward all_reduce", micro * (1 + per_layer), activation_bytes * (1 + per_layer));
+        expect("backward all_reduce", micro * (per_layer + 1), activation_bytes * (per_layer + 1));
+        expect("forward all_gather", 0, 0);
+        expect("forward reduce_scatter", 0, 0);
+      }
+      expect("head all_reduce_max", micro, head_rows * f32);
+      expect("head all_reduce", 2 * micro, 3 * head_rows * f32);
+      expect("gradients all_reduce", 2, partial * f32 + 8);
+      expect("gather all_gather", 0, 0);  // weights() came after the tally was read
+    }
+  }
+}
+
+TEST_CASE("a split checkpoint loads unsplit, an unsplit one loads split, and training goes on alike") {
+  const SplitTraining split{"T=2 with SP x 2 replicas, zero2", 4, 2, "zero2", true, false};
+  const TrainerScenario s = split_scenario(split, 61, 2);
+  const auto dir = std::filesystem::temp_directory_path() / ("tandem-tp-checkpoint-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  // Split: one step, a checkpoint, a second step.
+  std::vector<ModelWeights> split_saved(split.world), split_after(split.world);
+  with_split_trainers(s, split.world, split.t, split.sequence_parallel, [&](Trainer& trainer, int rank) {
+    const auto shares = replica_shares(s, rank, split.world, split.t);
+    trainer.train({shares[0]});
+    trainer.save_checkpoint((dir / "split").string());
+    split_saved[rank] = trainer.weights();
+    trainer.train({shares[1]});
+    split_after[rank] = trainer.weights();
+  });
+  // Unsplit: the same, from its own checkpoint.
+  ModelWeights single_saved, single_after;
+  {
+    auto collectives = Collectives::create({});
+    Trainer trainer(s.config, s.weights, s.options, *collectives);
+    trainer.train({s.mini_batches[0]});
+    trainer.save_checkpoint((dir / "single").string());
+    single_saved = trainer.weights();
+    trainer.train({s.mini_batches[1]});
+    single_after = trainer.weights();
+  }
+  // The split checkpoint, loaded unsplit: the weights exactly, the optimizer's moments and step
+  // count too (the next step lands where the split training's did).
+  {
+    auto collectives = Collectives::create({});
+    Trainer trainer(s.config, s.weights, s.options, *collectives);
+    trainer.load_checkpoint((dir / "split").string());
+    CHECK(max_weight_diff(trainer.weights(), split_saved[0]) == 0.0);
+    CHECK(trainer.optimizer_steps() == 1);
+    trainer.train({s.mini_batches[1]});
+    CHECK(max_weight_diff(trainer.weights(), split_after[0]) <= reorder_tolerance(s, {}, forward_path_length(s.config, longest_sequence(s))));
+  }
+  // The unsplit checkpoint, loaded split (T = 2, without SP, 2 replicas of ddp).
+  std::vector<ModelWeights> loaded(split.world), continued(split.world);
+  TrainerScenario ddp = s;
+  ddp.options.learner.sharding = "ddp";
+  with_split_trainers(ddp, split.world, split.t, false, [&](Trainer& trainer, int rank) {
+    trainer.load_checkpoint((dir / "single").string());
+    loaded[rank] = trainer.weights();
+    trainer.train({replica_shares(s, rank, split.world, split.t)[1]});
+    continued[rank] = trainer.weights();
+  });
+  const double tolerance = reorder_tolerance(s, {}, forward_path_length(s.config, longest_sequence(s)));
+  for (int rank = 0; rank < split.world; ++rank) {
+    CAPTURE(rank);
+    CHECK(max_weight_diff(loaded[rank], single_saved) == 0.0);
+    CHECK(max_weight_diff(continued[rank], single_after) <= tolerance);
+  }
+  std::filesystem::remove_all(dir);
+}
