@@ -2,7 +2,9 @@
 // eager PyTorch (bench/torch_grpo.py --train-only, Debian's python3-torch: the same
 // libtorch 1.13 and OpenBLAS) on the same model, micro-batches and threads in the same
 // run; with --ranks also 2 ranks over Gloo with ddp, zero2 and fsdp, each rank a separate
-// process (this binary re-executed with --rank) reporting its own peak RSS.
+// process (this binary re-executed with --rank) reporting its own peak RSS; with
+// --tensor-parallel T also the model split over T such processes (learner.tensor_parallel,
+// sequence parallel), against the one-rank run: tokens/s and each rank's peak RSS.
 //
 // Prints one JSON line per configuration (per-step times: median, min, max) and the
 // ratio line. `learner_cpu --help` for the options.
@@ -48,6 +50,7 @@ Options (defaults in brackets):
   --python PATH        the Python with torch for the reference [/usr/bin/python3]
   --no-torch           skip the PyTorch reference
   --ranks              also 2 ranks with ddp, zero2 and fsdp (separate processes over Gloo)
+  --tensor-parallel T  also the model split over T ranks (separate processes over Gloo, sequence parallel)
   --help               this text
 )";
 
@@ -66,6 +69,7 @@ struct Args {
   // rank mode (internal)
   int rank = -1, world = 1;
   std::string rendezvous, sharding = "ddp";
+  int tensor_parallel = 1;
   std::string precision = "fp32";
 };
 
@@ -101,6 +105,7 @@ Args parse(int argc, char** argv) {
     else if (key == "--rendezvous") a.rendezvous = value;
     else if (key == "--sharding") a.sharding = value;
     else if (key == "--precision") a.precision = value;
+    else if (key == "--tensor-parallel") a.tensor_parallel = std::stoi(value);
     else throw std::runtime_error("unknown option " + key + " (learner_cpu --help)");
   }
   return a;
@@ -131,7 +136,8 @@ TrainerOptions trainer_options(const Args& a) {
   TrainerOptions o;
   o.learner.sharding = a.sharding;
   o.learner.precision = a.precision;
-  o.learner.micro_batch_size = std::max(1, a.micro_batch / a.world);
+  o.learner.tensor_parallel = a.tensor_parallel;
+  o.learner.micro_batch_size = std::max(1, a.micro_batch / (a.world / a.tensor_parallel));
   o.learner.optimizer.lr = 1e-3;
   o.learner.optimizer.weight_decay = 0.0;
   o.algorithm.kl.coef = 0;  // no reference model: the PyTorch loop has none either
@@ -160,7 +166,9 @@ nlohmann::json run_rank(const Args& a, const std::string& model_dir) {
   Trainer trainer(config, weights, trainer_options(a), *collectives);
   const std::vector<TrainingSample> global = synthetic_batch(a, config.sampled_vocab(), 3);
   const int rank = std::max(0, a.rank);
-  const size_t begin = global.size() * rank / a.world, end = global.size() * (rank + 1) / a.world;
+  // The tensor-parallel ranks of a replica train on the same share.
+  const int replica = rank / a.tensor_parallel, replicas = a.world / a.tensor_parallel;
+  const size_t begin = global.size() * replica / replicas, end = global.size() * (replica + 1) / replicas;
   const std::vector<std::vector<TrainingSample>> share = {{global.begin() + begin, global.begin() + end}};
   for (int i = 0; i < a.warmup; ++i) trainer.train(share);
   std::vector<double> seconds;
@@ -175,6 +183,7 @@ nlohmann::json run_rank(const Args& a, const std::string& model_dir) {
   const double tokens = static_cast<double>(a.samples) * a.response_tokens;
   nlohmann::json line = {{"bench", "learner_cpu"}, {"impl", "tandem_trainer"}, {"model", a.model},
                          {"rank", rank},           {"world", a.world},         {"sharding", a.sharding},
+                         {"tensor_parallel", a.tensor_parallel},
                          {"threads", a.threads},   {"samples", a.samples},     {"micro_batch", a.micro_batch}, {"precision", a.precision},
                          {"median_step_s", s.median}, {"min_step_s", s.min}, {"max_step_s", s.max},
                          {"train_tokens_per_s", tokens / s.median}, {"peak_rss_mb", peak_rss_mb()},
@@ -226,7 +235,8 @@ std::vector<nlohmann::json> run_ranks(const char* self, const Args& a, const std
          "--sharding", sharding, "--model", model_dir, "--steps", std::to_string(a.steps), "--warmup",
          std::to_string(a.warmup), "--samples", std::to_string(a.samples), "--prompt-tokens",
          std::to_string(a.prompt_tokens), "--response-tokens", std::to_string(a.response_tokens), "--micro-batch",
-         std::to_string(a.micro_batch), "--threads", std::to_string(a.threads), "--precision", a.precision},
+         std::to_string(a.micro_batch), "--threads", std::to_string(a.threads), "--precision", a.precision,
+         "--tensor-parallel", std::to_string(a.tensor_parallel)},
         {dir.path() + "/rank" + std::to_string(r) + ".out", false}));
   }
   std::vector<nlohmann::json> out;
@@ -255,7 +265,9 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  const nlohmann::json tandem = run_rank(a, model_dir);  // one rank, in this process
+  Args one_rank = a;
+  one_rank.tensor_parallel = 1;
+  const nlohmann::json tandem = run_rank(one_rank, model_dir);  // one rank, in this process
   print(tandem);
   if (a.torch) {
     ::unsetenv("OMP_WAIT_POLICY");
@@ -275,6 +287,27 @@ int main(int argc, char** argv) {
       sharded.world = 2;
       for (const nlohmann::json& line : run_ranks(argv[0], sharded, model_dir, 2, sharding, attempt++)) print(line);
     }
+  }
+  if (a.tensor_parallel > 1) {
+    Args split = a;
+    split.world = a.tensor_parallel;
+    double slowest = INFINITY, largest_rss = 0;
+    for (const nlohmann::json& line : run_ranks(argv[0], split, model_dir, split.world, "ddp", 100)) {
+      print(line);
+      slowest = std::min(slowest, line.at("train_tokens_per_s").get<double>());
+      largest_rss = std::max(largest_rss, line.at("peak_rss_mb").get<double>());
+    }
+    const double one_rank = tandem.at("train_tokens_per_s").get<double>();
+    print({{"bench", "learner_cpu"},
+           {"ratio", fmt::format("tensor_parallel {} ({} processes) / one rank train tokens/s", a.tensor_parallel,
+                                 a.tensor_parallel)},
+           {"model", a.model},
+           {"threads", a.threads},
+           {"precision", a.precision},
+           {"value", slowest / one_rank},
+           {"peak_rss_mb_per_rank", largest_rss},
+           {"one_rank_peak_rss_mb", tandem.at("peak_rss_mb")},
+           {"rss_ratio", largest_rss / tandem.at("peak_rss_mb").get<double>()}});
   }
   return 0;
 }

@@ -77,7 +77,11 @@ const std::vector<ForeignKey>& foreign_keys() {
       {"nnodes", "verl's trainer.nnodes is launcher.slurm.nodes here (Slurm)"},
       {"logger", "metrics go to metrics.jsonl here; logging.tensorboard and logging.prometheus add outlets"},
       {"gpu_memory_utilization", "verl's gpu_memory_utilization is rollout.gpu_memory_fraction here"},
-      {"tensor_model_parallel_size", "tensor parallelism is not available yet"},
+      {"tensor_model_parallel_size", "verl's tensor_model_parallel_size is learner.tensor_parallel here (the "
+                                     "learner; each rollout worker still holds the whole model)"},
+      {"ulysses_sequence_parallel_size", "verl's Ulysses sequence parallelism has no counterpart; "
+                                         "learner.sequence_parallel (Megatron's, on by default with "
+                                         "learner.tensor_parallel > 1) splits the norms' positions"},
       {"log_prob_micro_batch_size_per_gpu", "log-probs use learner.micro_batch_size here"},
   };
   return table;

@@ -40,10 +40,14 @@ double model_parameters(const ModelConfig& m) {
 // Saved for the backward of one micro-batch of `tokens` tokens, each of `sequence`:
 // per layer and token the inputs of its matrix products and norms (~8 hidden-size
 // vectors and 3 of the MLP's width) and the attention probabilities (heads x sequence).
-double activation_bytes(const ModelConfig& m, double micro_batch, double sequence) {
+// Split over `t` tensor-parallel ranks a rank holds 1/t of the MLP's width and heads, and
+// with sequence parallelism 1/t of the hidden-size vectors too.
+double activation_bytes(const ModelConfig& m, double micro_batch, double sequence, double t, bool sequence_parallel) {
   const double tokens = micro_batch * sequence;
-  const double per_token_layer = 8 * static_cast<double>(m.hidden_size) + 3 * static_cast<double>(m.intermediate_size) +
-                                 static_cast<double>(m.num_attention_heads) * sequence;
+  const double hidden_share = sequence_parallel ? 1.0 / t : 1.0;
+  const double per_token_layer = 8 * static_cast<double>(m.hidden_size) * hidden_share +
+                                 3 * static_cast<double>(m.intermediate_size) / t +
+                                 static_cast<double>(m.num_attention_heads) / t * sequence;
   return kFloat * tokens * per_token_layer * static_cast<double>(m.num_hidden_layers);
 }
 
@@ -62,22 +66,26 @@ MemoryEstimate estimate_memory(const Config& c, const ModelConfig& model, int64_
   MemoryEstimate e;
   const double p = model_parameters(model);
   e.parameters = p;
-  const double ranks = static_cast<double>(c.learner.workers);
+  // Tensor parallelism splits (nearly) every weight over t ranks; the data-parallel
+  // strategy then shards a rank's part over the replicas.
+  const double t = static_cast<double>(std::max<int64_t>(1, c.learner.tensor_parallel));
+  const double ranks = static_cast<double>(c.learner.workers) / t, split = p / t;
   const bool adamw = c.learner.optimizer.name == "adamw";
   const std::string& sharding = c.learner.sharding;
   // What a rank holds of each: ddp everything; zero2 the parameters whole, gradients and
   // moments sharded; fsdp all of it sharded.
-  const double values = sharding == "fsdp" ? p / ranks : p;
-  const double sharded = sharding == "ddp" ? p : p / ranks;
+  const double values = sharding == "fsdp" ? split / ranks : split;
+  const double sharded = sharding == "ddp" ? split : split / ranks;
   e.learner_rank.push_back({"parameters", kFloat * values});
   e.learner_rank.push_back({"gradients", kFloat * sharded});
   if (adamw) e.learner_rank.push_back({"AdamW moments", 2 * kFloat * sharded});
   // The learners hold the reference whenever kl.coef > 0: in the loss, or for the in-reward penalty.
-  if (c.algorithm.kl.coef > 0) e.learner_rank.push_back({"KL reference", kFloat * p});
+  if (c.algorithm.kl.coef > 0) e.learner_rank.push_back({"KL reference", kFloat * split});
   const int64_t response = c.multi_turn() ? c.rollout.multi_turn.max_total_tokens : c.rollout.max_new_tokens;
   const double sequence = static_cast<double>(longest_prompt) + static_cast<double>(response);
   e.learner_rank.push_back({"activations of a micro-batch",
-                            activation_bytes(model, static_cast<double>(c.learner.micro_batch_size), sequence)});
+                            activation_bytes(model, static_cast<double>(c.learner.micro_batch_size), sequence, t,
+                                             t > 1 && c.learner.sequence_parallel)});
 
   e.rollout_worker.push_back({"weights", kFloat * p});
   e.rollout_worker.push_back({"KV cache (rollout.kv_cache_mb)", static_cast<double>(c.rollout.kv_cache_mb) * 1024 * 1024});

@@ -63,6 +63,26 @@ TEST_CASE("a learner rank holds parameters, gradients and moments as its shardin
   CHECK(part(estimate_memory(c, m, 10).learner_rank, "KL reference").bytes == 4 * p);
   c.learner.snapshot = "off";
   CHECK(estimate_memory(c, m, 10).snapshots == 0);
+  // 2 replicas x 2-way tensor parallel, zero2 over the replicas: a rank holds half the
+  // model, and its gradients and moments halved again; sequence parallelism shrinks the
+  // activations beyond what the split heads and MLP columns do alone.
+  c.learner.workers = 4;
+  c.learner.tensor_parallel = 2;
+  c.learner.sharding = "zero2";
+  c.learner.sequence_parallel = false;
+  e = estimate_memory(c, m, 10);
+  CHECK(part(e.learner_rank, "parameters").bytes == 2 * p);
+  CHECK(part(e.learner_rank, "gradients").bytes == p);
+  CHECK(part(e.learner_rank, "AdamW moments").bytes == 2 * p);
+  CHECK(part(e.learner_rank, "KL reference").bytes == 2 * p);
+  const double split_activations = part(e.learner_rank, "activations of a micro-batch").bytes;
+  c.learner.sequence_parallel = true;
+  const double sequence_split = part(estimate_memory(c, m, 10).learner_rank, "activations of a micro-batch").bytes;
+  c.learner.tensor_parallel = 1;
+  const double whole = part(estimate_memory(c, m, 10).learner_rank, "activations of a micro-batch").bytes;
+  CHECK(sequence_split < split_activations);
+  CHECK(split_activations < whole);
+  CHECK(sequence_split == doctest::Approx(whole / 2));
 }
 
 TEST_CASE("a run over this host's memory, or a process over any machine's, is refused with its largest part") {

@@ -146,6 +146,15 @@ TEST_CASE("a run whose learner splits the model over 2 ranks (tensor and sequenc
     const double a = whole_lines[0].at(key).get<double>(), b = split_lines[0].at(key).get<double>();
     CHECK(std::abs(a - b) <= 1e-4 * std::max(1.0, std::abs(a)));  // float32 sums over ~100 tokens, reordered
   }
+  // A model that does not split so is refused before anything starts, naming the key and why.
+  const ExitStatus refused =
+      run_tandem({"validate", split_dir.path() + "/run.yaml", "--set", "learner.workers=3", "--set",
+                  "learner.tensor_parallel=3", "--set", "data.batch_size=2", "--set", "rollout.workers=1"},
+                 split_dir.path() + "/validate.txt", 60);
+  CHECK(refused.exit_code == 2);
+  CHECK(read_text(split_dir.path() + "/validate.txt")
+            .find("learner.tensor_parallel: the model builtin:tiny: 3 does not divide the model's 4 attention heads") !=
+        std::string::npos);
   // The checkpoint is canonical: the split run's loads as any model directory does.
   const ModelConfig config = read_model_config(split + "/policy/config.json");
   CHECK(load_model_weights(split + "/checkpoints/step_2", config).parameter_count() == parameter_count(config));
