@@ -76,15 +76,6 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
                            "ranks",
                            c.learner.workers, tp, tp));
   }
-  if (tp > 1 && c.learner.sharding == "fsdp") {
-    problem_at({"learner.sharding", "learner.tensor_parallel"},
-               "learner.sharding fsdp with learner.tensor_parallel > 1 is not supported yet: use ddp or zero2 over "
-               "the data-parallel ranks");
-  }
-  if (tp > 1 && c.algorithm.advantage == "gae") {
-    problem_at({"algorithm.advantage", "learner.tensor_parallel"},
-               "algorithm.advantage gae (a critic) with learner.tensor_parallel > 1 is not supported yet");
-  }
   const int64_t data_ranks = std::max<int64_t>(1, c.learner.data_parallel());
   const int64_t samples = c.data.batch_size * c.algorithm.group_size;
   const int64_t shards = data_ranks * c.learner.mini_batches;

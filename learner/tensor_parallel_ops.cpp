@@ -78,6 +78,17 @@ struct GatherLastDim : public torch::autograd::Function<GatherLastDim> {
   }
 };
 
+// Identity forward; the gradient scaled on its way back.
+struct ScaleGradient : public torch::autograd::Function<ScaleGradient> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, double factor) {
+    ctx->saved_data["factor"] = factor;
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {grads[0] * ctx->saved_data["factor"].toDouble(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 // Buffers the collectives write are made as normal tensors even inside InferenceMode (the
@@ -170,6 +181,10 @@ at::Tensor GroupTensorParallelOps::reduce_scatter_sequence(const at::Tensor& x) 
 
 at::Tensor GroupTensorParallelOps::gather_last_dim(const at::Tensor& x) {
   return GatherLastDim::apply(x, ops_handle(this));
+}
+
+at::Tensor GroupTensorParallelOps::scale_gradient(const at::Tensor& x, double factor) {
+  return ScaleGradient::apply(x, factor);
 }
 
 at::Tensor GroupTensorParallelOps::gather_parameter(const at::Tensor& local, const ParameterShard& shard) {

@@ -48,6 +48,8 @@ class GroupTensorParallelOps final : public TensorParallelOps {
   at::Tensor reduce_scatter_sequence(const at::Tensor& x) override;
   at::Tensor gather_last_dim(const at::Tensor& x) override;
   at::Tensor gather_parameter(const at::Tensor& local, const ParameterShard& shard) override;
+  // Forward identity, backward the gradient times `factor` (no collective).
+  at::Tensor scale_gradient(const at::Tensor& x, double factor);
 
   Collectives& group() { return group_; }
   CollectiveTally& tally() { return tally_; }

@@ -107,15 +107,7 @@ Trainer::Impl::Impl(const ModelConfig& config, const ModelWeights& weights, cons
       device(training_device(o)),
       model(config, weights, at::kFloat, compute_dtype(o.learner.precision), device, tensor_ops),
       objective(actor_objective_params(o.algorithm, o.algorithm.kl.coef)) {
-  if (tensor_ops) {
-    TANDEM_CHECK(strategy != Strategy::fsdp,
-                 "learner.tensor_parallel {} with learner.sharding fsdp is not supported yet (ddp, zero2)",
-                 o.learner.tensor_parallel);
-    TANDEM_CHECK(o.algorithm.advantage != "gae" && !o.reward_model,
-                 "learner.tensor_parallel {}: a value or score head (advantage gae, tandem train-rm) is not "
-                 "supported with tensor parallelism yet",
-                 o.learner.tensor_parallel);
-  }
+
   // The critic's value head, or the reward model's score head: the same [1, hidden] + [1]
   // (the reward model's bias never moves: the Bradley-Terry loss sees score differences).
   if (o.algorithm.advantage == "gae" || o.reward_model) {
@@ -124,9 +116,29 @@ Trainer::Impl::Impl(const ModelConfig& config, const ModelWeights& weights, cons
     value_bias = at::zeros({1}, f32).set_requires_grad(true);
   }
   const auto parameters = trained_parameters();
+  trained_shards = model.shards();
+  for (const auto& [name, p] : value_head_parameters()) {
+    ParameterShard replicated;  // read from the whole final-normed states on every rank: the same gradient everywhere
+    replicated.name = name;
+    replicated.canonical_shape = replicated.local_shape = p.sizes().vec();
+    replicated.length = p.size(0);
+    trained_shards.push_back(std::move(replicated));
+  }
+  int64_t offset = 0;
+  for (const auto& [name, p] : parameters) {
+    flat_offsets.push_back(offset);
+    offset += p.numel();
+  }
   if (strategy == Strategy::fsdp) {
     // The value head sorts into the last unit, with the final norm and LM head it shares an input with.
-    fsdp = std::make_unique<FsdpParameters>(parameters, fsdp_unit_sizes(parameters, config.num_hidden_layers), c);
+    const std::vector<size_t> sizes = fsdp_unit_sizes(parameters, config.num_hidden_layers);
+    size_t first = 0;
+    for (size_t size : sizes) {
+      unit_first_parameter.push_back(first);
+      first += size;
+    }
+    unit_first_parameter.push_back(first);
+    fsdp = std::make_unique<FsdpParameters>(parameters, sizes, data());
   } else {
     flat = std::make_unique<FlatParameters>(parameters, data().world_size());
   }
@@ -159,54 +171,61 @@ at::Tensor Trainer::Impl::local_grads() {
   return strategy == Strategy::zero2 ? flat->grad_shard(data().rank()) : flat->grads();
 }
 
-std::vector<OwnedRange> Trainer::Impl::owned_ranges() const {
+std::vector<OwnedRange> Trainer::Impl::local_ranges() const {
   if (strategy == Strategy::fsdp) return fsdp->owned_ranges();
-  if (strategy == Strategy::ddp) return tensor_ops ? canonical_ranges(0, flat->numel()) : std::vector<OwnedRange>{{0, 0, flat->numel()}};
+  if (strategy == Strategy::ddp) return {{0, 0, flat->numel()}};
   const int64_t shard = flat->shard_numel(), begin = std::min(flat->numel(), data().rank() * shard);
   const int64_t end = std::min(flat->numel(), begin + shard);
   if (end <= begin) return {};
-  if (tensor_ops) return canonical_ranges(begin, end - begin);
   return {{begin, 0, end - begin}};
 }
 
-std::vector<OwnedRange> Trainer::Impl::canonical_ranges(int64_t begin, int64_t numel) const {
+std::vector<OwnedRange> Trainer::Impl::owned_ranges() const {
+  return tensor_ops ? canonical_ranges(local_ranges()) : local_ranges();
+}
+
+std::vector<OwnedRange> Trainer::Impl::canonical_ranges(const std::vector<OwnedRange>& local) const {
   std::vector<OwnedRange> out;
-  // One contiguous piece of a parameter: local flat elements [local, local + n) are
-  // canonical flat elements [canonical, canonical + n).
-  auto piece = [&](int64_t local, int64_t canonical, int64_t n) {
-    const int64_t from = std::max(local, begin), to = std::min(local + n, begin + numel);
-    if (from < to) out.push_back({canonical + (from - local), from - begin, to - from});
+  // One contiguous piece of a parameter: flat elements [at, at + n) of this rank's layout
+  // are canonical flat elements [canonical, canonical + n); each overlap with a local
+  // range keeps that range's offset into the rank's state.
+  auto piece = [&](int64_t at, int64_t canonical, int64_t n) {
+    for (const OwnedRange& r : local) {
+      const int64_t from = std::max(at, r.global_offset), to = std::min(at + n, r.global_offset + r.numel);
+      if (from < to) out.push_back({canonical + (from - at), r.local_offset + (from - r.global_offset), to - from});
+    }
   };
-  const std::vector<ParameterShard>& shards = model.shards();
-  const std::vector<FlatParameters::Entry>& entries = flat->entries();
-  TANDEM_CHECK(entries.size() == shards.size(), "flat parameters ({}) and shards ({}) differ", entries.size(),
-               shards.size());
   int64_t canonical = 0;  // where this parameter starts in the canonical flat layout
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const ParameterShard& s = shards[i];
-    const int64_t local = entries[i].offset;
+  for (size_t i = 0; i < trained_shards.size(); ++i) {
+    const ParameterShard& s = trained_shards[i];
+    const int64_t at = flat_offsets[i];
     if (s.dim < 0) {
-      piece(local, canonical, entries[i].numel);
+      piece(at, canonical, numel_of(s.canonical_shape));
     } else if (s.dim == 0) {  // whole rows: one piece (padding rows after it map nowhere)
       const int64_t row = numel_of(s.canonical_shape) / s.canonical_shape[0];
-      piece(local, canonical + s.begin * row, s.length * row);
+      piece(at, canonical + s.begin * row, s.length * row);
     } else {  // a block of columns: one piece per row
       const int64_t rows = s.canonical_shape[0], columns = s.canonical_shape[1];
-      for (int64_t r = 0; r < rows; ++r) piece(local + r * s.length, canonical + r * columns + s.begin, s.length);
+      for (int64_t r = 0; r < rows; ++r) piece(at + r * s.length, canonical + r * columns + s.begin, s.length);
     }
     canonical += numel_of(s.canonical_shape);
   }
   return out;
 }
 
-void Trainer::Impl::sum_partial_gradients() {
-  const std::vector<ParameterShard>& shards = model.shards();
-  const std::vector<FlatParameters::Entry>& entries = flat->entries();
+at::Tensor Trainer::Impl::head_reads(const at::Tensor& normed) const {
+  if (!tensor_ops) return normed;
+  return tensor_ops->scale_gradient(model.head_input(normed), 1.0 / tensor_ops->spec().size);
+}
+
+void Trainer::Impl::sum_partial_gradients(size_t first, size_t end) {
+  const std::vector<ParameterShard>& shards = trained_shards;
+  const std::vector<std::pair<std::string, at::Tensor>> parameters = trained_parameters();
   // Each partial gradient goes to its place in a canonical-sized block, so that ranks
   // sharing a replicated KV head add into the same rows and nobody else's.
   std::vector<size_t> partial;
   int64_t total = 0;
-  for (size_t i = 0; i < shards.size(); ++i) {
+  for (size_t i = first; i < end; ++i) {
     if (!shards[i].partial_gradient) continue;
     partial.push_back(i);
     total += numel_of(shards[i].canonical_shape);
@@ -217,8 +236,12 @@ void Trainer::Impl::sum_partial_gradients() {
     const at::Tensor canonical = block.view(s.canonical_shape);
     return s.dim < 0 ? canonical : canonical.narrow(s.dim, s.begin, s.length);
   };
-  auto grad_of = [&](size_t i) { return flat->grads().narrow(0, entries[i].offset, entries[i].numel).view(entries[i].shape); };
-  at::Tensor buffer = at::zeros({total}, flat->grads().options());
+  auto grad_of = [&](size_t i) {
+    at::Tensor g = parameters[i].second.grad();
+    TANDEM_CHECK(g.defined(), "tensor parallelism: {} has no gradient to sum", parameters[i].first);
+    return g;
+  };
+  at::Tensor buffer = at::zeros({total}, parameters[partial.front()].second.options().requires_grad(false));
   int64_t offset = 0;
   for (size_t i : partial) {
     const int64_t n = numel_of(shards[i].canonical_shape);
@@ -234,24 +257,24 @@ void Trainer::Impl::sum_partial_gradients() {
   }
 }
 
-double Trainer::Impl::gradient_square_sum(const at::Tensor& grads, int64_t begin) const {
+double Trainer::Impl::gradient_square_sum(const at::Tensor& grads, const std::vector<OwnedRange>& ranges) const {
   double total = grads.to(at::kDouble).pow(2).sum().item<double>();
-  const std::vector<ParameterShard>& shards = model.shards();
-  const std::vector<FlatParameters::Entry>& entries = flat->entries();
   const int64_t t = model.tensor_parallel()->spec().size;
-  for (size_t i = 0; i < shards.size(); ++i) {
+  for (size_t i = 0; i < trained_shards.size(); ++i) {
     // Copies of this parameter's elements over the group: every rank's for a replicated one,
     // the ranks sharing a KV head for a replicated head's rows.
-    const ParameterShard& s = shards[i];
+    const ParameterShard& s = trained_shards[i];
     const double copies = s.dim < 0 ? static_cast<double>(t)
                           : s.partial_gradient ? static_cast<double>(t) * s.length / s.canonical_shape[0]
                                                : 1.0;
     if (copies == 1.0) continue;
-    const int64_t from = std::max(entries[i].offset, begin);
-    const int64_t to = std::min(entries[i].offset + entries[i].numel, begin + grads.numel());
-    if (from >= to) continue;
-    const double square = grads.narrow(0, from - begin, to - from).to(at::kDouble).pow(2).sum().item<double>();
-    total -= square * (1.0 - 1.0 / copies);
+    const int64_t begin = flat_offsets[i], end = begin + numel_of(s.local_shape);
+    for (const OwnedRange& r : ranges) {
+      const int64_t from = std::max(begin, r.global_offset), to = std::min(end, r.global_offset + r.numel);
+      if (from >= to) continue;
+      const at::Tensor part = grads.narrow(0, r.local_offset + (from - r.global_offset), to - from);
+      total -= part.to(at::kDouble).pow(2).sum().item<double>() * (1.0 - 1.0 / copies);
+    }
   }
   return total;
 }
@@ -306,7 +329,7 @@ ActorObjectiveInputs Trainer::Impl::objective_inputs(const at::Tensor& normed, c
 }
 
 at::Tensor Trainer::Impl::response_state_values(const at::Tensor& normed, const MicroBatch& batch) const {
-  at::Tensor v = at::linear(normed, value_weight, value_bias).squeeze(-1);  // [B, L]: V after reading position p
+  at::Tensor v = at::linear(head_reads(normed), value_weight, value_bias).squeeze(-1);  // [B, L]: V after reading position p
   at::Tensor before = at::cat({at::zeros({v.size(0), 1}, v.options()), v.narrow(1, 0, v.size(1) - 1)}, 1);
   return response_values(before, batch);
 }
@@ -422,7 +445,8 @@ void Trainer::Impl::zero_gradients() {
 double Trainer::Impl::synchronise_and_step(AdamW& optimizer, double learning_rate) {
   trace::Span span("optimizer_step", "train");
   at::Tensor grads = local_grads();
-  if (tensor_ops) sum_partial_gradients();
+  // fsdp summed each unit's after its backward (trainer_fsdp.cpp).
+  if (tensor_ops && strategy != Strategy::fsdp) sum_partial_gradients(0, trained_shards.size());
   switch (strategy) {
     case Strategy::ddp: data().all_reduce_sum(flat->grads()); break;
     case Strategy::zero2: data().reduce_scatter_sum(flat->grads(), grads); break;
@@ -430,8 +454,7 @@ double Trainer::Impl::synchronise_and_step(AdamW& optimizer, double learning_rat
   }
   at::Tensor norm_sq;
   if (tensor_ops) {  // each tensor-parallel rank holds part of the parameters
-    const int64_t begin = strategy == Strategy::zero2 ? data().rank() * flat->shard_numel() : 0;
-    norm_sq = device_doubles({gradient_square_sum(grads, begin)});
+    norm_sq = device_doubles({gradient_square_sum(grads, local_ranges())});
     norm_sq = tensor_ops->all_reduce(norm_sq, "gradients");
   } else {
     norm_sq = grads.to(at::kDouble).pow(2).sum().reshape({1});

@@ -249,8 +249,10 @@ void Trainer::load_checkpoint(const std::string& dir) {
                               kValueHeadFile));
     }
     auto file = SafetensorsFile::open(path);
-    for (const auto& [name, numel] : {std::pair<std::string, int64_t>{"value_head.weight", m.value_weight.numel()},
-                                      {"value_head.bias", m.value_bias.numel()}}) {
+    // Sizes from the model, not from the leaves: under fsdp a released leaf holds nothing.
+    const int64_t hidden = m.model.config().hidden_size;
+    for (const auto& [name, numel] : {std::pair<std::string, int64_t>{"value_head.weight", hidden},
+                                      {"value_head.bias", int64_t{1}}}) {
       const float* data = f32_data(*file, name, numel);
       global.insert(global.end(), data, data + numel);
     }
@@ -265,7 +267,7 @@ void Trainer::load_checkpoint(const std::string& dir) {
     } else if (m.tensor_ops) {  // ddp and zero2 keep every parameter of this rank's shards
       fill_through_host(m.flat->values(), [&](float* values) {
         copy_overlaps(global.data(), {{0, 0, static_cast<int64_t>(global.size())}}, values,
-                      m.canonical_ranges(0, m.flat->numel()));
+                      m.canonical_ranges({{0, 0, m.flat->numel()}}));
       });
     } else {  // ddp and zero2 keep the full parameters on every rank
       fill_through_host(m.flat->values(),

@@ -31,6 +31,12 @@ ObjectiveMetrics Trainer::Impl::fsdp_micro_batch(const MicroBatch& batch, const 
   const int64_t layers = model.config().num_hidden_layers;
   const size_t embed_unit = 0, head_unit = static_cast<size_t>(layers) + 1;
   auto layer_unit = [](int64_t layer) { return static_cast<size_t>(layer) + 1; };
+  // Tensor parallelism: a unit's partial gradients are summed over the tensor group before
+  // its gradients are reduce-scattered over the replicas (both are sums: either order).
+  auto reduce_unit = [&](size_t unit) {
+    if (tensor_ops) sum_partial_gradients(unit_first_parameter[unit], unit_first_parameter[unit + 1]);
+    fsdp->reduce_gradients(unit);
+  };
 
   fsdp->gather(embed_unit);
   fsdp->gather(head_unit);
@@ -46,13 +52,13 @@ ObjectiveMetrics Trainer::Impl::fsdp_micro_batch(const MicroBatch& batch, const 
     at::Tensor input = inputs[l].detach().set_requires_grad(true);
     model.layer(l, input, context).backward(grad);
     grad = input.grad();
-    fsdp->reduce_gradients(layer_unit(l));
+    reduce_unit(layer_unit(l));
     fsdp->release(layer_unit(l));
     inputs[l] = at::Tensor();  // free the activation as soon as it is used
   }
   model.embed(batch.layout).backward(grad);
-  fsdp->reduce_gradients(embed_unit);
-  fsdp->reduce_gradients(head_unit);
+  reduce_unit(embed_unit);
+  reduce_unit(head_unit);
   fsdp->release(embed_unit);
   fsdp->release(head_unit);
   return result.metrics;

@@ -90,15 +90,29 @@ struct Trainer::Impl {
   // In the canonical (unsplit) flat layout: under tensor parallelism each local range maps
   // to the canonical elements of this rank's shards (canonical_ranges).
   std::vector<OwnedRange> owned_ranges() const;
-  // Local flat elements [begin, begin + numel) as ranges of the canonical flat layout
-  // (local_offset counted from `begin`); padding rows map nowhere.
-  std::vector<OwnedRange> canonical_ranges(int64_t begin, int64_t numel) const;
-  // Tensor parallelism: partial gradients (ParameterShard::partial_gradient) summed over
-  // the tensor group, in one all-reduce.
-  void sum_partial_gradients();
-  // Σ g² over local gradients `grads` (flat elements [begin, begin + n)), each replicated
+  // The ranges of the rank's own flat layout (its shards' parameters back to back) that its
+  // state covers: ddp all of it, zero2 one shard, fsdp one shard of each unit.
+  std::vector<OwnedRange> local_ranges() const;
+  // `local` (ranges of the rank's flat layout) as ranges of the canonical flat layout, with
+  // the same local offsets; padding rows map nowhere.
+  std::vector<OwnedRange> canonical_ranges(const std::vector<OwnedRange>& local) const;
+  // Tensor parallelism: the partial gradients (ParameterShard::partial_gradient) among
+  // parameters [first, end) summed over the tensor group, in one all-reduce, where their
+  // .grad are now (ddp, zero2: the whole flat buffer before the step; fsdp: a gathered
+  // unit after its backward).
+  void sum_partial_gradients(size_t first, size_t end);
+  // Σ g² over `grads` (laid out by `ranges` of the rank's flat layout), each replicated
   // parameter's counted 1/copies, so that summing over the tensor group counts it once.
-  double gradient_square_sum(const at::Tensor& grads, int64_t begin) const;
+  double gradient_square_sum(const at::Tensor& grads, const std::vector<OwnedRange>& ranges) const;
+  // How each trained parameter (trained_parameters' order) is split: the model's shards,
+  // then the value head's (replicated), and where each starts in the rank's flat layout.
+  std::vector<ParameterShard> trained_shards;
+  std::vector<int64_t> flat_offsets;
+  std::vector<size_t> unit_first_parameter;  // fsdp: unit u holds parameters [first[u], first[u + 1])
+  // What the value or score head reads: the final-normed states of every position, whole on
+  // every tensor-parallel rank; the gradient each rank sends back is 1/T of its own, so the
+  // region's sum counts the head's (identical on every rank) once.
+  at::Tensor head_reads(const at::Tensor& normed) const;
   // The policy (and into `value_head`, when given and there is a critic, the value head's
   // tensors). Collective under fsdp.
   ModelWeights full_weights(std::vector<WeightTensor>* value_head = nullptr);

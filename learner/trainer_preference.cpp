@@ -13,7 +13,7 @@ at::Tensor Trainer::Impl::last_token_scores(const at::Tensor& normed, const Micr
   // One sequence per row, right-padded: its last token sits at (tokens in the row) - 1.
   const at::Tensor last = batch.layout.segment_ids.gt(0).sum(1).sub(1).clamp_min(0);  // [B]
   const at::Tensor rows = at::arange(normed.size(0), last.options());
-  const at::Tensor hidden = normed.index({rows, last}).to(at::kFloat);  // [B, H]
+  const at::Tensor hidden = head_reads(normed).index({rows, last}).to(at::kFloat);  // [B, H]
   return at::linear(hidden, value_weight, value_bias).squeeze(-1);   // [B]
 }
 
@@ -39,7 +39,7 @@ PreferenceMetrics Trainer::preference_step(const std::vector<TrainingSample>& sh
   TANDEM_CHECK(m.options.reward_model, "preference_step: this trainer is not a reward model (TrainerOptions::reward_model)");
   TANDEM_CHECK(share.size() % 2 == 0, "preference_step: {} samples are not whole pairs (chosen, rejected)", share.size());
   at::Tensor total = m.device_doubles({static_cast<double>(share.size() / 2)});
-  m.collectives.all_reduce_sum(total);
+  m.data().all_reduce_sum(total);
   const double pairs = Impl::host_doubles(total)[0];
   TANDEM_CHECK(pairs > 0, "preference_step: no pair on any rank");
   const size_t micro = 2 * static_cast<size_t>(m.options.learner.micro_batch_size);  // samples: whole pairs
@@ -70,7 +70,7 @@ PreferenceMetrics Trainer::preference_step(const std::vector<TrainingSample>& sh
   out.grad_norm = m.synchronise_and_step(*m.adam, out.lr);
   ++m.steps;
   at::Tensor sums = m.device_doubles({loss, correct, margin});
-  m.collectives.all_reduce_sum(sums);
+  m.data().all_reduce_sum(sums);
   const std::vector<double> summed = Impl::host_doubles(sums);
   out.loss = summed[0];  // shares of the mean: they add up
   out.accuracy = summed[1] / pairs;

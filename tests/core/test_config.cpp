@@ -171,8 +171,7 @@ TEST_CASE("cross-field rules name the numbers") {
   CHECK(only_problem("learner: {workers: 4, tensor_parallel: 2, micro_batch_size: 256}").find(
             "/ learner.workers 4 / learner.tensor_parallel 2 = 2 data-parallel ranks) are not a multiple") !=
         std::string::npos);
-  CHECK(only_problem("learner: {workers: 2, tensor_parallel: 2, sharding: fsdp}").find(
-            "fsdp with learner.tensor_parallel > 1 is not supported yet") != std::string::npos);
+  CHECK(problems_of("learner: {workers: 2, tensor_parallel: 2, sharding: fsdp, micro_batch_size: 256}").empty());
   CHECK(only_problem("algorithm: {group_size: 1}\nlearner: {micro_batch_size: 1}").find(
             "advantage grpo compares samples of one prompt and needs group_size >= 2, got 1") != std::string::npos);
   CHECK(only_problem("algorithm: {clip: {dual_c: 0.5}}").find("dual clip needs a constant > 1") != std::string::npos);

@@ -219,6 +219,16 @@ TEST_CASE("checkpoints carry the critic across worker counts and strategies") {
   CHECK(max_diff(resumed[2], checkpoint_values(s, resumed_end, probes)) <=
         value_agreement(s.config, resumed_end, longest_sample(probes)));
 
+  // Loaded under fsdp too, whose value head is released between uses (its size comes
+  // from the model, not from the empty leaf).
+  std::vector<std::vector<std::vector<float>>> fsdp_loaded(2);
+  with_thread_ranks(s, 2, "fsdp", [&](Trainer& t, Collectives& c) {
+    t.load_checkpoint(checkpoint);
+    fsdp_loaded[c.rank()] = t.values(probes);
+  });
+  CHECK(max_diff(fsdp_loaded[0], checkpoint_values(s, checkpoint, probes)) <=
+        value_agreement(s.config, checkpoint, longest_sample(probes)));
+
   // A checkpoint without a critic cannot start one silently from zero.
   TrainerScenario grpo = trainer_scenario(13, "ddp");
   auto collectives = Collectives::create({});

@@ -267,21 +267,31 @@ struct SplitTraining {
   std::string sharding;
   bool sequence_parallel;
   bool four_way;  // four_way_model() in place of the scenario's qwen3 (MQA: its one KV head on both ranks)
+  bool critic = false;  // PPO's value head on the trunk (advantage gae)
 };
 
 std::vector<SplitTraining> split_trainings() {
   return {{"T=2, ddp", 2, 2, "ddp", false, false},
           {"T=2 with SP, ddp", 2, 2, "ddp", true, false},
           {"T=2 with SP x 2 replicas, zero2", 4, 2, "zero2", true, false},
-          {"T=4 with SP, KV heads replicated, ddp", 4, 4, "ddp", true, true}};
+          {"T=4 with SP, KV heads replicated, ddp", 4, 4, "ddp", true, true},
+          {"T=2 with SP x 2 replicas, fsdp", 4, 2, "fsdp", true, false},
+          {"T=2 with SP, ddp, a critic (gae)", 2, 2, "ddp", true, false, true},
+          {"T=2 x 2 replicas, fsdp, a critic (gae)", 4, 2, "fsdp", false, false, true}};
 }
 
 TrainerScenario split_scenario(const SplitTraining& split, uint64_t seed, int mini_batches) {
-  TrainerScenario s = trainer_scenario(seed, split.sharding);
+  auto scenario = [&](uint64_t from) {
+    return split.critic ? critic_scenario(from, split.sharding) : trainer_scenario(from, split.sharding);
+  };
+  TrainerScenario s = scenario(seed);
   for (uint64_t more = 1; static_cast<int>(s.mini_batches.size()) < mini_batches; ++more) {
-    for (auto& batch : trainer_scenario(seed + 100 * more, split.sharding).mini_batches) s.mini_batches.push_back(batch);
+    for (auto& batch : scenario(seed + 100 * more).mini_batches) s.mini_batches.push_back(batch);
   }
   s.mini_batches.resize(static_cast<size_t>(mini_batches));
+  // The critic's loss weighted heavily, so that its gradient through the trunk (which the
+  // ranks' sum must count once) is as large as the actor's.
+  if (split.critic) s.options.algorithm.value.coef = 20;
   s.options.total_optimizer_steps = mini_batches;
   if (split.four_way) {
     s.config = four_way_model();
@@ -334,37 +344,56 @@ TEST_CASE("split training gets the unsplit gradients") {
     opt.lr = 1.0;
     opt.weight_decay = 0;
     opt.grad_clip = 0;
-    ModelWeights single_after;
+    // A critic's value head starts at zero, and so does its gradient through the trunk:
+    // both trainings start from a checkpoint one small step on, where it is not.
+    const auto dir = std::filesystem::temp_directory_path() / ("tandem-tp-critic-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    const std::string start = (dir / "start").string();
+    if (split.critic) {
+      std::filesystem::create_directories(dir);
+      TrainerScenario first = s;
+      first.options.learner.optimizer.lr = 0.05;
+      auto collectives = Collectives::create({});
+      Trainer trainer(first.config, first.weights, first.options, *collectives);
+      trainer.train(split_scenario(split, 32, 1).mini_batches);
+      trainer.save_checkpoint(start);
+    }
+    ModelWeights single_before, single_after;
     double norm = 0;
     {
       auto collectives = Collectives::create({});
       Trainer trainer(s.config, s.weights, s.options, *collectives);
+      if (split.critic) trainer.load_checkpoint(start);
+      single_before = trainer.weights();
       norm = trainer.train(s.mini_batches).grad_norm;
       single_after = trainer.weights();
     }
     std::vector<ModelWeights> after(split.world);
     std::vector<double> norms(split.world);
     with_split_trainers(s, split.world, split.t, split.sequence_parallel, [&](Trainer& trainer, int rank) {
+      if (split.critic) trainer.load_checkpoint(start);
       norms[rank] = trainer.train(replica_shares(s, rank, split.world, split.t)).grad_norm;
       after[rank] = trainer.weights();
     });
-    const ModelWeights single_gradient = difference(s.weights, single_after);
+    const ModelWeights single_gradient = difference(single_before, single_after);
     // Σ_s ‖g_s‖ (each sample weighted as in the token-mean loss): what the reordered sums add up.
     double terms = 0, positions = 0, tokens = 0;
     for (const TrainingSample& t : s.mini_batches[0]) tokens += static_cast<double>(t.response.size());
     for (const TrainingSample& t : s.mini_batches[0]) {
       auto collectives = Collectives::create({});
       Trainer trainer(s.config, s.weights, s.options, *collectives);
+      if (split.critic) trainer.load_checkpoint(start);
       terms += trainer.train({{t}}).grad_norm * static_cast<double>(t.response.size()) / tokens;
       positions += static_cast<double>(t.prompt.size() + t.response.size());
     }
+    std::filesystem::remove_all(dir);
     // Each gradient entry is a float32 sum over the positions and along the forward's path,
     // reordered: within 2·N·u·Σ|terms| of the other order, and in L2 within 2·N·u·Σ_s‖g_s‖.
     const double path = forward_path_length(s.config, longest_sequence(s));
     const double bound = 2 * (positions + path) * kUnitRoundoff * terms / l2(single_gradient);
     for (int rank = 0; rank < split.world; ++rank) {
       CAPTURE(rank);
-      const double relative = l2(difference(s.weights, after[rank]), &single_gradient) / l2(single_gradient);
+      const double relative = l2(difference(single_before, after[rank]), &single_gradient) / l2(single_gradient);
       CHECK(relative <= bound);
       CHECK(std::abs(norms[rank] - norm) <= bound * norm);  // the clipping norm counts replicated weights once
       if (rank == 0) MESSAGE(split.name, ": gradient relative L2 ", relative, " (bound ", bound, ")");

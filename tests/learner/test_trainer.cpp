@@ -565,7 +565,13 @@ TEST_CASE("reward model: the Bradley-Terry step learns a preference, reads what 
   };
   constexpr double u = 1.0 / (1 << 24);
   const auto& opt = three.options.learner.optimizer;
-  double step_bound = 0;
+  // Tensor parallelism reorders the forward's and backward's sums too: `path` more terms.
+  double step_bound = 0, split_step_bound = 0;
+  int64_t longest = 0;
+  for (const auto& batch : three.mini_batches) {
+    for (const TrainingSample& t : batch) longest = std::max<int64_t>(longest, t.prompt.size() + t.response.size());
+  }
+  const double path = forward_path_length(three.config, longest);
   for (const auto& batch : three.mini_batches) {
     double positions = 0, terms = 0;
     for (const TrainingSample& t : batch) positions += static_cast<double>(t.prompt.size() + t.response.size());
@@ -573,12 +579,15 @@ TEST_CASE("reward model: the Bradley-Terry step learns a preference, reads what 
     const double norm = single_step(batch);
     const double clip = opt.grad_clip > 0 && norm > 0 ? std::min(1.0, opt.grad_clip / norm) : 1.0;
     step_bound = std::max(step_bound, opt.lr * 2 * (2 * positions * u * clip * 2 * terms) / opt.eps);
+    split_step_bound =
+        std::max(split_step_bound, opt.lr * 2 * (2 * (positions + path) * u * clip * 2 * terms) / opt.eps);
   }
   double largest_weight = 0;
   for (const WeightTensor& t : three.weights.tensors()) {
     for (float w : t.data) largest_weight = std::max(largest_weight, std::abs(static_cast<double>(w)));
   }
   const double tolerance = 3 * (step_bound + 2 * u * largest_weight);
+  const double split_tolerance = 3 * (split_step_bound + 2 * u * largest_weight);
   auto c1 = Collectives::create({});
   Trainer one(three.config, three.weights, three.options, *c1);
   for (const auto& batch : three.mini_batches) one.preference_step(batch);
@@ -592,6 +601,36 @@ TEST_CASE("reward model: the Bradley-Terry step learns a preference, reads what 
     });
     INFO(std::string(sharding));
     for (const ModelWeights& w : ranks) CHECK(max_weight_diff(w, single) <= tolerance);
+  }
+  // Split over 2 tensor-parallel ranks (sequence parallel), alone and as 2 fsdp replicas:
+  // the score head reads the whole final states on every rank and counts its gradient once.
+  for (const auto& [world, sharding] : {std::pair<int, const char*>{2, "ddp"}, {4, "fsdp"}}) {
+    TrainerOptions options = three.options;
+    options.learner.sharding = sharding;
+    options.learner.tensor_parallel = 2;
+    static int store = 0;
+    const std::string rendezvous = "memory://reward-model-split-" + std::to_string(store++);
+    std::vector<ModelWeights> ranks(world);
+    std::vector<std::string> errors(world);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < world; ++rank) {
+      threads.emplace_back([&, rank] {
+        try {
+          auto c = Collectives::create({rendezvous, rank, world, 60.0});
+          Trainer t(three.config, three.weights, options, *c);
+          for (const auto& batch : three.mini_batches) t.preference_step(pair_share(batch, rank / 2, world / 2));
+          ranks[rank] = t.weights();
+        } catch (const std::exception& e) {
+          errors[rank] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    INFO("tensor parallel 2, " << world << " ranks, " << sharding);
+    for (int rank = 0; rank < world; ++rank) {
+      REQUIRE_MESSAGE(errors[rank].empty(), errors[rank]);
+      CHECK(max_weight_diff(ranks[rank], single) <= split_tolerance);
+    }
   }
 }
 
