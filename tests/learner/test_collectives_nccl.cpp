@@ -1,7 +1,8 @@
 // The NCCL collectives' logic that needs no GPU (learner/collectives_nccl.h): the dtype
 // map, the shard checks, the unique id's trip through the rendezvous store (ranks as
 // threads over an in-memory store), and the wait that aborts on a timeout or an error,
-// driven by fake polls. The collectives themselves need GPUs (one per rank).
+// driven by fake polls. The collectives themselves need GPUs (one per rank), or the CUDA
+// simulator: tests/learner/test_collectives_nccl_cudasim.cpp.
 #include "core/error.h"
 #include "learner/collectives.h"
 #include "learner/collectives_nccl.h"
