@@ -14,6 +14,7 @@
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace tandem {
@@ -521,6 +522,12 @@ std::vector<std::pair<std::string, double>> UpdateMetrics::entries() const {
   std::vector<std::pair<std::string, double>> e = metric_entries(objective, with_critic);
   e.emplace_back("actor/grad_norm", grad_norm);
   e.emplace_back("actor/lr", lr);
+  for (const auto& [key, count] : tensor_parallel.counts) {
+    std::string name = "tensor_parallel/" + key;
+    std::replace(name.begin(), name.end(), ' ', '_');
+    e.emplace_back(name + "_calls", static_cast<double>(count.calls));
+    e.emplace_back(name + "_mb", static_cast<double>(count.bytes) / (1 << 20));
+  }
   return e;
 }
 

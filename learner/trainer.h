@@ -75,6 +75,9 @@ struct UpdateMetrics {
   int64_t optimizer_steps = 0;
   int64_t tokens = 0;          // response tokens trained on, all ranks, all epochs
   bool with_critic = false;    // entries() include critic/value_loss and critic/explained_variance
+  // learner.tensor_parallel > 1: this update's collectives of the split model, per rank
+  // (CollectiveTally's "<phase> <kind>"), as entries tensor_parallel/<phase>_<kind>_{calls,mb}.
+  CollectiveTally tensor_parallel;
   std::vector<std::pair<std::string, double>> entries() const;  // actor/pg_loss, actor/grad_norm, ...
 };
 

@@ -130,6 +130,7 @@ UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& min
   out.tokens = static_cast<int64_t>(tokens);
   out.grad_norm = grad_norm_sum * per_step;
   out.lr = m.lr;
+  if (m.tensor_ops) out.tensor_parallel = m.tensor_ops->tally();
   return out;
 }
 

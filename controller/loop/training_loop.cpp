@@ -332,7 +332,8 @@ void TrainingLoop::run_step(int64_t step) {
   const MetricRow about_samples = sample_metrics(c_, samples, batch);
   row.insert(row.end(), about_samples.begin(), about_samples.end());
   for (const auto& [key, value] : update.items()) {
-    if (key.rfind("actor/", 0) == 0 || key.rfind("critic/", 0) == 0 || key.rfind("async/", 0) == 0) {
+    if (key.rfind("actor/", 0) == 0 || key.rfind("critic/", 0) == 0 || key.rfind("async/", 0) == 0 ||
+        key.rfind("tensor_parallel/", 0) == 0) {
       row.emplace_back(key, value.get<double>());
     }
   }

@@ -146,6 +146,11 @@ TEST_CASE("a run whose learner splits the model over 2 ranks (tensor and sequenc
     const double a = whole_lines[0].at(key).get<double>(), b = split_lines[0].at(key).get<double>();
     CHECK(std::abs(a - b) <= 1e-4 * std::max(1.0, std::abs(a)));  // float32 sums over ~100 tokens, reordered
   }
+  // The split update's collectives are in the metrics: per layer and micro-batch 2 all-gathers
+  // forward under sequence parallelism, so at least 2 per layer of the tiny model's 2.
+  CHECK(split_lines[0].at("tensor_parallel/forward_all_gather_calls").get<double>() >= 4);
+  CHECK(split_lines[0].at("tensor_parallel/forward_all_gather_mb").get<double>() > 0);
+  CHECK_FALSE(whole_lines[0].contains("tensor_parallel/forward_all_gather_calls"));
   // A model that does not split so is refused before anything starts, naming the key and why.
   const ExitStatus refused =
       run_tandem({"validate", split_dir.path() + "/run.yaml", "--set", "learner.workers=3", "--set",
