@@ -8,6 +8,7 @@
 #include "learner/collectives.h"
 #include "learner/tensor_parallel_ops.h"
 #include "tests/support/forward_tolerance.h"
+#include "tests/support/on_threads.h"
 #include "tests/support/reference_model.h"
 
 #include <ATen/ATen.h>
@@ -25,22 +26,6 @@ using namespace tandem::testing;
 
 namespace {
 
-void on_ranks(int world, const std::function<void(int)>& body) {
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        body(rank);
-      } catch (const std::exception& e) {
-        errors[rank] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int rank = 0; rank < world; ++rank) REQUIRE_MESSAGE(errors[rank].empty(), "rank ", rank, ": ", errors[rank]);
-}
-
 std::unique_ptr<Collectives> nccl_rank(const std::string& name, int rank, int world) {
   CollectivesOptions o;
   o.rendezvous = "memory://" + name;
@@ -57,7 +42,7 @@ std::unique_ptr<Collectives> nccl_rank(const std::string& name, int rank, int wo
 TEST_CASE("NCCL collectives on the simulator: every collective, and subgroups over their members only") {
   constexpr int world = 4;
   std::vector<std::string> failures(world);
-  on_ranks(world, [&](int rank) {
+  on_threads(world, [&](int rank) {
     auto group = nccl_rank("nccl-cudasim-collectives", rank, world);
     auto fail = [&](const std::string& what) {
       if (failures[rank].empty()) failures[rank] = what;
@@ -110,7 +95,7 @@ TEST_CASE("a model split over 2 ranks with NCCL collectives (simulated) computes
   for (bool sequence_parallel : {false, true}) {
     CAPTURE(sequence_parallel);
     std::vector<double> diff(2);
-    on_ranks(2, [&](int rank) {
+    on_threads(2, [&](int rank) {
       auto group = nccl_rank(std::string("nccl-cudasim-model-") + (sequence_parallel ? "sp" : "tp"), rank, 2);
       auto ops = std::make_shared<GroupTensorParallelOps>(*group, sequence_parallel);
       const PolicyModel part(c, weights, at::kFloat, std::nullopt, at::kCPU, ops);

@@ -22,6 +22,7 @@
 #include "learner/tensor_parallel_ops.h"
 #include "learner/trainer.h"
 #include "tests/support/forward_tolerance.h"
+#include "tests/support/on_threads.h"
 #include "tests/support/reference_model.h"
 #include "tests/support/trainer_ranks.h"
 #include "tests/support/trainer_scenario.h"
@@ -42,23 +43,6 @@ using namespace tandem;
 using namespace tandem::testing;
 
 namespace {
-
-// `body(rank)` on `world` threads; any rank's exception fails the test, naming the rank.
-void on_threads(int world, const std::function<void(int)>& body) {
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        body(rank);
-      } catch (const std::exception& e) {
-        errors[rank] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int rank = 0; rank < world; ++rank) REQUIRE_MESSAGE(errors[rank].empty(), "rank ", rank, ": ", errors[rank]);
-}
 
 std::string fresh_rendezvous() {
   static int count = 0;

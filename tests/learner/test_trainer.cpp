@@ -10,6 +10,7 @@
 #include "learner/learner_device.h"
 #include "core/safetensors.h"
 #include "tests/support/forward_tolerance.h"
+#include "tests/support/on_threads.h"
 #include "tests/support/trainer_ranks.h"
 
 #include <ATen/ATen.h>
@@ -611,26 +612,14 @@ TEST_CASE("reward model: the Bradley-Terry step learns a preference, reads what 
     static int store = 0;
     const std::string rendezvous = "memory://reward-model-split-" + std::to_string(store++);
     std::vector<ModelWeights> ranks(world);
-    std::vector<std::string> errors(world);
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < world; ++rank) {
-      threads.emplace_back([&, rank] {
-        try {
-          auto c = Collectives::create({rendezvous, rank, world, 60.0});
-          Trainer t(three.config, three.weights, options, *c);
-          for (const auto& batch : three.mini_batches) t.preference_step(pair_share(batch, rank / 2, world / 2));
-          ranks[rank] = t.weights();
-        } catch (const std::exception& e) {
-          errors[rank] = e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
     INFO("tensor parallel 2, " << world << " ranks, " << sharding);
-    for (int rank = 0; rank < world; ++rank) {
-      REQUIRE_MESSAGE(errors[rank].empty(), errors[rank]);
-      CHECK(max_weight_diff(ranks[rank], single) <= split_tolerance);
-    }
+    on_threads(world, [&](int rank) {
+      auto c = Collectives::create({rendezvous, rank, world, 60.0});
+      Trainer t(three.config, three.weights, options, *c);
+      for (const auto& batch : three.mini_batches) t.preference_step(pair_share(batch, rank / 2, world / 2));
+      ranks[rank] = t.weights();
+    });
+    for (const ModelWeights& w : ranks) CHECK(max_weight_diff(w, single) <= split_tolerance);
   }
 }
 
