@@ -21,6 +21,7 @@
 #include "learner/head_logprobs.h"
 #include "learner/tensor_parallel_ops.h"
 #include "learner/trainer.h"
+#include "rollout/engine.h"
 #include "tests/support/forward_tolerance.h"
 #include "tests/support/on_threads.h"
 #include "tests/support/reference_model.h"
@@ -536,4 +537,60 @@ TEST_CASE("a split checkpoint loads unsplit, an unsplit one loads split, and tra
     CHECK(max_weight_diff(continued[rank], single_after) <= tolerance);
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the rollout engine's log-probs of its own samples are the split learner's") {
+  // The weight-sync probe's comparison at learner T = 2 and T = 4 (with SP) against the
+  // engine (one rank): the engine samples with the canonical weights, the split trainers
+  // read the same tokens' log-probs in float32.
+  for (const SplitCase& split : split_cases()) {
+    CAPTURE(split.name);
+    const ModelConfig& c = split.config;
+    const ModelWeights weights = random_model_weights(c, 71, 0.15, true);
+    EngineOptions engine_options;
+    engine_options.kv_cache_bytes = 8 << 20;
+    RolloutEngine engine(c, weights, engine_options);
+    std::mt19937_64 rng(5);
+    std::vector<GenerationRequest> requests;
+    for (uint64_t id = 0; id < 3; ++id) {
+      GenerationRequest r;
+      r.id = id;
+      r.prompt = random_tokens(rng, 3 + 4 * static_cast<int64_t>(id), c.vocab_size - 1);  // never the eos id
+      r.n = 2;
+      r.max_new_tokens = 10;
+      r.sampling.temperature = 0.9;
+      r.seed = rng();
+      requests.push_back(r);
+    }
+    std::vector<TrainingSample> samples;
+    for (const GeneratedSample& g : engine.generate(requests)) {
+      TrainingSample s;
+      s.prompt = requests[g.request_id].prompt;
+      s.response = g.tokens;
+      s.old_logprobs = g.logprobs;
+      s.advantages.assign(g.tokens.size(), 0.0f);
+      samples.push_back(std::move(s));
+    }
+    TrainerScenario s;
+    s.config = c;
+    s.weights = weights;
+    s.options.temperature = 0.9;
+    s.options.learner.micro_batch_size = 4;
+    s.options.algorithm.kl.coef = 0;
+    std::vector<double> worst(split.size, 0.0);
+    with_split_trainers(s, split.size, split.size, true, [&](Trainer& trainer, int rank) {
+      const std::vector<std::vector<float>> learner = trainer.response_logprobs(samples, /*float32=*/true);
+      for (size_t i = 0; i < samples.size(); ++i) {
+        for (size_t t = 0; t < samples[i].response.size(); ++t) {
+          const double d = std::abs(static_cast<double>(learner[i][t]) - samples[i].old_logprobs[t]);
+          worst[rank] = std::isnan(d) ? INFINITY : std::max(worst[rank], d);
+        }
+      }
+    });
+    int64_t longest = 0;
+    for (const TrainingSample& t : samples) longest = std::max<int64_t>(longest, t.prompt.size() + t.response.size());
+    const double bound = logprob_agreement(c, weights, longest, 0.9);
+    for (double w : worst) CHECK(w <= bound);
+    MESSAGE(split.name, ": engine against split learner log-probs ", worst[0], " (bound ", bound, ")");
+  }
 }
