@@ -3,6 +3,8 @@
 #include "core/error.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
 
 #include <cmath>
 #include <limits>
@@ -131,7 +133,88 @@ const at::Tensor& PolicyModel::param(const std::string& name) const {
 
 at::Tensor PolicyModel::linear(const at::Tensor& x, const std::string& name, const std::string& bias_name) const {
   const at::Tensor bias = bias_name.empty() ? at::Tensor() : param(bias_name).to(compute_);
-  return at::linear(x.to(compute_), param(name).to(compute_), bias).to(x.scalar_type());
+  at::Tensor y = at::linear(x.to(compute_), param(name).to(compute_), bias).to(x.scalar_type());
+  const at::Tensor adapted = adapter_term(x, name);
+  return adapted.defined() ? y + adapted : y;
+}
+
+at::Tensor PolicyModel::adapter_term(const at::Tensor& x, const std::string& weight_name) const {
+  if (!adapters_enabled_ || adapters_.empty()) return at::Tensor();
+  auto it = adapter_of_.find(weight_name);
+  if (it == adapter_of_.end()) return at::Tensor();
+  const at::Tensor& a = adapters_[2 * it->second].second;
+  const at::Tensor& b = adapters_[2 * it->second + 1].second;
+  at::Tensor input = x.to(compute_);
+  if (lora_.dropout > 0 && at::GradMode::is_enabled()) {
+    // The mask comes from this model's own generator: the ranks of a tensor-parallel group
+    // make the same calls in the same order, so they draw the same masks where their inputs
+    // are the same (a column-parallel projection's whole input).
+    const at::Tensor keep = at::bernoulli(at::full(x.sizes(), 1.0 - lora_.dropout, at::kFloat), dropout_generator_);
+    input = input * keep.to(input.device(), input.scalar_type()) * (1.0 / (1.0 - lora_.dropout));
+  }
+  const at::Tensor low = at::linear(input, a.to(compute_));
+  return at::linear(low, b.to(compute_)).mul(lora_.scale()).to(x.scalar_type());
+}
+
+void PolicyModel::add_adapters(const LoraSpec& spec) {
+  TANDEM_CHECK(adapters_.empty(), "PolicyModel::add_adapters: the model has adapters already");
+  TANDEM_CHECK(spec.rank > 0 && !spec.modules.empty(), "LoRA needs a rank > 0 and target modules");
+  lora_ = spec;
+  dropout_generator_ = at::make_generator<at::CPUGeneratorImpl>(spec.seed ^ 0x5DEECE66Dull);
+  for (auto& [name, p] : parameters_) p.set_requires_grad(false);  // the base model is frozen
+  const int split = tensor_parallel_ ? tensor_parallel_->spec().size : 1;
+  for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
+    for (size_t m = 0; m < spec.modules.size(); ++m) {
+      const std::string module = lora_module_path(layer, spec.modules[m]);
+      const ParameterShard& base = shards_[index_.at(module + ".weight")];
+      const int64_t out = base.canonical_shape[0], in = base.canonical_shape[1];
+      // Every rank draws the same canonical A: Kaiming-uniform with a = √5 (PEFT's default),
+      // bound 1/√in, from a generator of its own per module.
+      at::Generator init = at::make_generator<at::CPUGeneratorImpl>(spec.seed + 1000003ull * layer + 7919ull * m);
+      const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+      const at::Tensor a_full = at::rand({spec.rank, in}, init, at::kFloat).mul_(2 * bound).sub_(bound);
+      const at::Tensor b_full = at::zeros({out, spec.rank}, at::kFloat);
+      ParameterShard a_shard, b_shard;
+      a_shard.name = module + ".lora_A.weight";
+      a_shard.canonical_shape = a_shard.local_shape = {spec.rank, in};
+      a_shard.length = spec.rank;
+      b_shard.name = module + ".lora_B.weight";
+      b_shard.canonical_shape = b_shard.local_shape = {out, spec.rank};
+      b_shard.length = out;
+      if (base.dim == 0) {  // column-parallel: B's rows follow W's, A is whole (its gradient a part per rank)
+        b_shard.dim = 0;
+        b_shard.begin = base.begin;
+        b_shard.length = base.length;
+        b_shard.local_shape[0] = base.local_shape[0];
+        b_shard.partial_gradient = base.partial_gradient;  // rows of a KV head several ranks hold
+        a_shard.partial_gradient = split > 1;
+      } else if (base.dim == 1) {  // row-parallel: A's columns follow W's, B is whole
+        a_shard.dim = 1;
+        a_shard.begin = base.begin;
+        a_shard.length = base.length;
+        a_shard.local_shape[1] = base.local_shape[1];
+        b_shard.partial_gradient = split > 1;
+      }
+      adapter_of_[module + ".weight"] = adapters_.size() / 2;
+      for (const auto& [shard, full] : {std::pair<const ParameterShard&, const at::Tensor&>{a_shard, a_full},
+                                        {b_shard, b_full}}) {
+        at::Tensor t = shard_of(full, shard).to(device_, at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+        t.set_requires_grad(true);
+        adapters_.emplace_back(shard.name, t);
+        adapter_shards_.push_back(shard);
+      }
+    }
+  }
+}
+
+std::vector<std::pair<std::string, at::Tensor>> PolicyModel::adapter_tensors() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (size_t i = 0; i < adapters_.size(); ++i) {
+    at::Tensor t = adapters_[i].second.detach().to(at::kFloat).contiguous();
+    if (tensor_parallel_) t = tensor_parallel_->gather_parameter(t, adapter_shards_[i]);
+    out.emplace_back(adapters_[i].first, std::move(t));
+  }
+  return out;
 }
 
 at::Tensor PolicyModel::matmul(const at::Tensor& a, const at::Tensor& b) const {
@@ -159,6 +242,12 @@ std::vector<std::pair<std::string, at::Tensor>> PolicyModel::weight_tensors() co
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     at::Tensor t = parameters_[i].second.detach().to(at::kFloat).contiguous();
+    auto adapter = adapter_of_.find(parameters_[i].first);
+    if (adapter != adapter_of_.end()) {  // merged: this rank's part of W + (alpha / r)·B·A
+      const at::Tensor& a = adapters_[2 * adapter->second].second;
+      const at::Tensor& b = adapters_[2 * adapter->second + 1].second;
+      t = t + at::mm(b.detach().to(at::kFloat), a.detach().to(at::kFloat)).mul(lora_.scale());
+    }
     if (tensor_parallel_) t = tensor_parallel_->gather_parameter(t, shards_[i]);
     tensors.emplace_back(parameters_[i].first, std::move(t));
   }

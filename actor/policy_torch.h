@@ -9,10 +9,12 @@
 // Both compute exactly what each sequence alone computes.
 #pragma once
 
+#include "actor/lora.h"
 #include "actor/model_config.h"
 #include "actor/model_weights.h"
 #include "actor/tensor_parallel.h"
 
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 
 #include <memory>
@@ -97,6 +99,25 @@ class PolicyModel {
   // The last layer's output, before the final norm: embed and every layer.
   at::Tensor trunk(const TokenLayout& layout) const;
 
+  // LoRA (actor/lora.h): adapters on `spec.modules` of every layer, and the base
+  // parameters frozen (requires_grad false). Split like their projections under tensor
+  // parallelism: a column-parallel projection's A whole and B by rows, a row-parallel
+  // one's A by columns and B whole. Every rank draws the same canonical A (from
+  // spec.seed) and takes its part. Adapters join each targeted projection's product
+  // while enabled (forward is then the adapted model, and with them off the base model:
+  // the KL reference without a second copy); dropout applies while autograd records.
+  void add_adapters(const LoraSpec& spec);
+  bool has_adapters() const { return !adapters_.empty(); }
+  const LoraSpec& lora() const { return lora_; }
+  void set_adapters_enabled(bool enabled) { adapters_enabled_ = enabled; }
+  bool adapters_enabled() const { return adapters_enabled_; }
+  // The adapters' tensors (lora_A then lora_B of each module, layer by layer) and how each is split.
+  const std::vector<std::pair<std::string, at::Tensor>>& adapter_parameters() const { return adapters_; }
+  const std::vector<ParameterShard>& adapter_shards() const { return adapter_shards_; }
+  // The adapters as canonical float32 tensors on the model's device (gathered under tensor
+  // parallelism: every rank calls it).
+  std::vector<std::pair<std::string, at::Tensor>> adapter_tensors() const;
+
   const ModelConfig& config() const { return config_; }
   at::ScalarType compute_dtype() const { return compute_; }
   at::Device device() const { return device_; }
@@ -105,10 +126,11 @@ class PolicyModel {
   // tensor parallelism.
   const std::vector<std::pair<std::string, at::Tensor>>& named_parameters() const { return parameters_; }
   std::vector<at::Tensor> parameters() const;
-  // The current weights as float32 in host memory (for saving or for a rollout engine).
+  // The current weights as float32 in host memory (for saving or for a rollout engine);
+  // with adapters, each targeted projection merged: W + (alpha / r)·B·A.
   ModelWeights to_weights() const;
   // The same tensors as to_weights(), detached and contiguous float32 where they live (the
-  // model's device): no copy, for weight sync straight from the parameters.
+  // model's device): no copy (but merged ones), for weight sync straight from the parameters.
   std::vector<std::pair<std::string, at::Tensor>> weight_tensors() const;
 
  private:
@@ -121,6 +143,9 @@ class PolicyModel {
   // parallelism a partial sum over the group, without o_proj's bias.
   at::Tensor attention(const at::Tensor& x, int64_t layer, const at::Tensor& cos, const at::Tensor& sin,
                        const at::Tensor& bias) const;
+  // The adapters' term (alpha / r)·B·(A·dropout(x)) of projection `weight_name`, in x's
+  // dtype; undefined when it has none or they are off.
+  at::Tensor adapter_term(const at::Tensor& x, const std::string& weight_name) const;
   // Where activations enter and leave the split region (identity without tensor parallelism).
   at::Tensor enter_split(const at::Tensor& x) const;
   at::Tensor leave_split(const at::Tensor& x) const;
@@ -133,6 +158,14 @@ class PolicyModel {
   std::shared_ptr<TensorParallelOps> tensor_parallel_;
   std::vector<ParameterShard> shards_;
   LocalSizes local_;  // heads, KV heads, MLP columns and vocabulary rows of this rank
+  // LoRA: adapters_[2k], adapters_[2k + 1] are lora_A, lora_B of the projection whose weight
+  // name maps to k in adapter_of_.
+  LoraSpec lora_;
+  std::vector<std::pair<std::string, at::Tensor>> adapters_;
+  std::vector<ParameterShard> adapter_shards_;
+  std::map<std::string, size_t> adapter_of_;
+  bool adapters_enabled_ = true;
+  mutable at::Generator dropout_generator_;
 };
 
 struct TokenLogProbs {

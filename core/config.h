@@ -221,6 +221,17 @@ struct OptimizerConfig {
   int64_t warmup_steps = 0;
 };
 
+// learner.lora: low-rank adapters (actor/lora.h). rank 0: off, every weight trains.
+struct LoraConfig {
+  int64_t rank = 0;
+  double alpha = 16.0;  // the adapters' output is scaled by alpha / rank
+  // all-linear (every projection of every layer: q/k/v/o, gate/up/down), or module names
+  // among q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj.
+  std::vector<std::string> target_modules = {"all-linear"};
+  double dropout = 0.0;  // on an adapter's input, in training only
+  bool enabled() const { return rank > 0; }
+};
+
 struct LearnerConfig {
   int64_t workers = 1;
   std::string device = "cpu";
@@ -239,6 +250,7 @@ struct LearnerConfig {
   std::string snapshot = "memory";
   std::string snapshot_dir = "/dev/shm";  // where the snapshots live on each learner's host (a tmpfs)
   OptimizerConfig optimizer;
+  LoraConfig lora;
   int64_t data_parallel() const { return workers / std::max<int64_t>(1, tensor_parallel); }
 };
 

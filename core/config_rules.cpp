@@ -76,6 +76,22 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
                            "ranks",
                            c.learner.workers, tp, tp));
   }
+  // LoRA's targets: all-linear, or projection names (a typo would otherwise train nothing).
+  if (c.learner.lora.enabled()) {
+    const std::vector<std::string> projections = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                  "down_proj"};
+    const auto& targets = c.learner.lora.target_modules;
+    if (targets.empty()) problem("learner.lora.target_modules", "names no module: all-linear, or projection names");
+    for (const std::string& name : targets) {
+      if (name == "all-linear" && targets.size() == 1) continue;
+      if (std::find(projections.begin(), projections.end(), name) != projections.end()) continue;
+      const std::string guess = closest_match(name, projections);
+      problem("learner.lora.target_modules",
+              fmt::format("\"{}\" is not a projection of the model{} (all-linear alone, or among q_proj, k_proj, "
+                          "v_proj, o_proj, gate_proj, up_proj, down_proj)",
+                          name, guess.empty() ? "" : fmt::format(" (did you mean {}?)", guess)));
+    }
+  }
   const int64_t data_ranks = std::max<int64_t>(1, c.learner.data_parallel());
   const int64_t samples = c.data.batch_size * c.algorithm.group_size;
   const int64_t shards = data_ranks * c.learner.mini_batches;

@@ -271,6 +271,15 @@ template <class V> void describe(V& v, OptimizerConfig& c) {
   v.field("warmup_steps", c.warmup_steps, at_least(0), "linear warm-up, in optimizer steps");
 }
 
+template <class V> void describe(V& v, LoraConfig& c) {
+  v.field("rank", c.rank, at_least(0),
+          "rank r of low-rank adapters on the base model's projections (LoRA); 0: off, every weight trains");
+  v.field("alpha", c.alpha, positive(), "the adapters' output is scaled by alpha / rank");
+  v.field("target_modules", c.target_modules, text_list(),
+          "all-linear (q/k/v/o and gate/up/down of every layer), or a list of those module names");
+  v.field("dropout", c.dropout, between(0.0, 0.9), "dropout on each adapter's input while training");
+}
+
 template <class V> void describe(V& v, LearnerConfig& c) {
   v.field("workers", c.workers, at_least(1), "learner worker processes (data-parallel ranks)");
   v.field("device", c.device, one_of({"cpu", "cuda", "auto"}),
@@ -296,6 +305,7 @@ template <class V> void describe(V& v, LearnerConfig& c) {
   v.field("snapshot_dir", c.snapshot_dir, required_text(),
           "absolute path of a memory-backed directory (tmpfs) on every learner host for the snapshots");
   v.section("optimizer", c.optimizer, "optimizer and schedule");
+  v.section("lora", c.lora, "low-rank adapters: the base model frozen, adapters trained (docs/lora.md)");
 }
 
 template <class V> void describe(V& v, RewardConfig& c) {

@@ -66,7 +66,8 @@ void FsdpParameters::gather(size_t unit) {
   Unit& u = units_.at(unit);
   if (u.full.defined()) return;
   u.full = at::empty({u.shard_numel * collectives_.world_size()}, f32_);
-  collectives_.all_gather(local_values_.narrow(0, u.local_offset, u.shard_numel), u.full);
+  // A unit without parameters (LoRA leaves the embeddings untrained) has nothing to gather.
+  if (u.numel > 0) collectives_.all_gather(local_values_.narrow(0, u.local_offset, u.shard_numel), u.full);
   for (size_t i = u.first; i < u.first + u.count; ++i) {
     at::Tensor p = parameters_[i].second;  // a handle to the model's own leaf
     const int64_t n = c10::multiply_integers(shapes_[i]);
@@ -93,6 +94,7 @@ void FsdpParameters::reduce_gradients(size_t unit) {
     if (p.grad().defined()) full_grad.narrow(0, offsets_in_unit_[i], p.numel()).copy_(p.grad().reshape({-1}));
     p.mutable_grad() = at::Tensor();
   }
+  if (u.numel == 0) return;
   at::Tensor shard = at::empty({u.shard_numel}, f32_);
   collectives_.reduce_scatter_sum(full_grad, shard);
   local_grads_.narrow(0, u.local_offset, u.shard_numel).add_(shard);

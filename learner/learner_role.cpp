@@ -87,6 +87,8 @@ struct LearnerState {
     options.max_response_length = config.rollout.max_new_tokens;
     options.total_optimizer_steps = body->getTotalOptimizerSteps();
     options.reward_model = body->getRewardModel();
+    options.seed = static_cast<uint64_t>(config.experiment.seed);
+    options.base_model = config.model.path;
     CollectivesOptions group;
     group.rendezvous = to_string(body->getRendezvous());
     group.rank = body->getRank();

@@ -5,6 +5,7 @@
 // micro-batch in trainer_fsdp.cpp, checkpoints in trainer_checkpoint.cpp.
 #include "learner/trainer.h"
 
+#include "actor/lora.h"
 #include "learner/head_logprobs.h"
 #include "learner/learner_device.h"
 #include "learner/proximal_weights.h"
@@ -108,6 +109,10 @@ Trainer::Impl::Impl(const ModelConfig& config, const ModelWeights& weights, cons
       device(training_device(o)),
       model(config, weights, at::kFloat, compute_dtype(o.learner.precision), device, tensor_ops),
       objective(actor_objective_params(o.algorithm, o.algorithm.kl.coef)) {
+  if (o.learner.lora.enabled()) {
+    const LoraConfig& l = o.learner.lora;
+    model.add_adapters({l.rank, l.alpha, lora_modules(l.target_modules), l.dropout, o.seed});
+  }
 
   // The critic's value head, or the reward model's score head: the same [1, hidden] + [1]
   // (the reward model's bias never moves: the Bradley-Terry loss sees score differences).
@@ -117,7 +122,7 @@ Trainer::Impl::Impl(const ModelConfig& config, const ModelWeights& weights, cons
     value_bias = at::zeros({1}, f32).set_requires_grad(true);
   }
   const auto parameters = trained_parameters();
-  trained_shards = model.shards();
+  trained_shards = model.has_adapters() ? model.adapter_shards() : model.shards();
   for (const auto& [name, p] : value_head_parameters()) {
     ParameterShard replicated;  // read from the whole final-normed states on every rank: the same gradient everywhere
     replicated.name = name;
@@ -146,13 +151,15 @@ Trainer::Impl::Impl(const ModelConfig& config, const ModelWeights& weights, cons
   const OptimizerConfig& opt = o.learner.optimizer;
   adam = std::make_unique<AdamW>(local_values().numel(),
                                  AdamWOptions{opt.beta1, opt.beta2, opt.eps, opt.weight_decay}, device);
-  if (o.algorithm.kl.coef > 0) {  // in the loss, or in the reward (reference_logprobs)
+  if (o.algorithm.kl.coef > 0 && !model.has_adapters()) {  // in the loss, or in the reward (reference_logprobs)
     reference = std::make_unique<PolicyModel>(config, weights, at::kFloat, model.compute_dtype(), device, tensor_ops);
   }
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Trainer::Impl::trained_parameters() const {
-  std::vector<std::pair<std::string, at::Tensor>> parameters = model.named_parameters();
+  // With LoRA only the adapters train: the base model is frozen.
+  std::vector<std::pair<std::string, at::Tensor>> parameters =
+      model.has_adapters() ? model.adapter_parameters() : model.named_parameters();
   for (auto& p : value_head_parameters()) parameters.push_back(std::move(p));
   return parameters;
 }
@@ -280,11 +287,18 @@ double Trainer::Impl::gradient_square_sum(const at::Tensor& grads, const std::ve
   return total;
 }
 
-ModelWeights Trainer::Impl::full_weights(std::vector<WeightTensor>* value_head) {
+ModelWeights Trainer::Impl::full_weights(std::vector<WeightTensor>* value_head, std::vector<WeightTensor>* adapters) {
   if (strategy == Strategy::fsdp) {
     for (size_t u = 0; u < fsdp->units(); ++u) fsdp->gather(u);
   }
   ModelWeights weights = model.to_weights();
+  if (adapters) {
+    adapters->clear();
+    for (const auto& [name, t] : model.adapter_tensors()) {
+      const at::Tensor c = t.to(at::kCPU).contiguous();
+      adapters->push_back({name, c.sizes().vec(), std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel())});
+    }
+  }
   if (value_head) {
     value_head->clear();
     for (const auto& [name, t] : value_head_parameters()) {
@@ -317,16 +331,28 @@ std::pair<at::Tensor, at::Tensor> Trainer::Impl::response_logprobs(const PolicyM
           zeros.index_copy(0, cells, head.entropy).view({rows, responses})};
 }
 
-ActorObjectiveInputs Trainer::Impl::objective_inputs(const at::Tensor& normed, const MicroBatch& batch) const {
+ActorObjectiveInputs Trainer::Impl::objective_inputs(const at::Tensor& normed, const MicroBatch& batch) {
   auto [logprobs, entropy] = response_logprobs(model, normed, batch, options.temperature);
   ActorObjectiveInputs in{logprobs, batch.old_logprobs, batch.advantages, batch.mask, batch.ref_logprobs, entropy,
                           batch.is_weights};
-  if (reference && !in.ref_logprobs.defined()) {
-    c10::InferenceMode guard;
-    const at::Tensor reference_normed = reference->final_norm(reference->trunk(batch.layout));
-    in.ref_logprobs = response_logprobs(*reference, reference_normed, batch, options.temperature).first;
-  }
+  if (has_reference() && !in.ref_logprobs.defined()) in.ref_logprobs = reference_response_logprobs(batch);
   return in;
+}
+
+at::Tensor Trainer::Impl::reference_response_logprobs(const MicroBatch& batch) {
+  c10::InferenceMode guard;
+  if (reference) {
+    const at::Tensor normed = reference->final_norm(reference->trunk(batch.layout));
+    return response_logprobs(*reference, normed, batch, options.temperature).first;
+  }
+  // The base model: the policy with its adapters off, back on however this ends.
+  struct AdaptersOff {
+    PolicyModel& model;
+    ~AdaptersOff() { model.set_adapters_enabled(true); }
+  } off{model};
+  model.set_adapters_enabled(false);
+  const at::Tensor normed = model.final_norm(model.trunk(batch.layout));
+  return response_logprobs(model, normed, batch, options.temperature).first;
 }
 
 at::Tensor Trainer::Impl::response_state_values(const at::Tensor& normed, const MicroBatch& batch) const {
@@ -479,7 +505,7 @@ double Trainer::Impl::synchronise_and_step(AdamW& optimizer, double learning_rat
 }
 
 void Trainer::Impl::adopt_policy_as_reference() {
-  if (!reference) return;  // no KL in the loss
+  if (!has_reference()) return;  // no KL in the loss
   const ModelWeights weights = full_weights();
   reference =
       std::make_unique<PolicyModel>(model.config(), weights, at::kFloat, model.compute_dtype(), device, tensor_ops);

@@ -56,6 +56,10 @@ struct TrainerOptions {
   // tandem train-rm: the policy's trunk with a scalar head on the final-normed last token
   // (the value head's tensors, read once per sequence), trained by preference_step.
   bool reward_model = false;
+  // learner.lora: its adapters' initialisation and dropout draw from this seed
+  // (experiment.seed), and exports name `base_model` (model.path) as the adapters' base.
+  uint64_t seed = 0;
+  std::string base_model;
 };
 
 // One reward-model update (Trainer::preference_step), over every rank's pairs.

@@ -111,6 +111,21 @@ void copy_tokenizer_files(const std::string& tokenizer_dir, const std::string& o
 }
 
 constexpr const char* kValueHeadFile = "value_head.safetensors";
+constexpr const char* kAdapterDir = "adapter";  // LoRA's adapters, a PEFT adapter directory
+
+// `adapters` (canonical, PEFT names without the prefix) as a PEFT adapter directory in `dir`.
+void save_peft_adapter(const std::string& dir, const LoraSpec& spec, const std::string& base_model,
+                       const std::vector<WeightTensor>& adapters) {
+  fs::create_directories(dir);
+  std::vector<TensorToWrite> tensors;
+  for (const WeightTensor& w : adapters) {
+    TensorToWrite t{kPeftKeyPrefix + w.name, DType::f32, w.shape, std::string(w.data.size() * sizeof(float), '\0')};
+    std::memcpy(t.bytes.data(), w.data.data(), t.bytes.size());
+    tensors.push_back(std::move(t));
+  }
+  write_safetensors(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
+  write_file_atomic(dir + "/adapter_config.json", peft_adapter_config(spec, base_model));
+}
 constexpr const char* kReferenceDir = "reference";  // the warmed-up reference policy, when there was a warm-up
 
 }  // namespace
@@ -129,8 +144,8 @@ void Trainer::save_checkpoint(const std::string& dir, const std::string& tokeniz
     fs::remove_all(staging);
     fs::create_directories(staging);
   }
-  std::vector<WeightTensor> value_head;
-  const ModelWeights weights = m.full_weights(&value_head);  // collective under fsdp and tensor parallelism
+  std::vector<WeightTensor> value_head, adapters;
+  const ModelWeights weights = m.full_weights(&value_head, &adapters);  // collective under fsdp and tensor parallelism
   // Gathered by every tensor-parallel rank together; rank 0 writes it.
   const std::optional<ModelWeights> reference =
       m.reference_from_warmup ? std::optional<ModelWeights>(m.reference->to_weights()) : std::nullopt;
@@ -146,7 +161,10 @@ void Trainer::save_checkpoint(const std::string& dir, const std::string& tokeniz
                       {{"ranges", format_ranges(m.owned_ranges())}});
   }
   if (rank == 0) {
-    save_model_weights(staging, weights, DType::f32);
+    save_model_weights(staging, weights, DType::f32);  // merged with the adapters: a model directory
+    if (m.model.has_adapters()) {
+      save_peft_adapter(staging + "/" + kAdapterDir, m.model.lora(), m.options.base_model, adapters);
+    }
     if (m.reference_from_warmup) {
       fs::create_directories(staging + "/" + kReferenceDir);
       save_model_weights(staging + "/" + kReferenceDir, *reference, DType::f32);
@@ -180,8 +198,8 @@ void Trainer::save_checkpoint(const std::string& dir, const std::string& tokeniz
 void Trainer::export_policy(const std::string& dir, const std::string& tokenizer_dir, DType dtype,
                             const std::string& config_extra) {
   Impl& m = *impl_;
-  std::vector<WeightTensor> head;
-  ModelWeights weights = m.full_weights(m.options.reward_model ? &head : nullptr);  // collective under fsdp
+  std::vector<WeightTensor> head, adapters;
+  ModelWeights weights = m.full_weights(m.options.reward_model ? &head : nullptr, &adapters);  // collective under fsdp
   if (m.collectives.rank() == 0) {
     const std::string staging = dir + ".tmp", previous = dir + ".old";
     fs::remove_all(staging);
@@ -200,7 +218,10 @@ void Trainer::export_policy(const std::string& dir, const std::string& tokenizer
       config_json = merged.dump(2) + "\n";
     }
     write_file_atomic(staging + "/config.json", config_json);
-    save_model_weights(staging, weights, dtype);
+    save_model_weights(staging, weights, dtype);  // merged with the adapters, if any
+    if (m.model.has_adapters()) {  // and the adapters themselves, for PEFT on the base model
+      save_peft_adapter(staging + "/" + kAdapterDir, m.model.lora(), m.options.base_model, adapters);
+    }
     copy_tokenizer_files(tokenizer_dir, staging, "export");
     // An older export (a run extended by `tandem resume --set experiment.steps=N`) is
     // replaced: DIR holds the old policy or the new one at every moment but between the
@@ -226,7 +247,6 @@ void Trainer::load_checkpoint(const std::string& dir) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("{}: not valid JSON: {}", state_path, e.what()));
   }
-  const ModelWeights weights = load_model_weights(dir, m.model.config());  // names and shapes checked
   const std::string reference_dir = dir + "/" + kReferenceDir;
   if (m.reference && fs::exists(reference_dir + "/model.safetensors")) {
     m.reference = m.reference_from(reference_dir);
@@ -236,11 +256,35 @@ void Trainer::load_checkpoint(const std::string& dir) {
     throw Error(fmt::format("checkpoint {} was written with optimizer {}, the config says {}", dir,
                             state.value("optimizer", std::string()), m.options.learner.optimizer.name));
   }
-  // The global flat layout: parameters in order, back to back, then the value head.
+  // The global flat layout: the trained parameters in order, back to back (the model's, or
+  // with LoRA its adapters': the base is the run's model), then the value head.
   std::vector<float> global;
-  for (const WeightSpec& spec : expected_weights(m.model.config())) {
-    const std::vector<float>& data = weights.get(spec.name).data;
-    global.insert(global.end(), data.begin(), data.end());
+  if (m.model.has_adapters()) {
+    const std::string path = dir + "/" + kAdapterDir + "/adapter_model.safetensors";
+    if (!fs::exists(path)) {
+      throw Error(fmt::format("checkpoint {} has no LoRA adapters ({}): it was written without learner.lora", dir, path));
+    }
+    auto file = SafetensorsFile::open(path);
+    for (size_t i = 0; i < m.model.adapter_shards().size(); ++i) {
+      const ParameterShard& s = m.model.adapter_shards()[i];
+      int64_t numel = 1;
+      for (int64_t d : s.canonical_shape) numel *= d;
+      const std::string key = kPeftKeyPrefix + s.name;
+      const TensorView& view = file->get(key);
+      if (view.dtype != DType::f32 || view.shape != s.canonical_shape) {
+        throw Error(fmt::format("{}: {} must be F32 of shape {} (learner.lora.rank and target_modules as when it was "
+                                "written)",
+                                path, key, c10::str(at::IntArrayRef(s.canonical_shape))));
+      }
+      const float* data = reinterpret_cast<const float*>(view.data);
+      global.insert(global.end(), data, data + numel);
+    }
+  } else {
+    const ModelWeights weights = load_model_weights(dir, m.model.config());  // names and shapes checked
+    for (const WeightSpec& spec : expected_weights(m.model.config())) {
+      const std::vector<float>& data = weights.get(spec.name).data;
+      global.insert(global.end(), data.begin(), data.end());
+    }
   }
   if (m.critic()) {
     const std::string path = dir + "/" + kValueHeadFile;

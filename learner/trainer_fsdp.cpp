@@ -56,7 +56,9 @@ ObjectiveMetrics Trainer::Impl::fsdp_micro_batch(const MicroBatch& batch, const 
     fsdp->release(layer_unit(l));
     inputs[l] = at::Tensor();  // free the activation as soon as it is used
   }
-  model.embed(batch.layout).backward(grad);
+  // Under LoRA the embeddings are frozen: nothing below the first layer learns.
+  const at::Tensor embedded = model.embed(batch.layout);
+  if (embedded.requires_grad()) embedded.backward(grad);
   reduce_unit(embed_unit);
   reduce_unit(head_unit);
   fsdp->release(embed_unit);

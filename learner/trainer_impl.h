@@ -40,7 +40,7 @@ struct Trainer::Impl {
   // Forward and backward of one micro-batch; gradients land where the strategy keeps them.
   ObjectiveMetrics micro_batch(const MicroBatch& batch, const AggregationScale& scale);
   ObjectiveMetrics fsdp_micro_batch(const MicroBatch& batch, const AggregationScale& scale);  // trainer_fsdp.cpp
-  ActorObjectiveInputs objective_inputs(const at::Tensor& normed, const MicroBatch& batch) const;
+  ActorObjectiveInputs objective_inputs(const at::Tensor& normed, const MicroBatch& batch);
   // The micro-batch's loss from the last layer's output: the actor objective, plus the
   // weighted critic objective when there is a value head.
   ObjectiveResult objective_from_trunk(const at::Tensor& trunk, const MicroBatch& batch,
@@ -115,7 +115,8 @@ struct Trainer::Impl {
   at::Tensor head_reads(const at::Tensor& normed) const;
   // The policy (and into `value_head`, when given and there is a critic, the value head's
   // tensors). Collective under fsdp.
-  ModelWeights full_weights(std::vector<WeightTensor>* value_head = nullptr);
+  // And into `adapters`, when given, LoRA's adapters (canonical; none without LoRA).
+  ModelWeights full_weights(std::vector<WeightTensor>* value_head = nullptr, std::vector<WeightTensor>* adapters = nullptr);
 
   TrainerOptions options;
   Collectives& collectives;  // every learner rank
@@ -131,6 +132,12 @@ struct Trainer::Impl {
   at::Device device;  // where parameters, gradients, optimizer state and micro-batches live
   PolicyModel model;
   std::unique_ptr<PolicyModel> reference;  // frozen initial policy, when the KL is in the loss
+  // LoRA with the KL: the reference is the model itself with its adapters off (no copy),
+  // until a warm-up makes the warmed-up (merged) policy the reference.
+  bool base_is_reference() const { return !reference && model.has_adapters() && options.algorithm.kl.coef > 0; }
+  bool has_reference() const { return reference || base_is_reference(); }
+  // The reference policy's log-probs [B, T] of the micro-batch's response tokens, without gradients.
+  at::Tensor reference_response_logprobs(const MicroBatch& batch);
   // The critic (advantage: gae): a linear value head [1, hidden] + [1] on the final-normed
   // last hidden state, sharing the policy's trunk (its loss trains the trunk too).
   // Zero-initialised: values start at 0 and the first updates leave the trunk to the actor.

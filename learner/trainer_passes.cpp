@@ -202,7 +202,8 @@ std::vector<std::vector<float>> Trainer::response_logprobs(const std::vector<Tra
 
 std::vector<std::vector<float>> Trainer::reference_logprobs(const std::vector<TrainingSample>& samples) {
   Impl& m = *impl_;
-  TANDEM_CHECK(m.reference, "reference log-probs: this learner holds no reference policy (algorithm.kl.coef is 0)");
+  TANDEM_CHECK(m.has_reference(),
+               "reference log-probs: this learner holds no reference policy (algorithm.kl.coef is 0)");
   // The reference is whole on every rank (fsdp shards only the policy): no collective,
   // except tensor parallelism's inside its forward (split like the policy).
   std::vector<std::vector<float>> out;
@@ -219,9 +220,7 @@ std::vector<std::vector<float>> Trainer::reference_logprobs(const std::vector<Tr
       probes.push_back(std::move(p));
     }
     const MicroBatch batch = m.micro_batch_of(probes, 0, probes.size());
-    const at::Tensor normed = m.reference->final_norm(m.reference->trunk(batch.layout));
-    const at::Tensor logprobs =
-        m.response_logprobs(*m.reference, normed, batch, m.options.temperature).first.to(at::kCPU, at::kFloat).contiguous();
+    const at::Tensor logprobs = m.reference_response_logprobs(batch).to(at::kCPU, at::kFloat).contiguous();
     for (size_t i = 0; i < probes.size(); ++i) {
       const float* row = logprobs.data_ptr<float>() + static_cast<int64_t>(i) * logprobs.size(1);
       out.emplace_back(row, row + probes[i].response.size());

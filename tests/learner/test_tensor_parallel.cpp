@@ -253,6 +253,7 @@ struct SplitTraining {
   bool sequence_parallel;
   bool four_way;  // four_way_model() in place of the scenario's qwen3 (MQA: its one KV head on both ranks)
   bool critic = false;  // PPO's value head on the trunk (advantage gae)
+  bool lora = false;    // rank-4 adapters on every projection, the base frozen
 };
 
 std::vector<SplitTraining> split_trainings() {
@@ -262,7 +263,10 @@ std::vector<SplitTraining> split_trainings() {
           {"T=4 with SP, KV heads replicated, ddp", 4, 4, "ddp", true, true},
           {"T=2 with SP x 2 replicas, fsdp", 4, 2, "fsdp", true, false},
           {"T=2 with SP, ddp, a critic (gae)", 2, 2, "ddp", true, false, true},
-          {"T=2 x 2 replicas, fsdp, a critic (gae)", 4, 2, "fsdp", false, false, true}};
+          {"T=2 x 2 replicas, fsdp, a critic (gae)", 4, 2, "fsdp", false, false, true},
+          {"T=2 with SP, ddp, LoRA", 2, 2, "ddp", true, false, false, true},
+          {"T=4 with SP x 1, KV heads replicated, LoRA", 4, 4, "ddp", true, true, false, true},
+          {"T=2 x 2 replicas, fsdp, LoRA", 4, 2, "fsdp", false, false, false, true}};
 }
 
 TrainerScenario split_scenario(const SplitTraining& split, uint64_t seed, int mini_batches) {
@@ -277,6 +281,7 @@ TrainerScenario split_scenario(const SplitTraining& split, uint64_t seed, int mi
   // The critic's loss weighted heavily, so that its gradient through the trunk (which the
   // ranks' sum must count once) is as large as the actor's.
   if (split.critic) s.options.algorithm.value.coef = 20;
+  if (split.lora) s.options.learner.lora = {4, 8.0, {"all-linear"}, 0.0};
   s.options.total_optimizer_steps = mini_batches;
   if (split.four_way) {
     s.config = four_way_model();

@@ -1,0 +1,42 @@
+// LoRA (low-rank adapters): a projection W [out, in] of the frozen base model gets
+// trained matrices A [r, in] and B [out, r], and computes W·x + (alpha / r)·B·(A·x). A starts
+// random (Kaiming-uniform, as PEFT's default), B at zero, so training starts from the base
+// model exactly. PolicyModel::add_adapters attaches them; the learner trains only them.
+//
+// Names follow PEFT's: the adapters of model.layers.L.self_attn.q_proj are
+// model.layers.L.self_attn.q_proj.lora_A.weight and .lora_B.weight, saved in a PEFT
+// adapter directory (adapter_config.json, adapter_model.safetensors) under
+// "base_model.model." + that name.
+#pragma once
+
+#include "actor/model_config.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+struct LoraSpec {
+  int64_t rank = 0;
+  double alpha = 16.0;
+  std::vector<std::string> modules;  // projection names, all-linear expanded (lora_modules)
+  double dropout = 0.0;
+  uint64_t seed = 0;  // A's initialisation and the dropout masks
+  double scale() const { return alpha / static_cast<double>(rank); }
+};
+
+// The projections LoRA can target, in layer order.
+const std::vector<std::string>& lora_projections();
+// `target_modules` (learner.lora.target_modules) as projection names: "all-linear" is all
+// of lora_projections(); anything else must be one of them (Error naming it otherwise).
+std::vector<std::string> lora_modules(const std::vector<std::string>& target_modules);
+// "model.layers.L.self_attn.q_proj" or "...mlp.gate_proj": the module of projection
+// `projection` in layer `layer`.
+std::string lora_module_path(int64_t layer, const std::string& projection);
+
+// A PEFT adapter directory's adapter_config.json for `spec` on the model at `base_model`.
+std::string peft_adapter_config(const LoraSpec& spec, const std::string& base_model);
+constexpr const char* kPeftKeyPrefix = "base_model.model.";
+
+}  // namespace tandem
