@@ -334,12 +334,14 @@ TEST_CASE("split training gets the unsplit gradients") {
     opt.lr = 1.0;
     opt.weight_decay = 0;
     opt.grad_clip = 0;
-    // A critic's value head starts at zero, and so does its gradient through the trunk:
-    // both trainings start from a checkpoint one small step on, where it is not.
+    // A critic's value head starts at zero, and so does its gradient through the trunk (and
+    // LoRA's B, and so the gradient of its A): both trainings start from a checkpoint one
+    // small step on, where they are not.
+    const bool moved_start = split.critic || split.lora;
     const auto dir = std::filesystem::temp_directory_path() / ("tandem-tp-critic-" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir);
     const std::string start = (dir / "start").string();
-    if (split.critic) {
+    if (moved_start) {
       std::filesystem::create_directories(dir);
       TrainerScenario first = s;
       first.options.learner.optimizer.lr = 0.05;
@@ -353,7 +355,7 @@ TEST_CASE("split training gets the unsplit gradients") {
     {
       auto collectives = Collectives::create({});
       Trainer trainer(s.config, s.weights, s.options, *collectives);
-      if (split.critic) trainer.load_checkpoint(start);
+      if (moved_start) trainer.load_checkpoint(start);
       single_before = trainer.weights();
       norm = trainer.train(s.mini_batches).grad_norm;
       single_after = trainer.weights();
@@ -361,7 +363,7 @@ TEST_CASE("split training gets the unsplit gradients") {
     std::vector<ModelWeights> after(split.world);
     std::vector<double> norms(split.world);
     with_split_trainers(s, split.world, split.t, split.sequence_parallel, [&](Trainer& trainer, int rank) {
-      if (split.critic) trainer.load_checkpoint(start);
+      if (moved_start) trainer.load_checkpoint(start);
       norms[rank] = trainer.train(replica_shares(s, rank, split.world, split.t)).grad_norm;
       after[rank] = trainer.weights();
     });
@@ -372,7 +374,7 @@ TEST_CASE("split training gets the unsplit gradients") {
     for (const TrainingSample& t : s.mini_batches[0]) {
       auto collectives = Collectives::create({});
       Trainer trainer(s.config, s.weights, s.options, *collectives);
-      if (split.critic) trainer.load_checkpoint(start);
+      if (moved_start) trainer.load_checkpoint(start);
       terms += trainer.train({{t}}).grad_norm * static_cast<double>(t.response.size()) / tokens;
       positions += static_cast<double>(t.prompt.size() + t.response.size());
     }
