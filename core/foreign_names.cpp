@@ -83,6 +83,8 @@ const std::vector<ForeignKey>& foreign_keys() {
                                          "learner.sequence_parallel (Megatron's, on by default with "
                                          "learner.tensor_parallel > 1) splits the norms' positions"},
       {"log_prob_micro_batch_size_per_gpu", "log-probs use learner.micro_batch_size here"},
+      {"lora_rank", "verl's lora_rank is learner.lora.rank here"},
+      {"lora_alpha", "verl's lora_alpha is learner.lora.alpha here"},
   };
   return table;
 }

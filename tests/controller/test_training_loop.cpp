@@ -165,6 +165,40 @@ TEST_CASE("a run whose learner splits the model over 2 ranks (tensor and sequenc
   CHECK(load_model_weights(split + "/checkpoints/step_2", config).parameter_count() == parameter_count(config));
 }
 
+TEST_CASE("a LoRA run trains its adapters over the frozen base and leaves them in PEFT's format") {
+  TempDir dir;
+  const std::string run = run_config(dir, kShortRun,
+                                     {"learner.lora.rank=4", "learner.lora.target_modules=[q_proj, v_proj, down_proj]",
+                                      "algorithm.entropy_coef=0.01", "learner.optimizer.lr=1.0e-2"},
+                                     0);
+  const auto lines = metric_lines(run);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0].at("actor/grad_norm").get<double>() > 0);
+  // The policy is the merged model (any loader reads it) and the adapters beside it.
+  const ModelConfig config = read_model_config(run + "/policy/config.json");
+  const ModelWeights policy = load_model_weights(run + "/policy", config);
+  const ModelWeights base = load_model_weights(resolve_model_path("builtin:tiny"), config);
+  double moved = 0;
+  for (const char* name : {"model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight"}) {
+    const auto& a = policy.get(name).data;
+    const auto& b = base.get(name).data;
+    for (size_t i = 0; i < a.size(); ++i) moved = std::max(moved, std::abs(static_cast<double>(a[i]) - b[i]));
+  }
+  CHECK(moved > 0);
+  CHECK(policy.get("model.layers.0.self_attn.k_proj.weight").data == base.get("model.layers.0.self_attn.k_proj.weight").data);
+  const nlohmann::json peft = nlohmann::json::parse(read_text(run + "/policy/adapter/adapter_config.json"));
+  CHECK(peft.at("target_modules") == nlohmann::json::array({"q_proj", "v_proj", "down_proj"}));
+  CHECK(peft.at("base_model_name_or_path") == "builtin:tiny");
+  CHECK(fs::exists(run + "/checkpoints/step_4/adapter/adapter_model.safetensors"));
+  // A typo in the targets is refused before the run, naming the key.
+  const ExitStatus refused = run_tandem({"validate", dir.path() + "/run.yaml", "--set", "learner.lora.rank=4", "--set",
+                                         "learner.lora.target_modules=[q_proj, qv_proj]"},
+                                        dir.path() + "/validate.txt", 60);
+  CHECK(refused.exit_code == 2);
+  CHECK(read_text(dir.path() + "/validate.txt").find("learner.lora.target_modules: \"qv_proj\" is not a projection") !=
+        std::string::npos);
+}
+
 TEST_CASE("a padded vocabulary (config.json vocab_size above the tokenizer's) trains: padded ids are never sampled") {
   // As Qwen's checkpoints: 151936 embedding rows for 151669 tokenizer ids. Here 259 ids and
   // 320 rows; with random weights about a fifth of every draw over all rows is padding.
