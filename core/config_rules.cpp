@@ -80,6 +80,13 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
   if (c.learner.lora.enabled()) {
     const std::vector<std::string> projections = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                   "down_proj"};
+    if (c.learner.lora.dropout > 0 && c.learner.sharding == "fsdp") {
+      // fsdp recomputes each layer for its backward: the recomputation would draw other
+      // dropout masks than the forward whose loss it differentiates.
+      problem_at({"learner.lora.dropout", "learner.sharding"},
+                 "learner.lora.dropout > 0 with learner.sharding fsdp is not supported (fsdp recomputes each layer "
+                 "for its backward, with other dropout masks): use ddp or zero2, or dropout 0");
+    }
     const auto& targets = c.learner.lora.target_modules;
     if (targets.empty()) problem("learner.lora.target_modules", "names no module: all-linear, or projection names");
     for (const std::string& name : targets) {

@@ -111,6 +111,10 @@ Trainer::Impl::Impl(const ModelConfig& config, const ModelWeights& weights, cons
       objective(actor_objective_params(o.algorithm, o.algorithm.kl.coef)) {
   if (o.learner.lora.enabled()) {
     const LoraConfig& l = o.learner.lora;
+    TANDEM_CHECK(l.dropout == 0 || strategy != Strategy::fsdp,
+                 "learner.lora.dropout {} with learner.sharding fsdp: fsdp recomputes each layer for its backward, "
+                 "with other dropout masks (use ddp or zero2, or dropout 0)",
+                 l.dropout);
     model.add_adapters({l.rank, l.alpha, lora_modules(l.target_modules), l.dropout, o.seed});
   }
 

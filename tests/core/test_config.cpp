@@ -172,6 +172,12 @@ TEST_CASE("cross-field rules name the numbers") {
             "/ learner.workers 4 / learner.tensor_parallel 2 = 2 data-parallel ranks) are not a multiple") !=
         std::string::npos);
   CHECK(problems_of("learner: {workers: 2, tensor_parallel: 2, sharding: fsdp, micro_batch_size: 256}").empty());
+  // LoRA: dropout and fsdp's recomputation do not mix; target names are checked.
+  CHECK(only_problem("learner: {sharding: fsdp, lora: {rank: 8, dropout: 0.1}}").find(
+            "learner.lora.dropout > 0 with learner.sharding fsdp is not supported") != std::string::npos);
+  CHECK(only_problem("learner: {lora: {rank: 8, target_modules: [q_proj, vproj]}}").find(
+            "\"vproj\" is not a projection of the model (did you mean v_proj?)") != std::string::npos);
+  CHECK(problems_of("learner: {lora: {rank: 8, target_modules: all-linear, dropout: 0.05}}").empty());
   CHECK(only_problem("algorithm: {group_size: 1}\nlearner: {micro_batch_size: 1}").find(
             "advantage grpo compares samples of one prompt and needs group_size >= 2, got 1") != std::string::npos);
   CHECK(only_problem("algorithm: {clip: {dual_c: 0.5}}").find("dual clip needs a constant > 1") != std::string::npos);
