@@ -1,8 +1,11 @@
 #include "controller/run/memory_estimate.h"
 
+#include "actor/lora.h"
+
 #include <fmt/format.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 namespace tandem {
@@ -51,6 +54,19 @@ double activation_bytes(const ModelConfig& m, double micro_batch, double sequenc
   return kFloat * tokens * per_token_layer * static_cast<double>(m.num_hidden_layers);
 }
 
+// LoRA's trained values: r·(in + out) for each targeted projection of every layer.
+double lora_parameters(const ModelConfig& m, const LoraConfig& lora) {
+  const double hidden = static_cast<double>(m.hidden_size), q = static_cast<double>(m.q_size());
+  const double kv = static_cast<double>(m.kv_size()), inter = static_cast<double>(m.intermediate_size);
+  const std::map<std::string, double> in_plus_out = {{"q_proj", hidden + q},        {"k_proj", hidden + kv},
+                                                     {"v_proj", hidden + kv},       {"o_proj", q + hidden},
+                                                     {"gate_proj", hidden + inter}, {"up_proj", hidden + inter},
+                                                     {"down_proj", inter + hidden}};
+  double per_layer = 0;
+  for (const std::string& module : lora_modules(lora.target_modules)) per_layer += in_plus_out.at(module);
+  return static_cast<double>(lora.rank) * per_layer * static_cast<double>(m.num_hidden_layers);
+}
+
 }  // namespace
 
 double MemoryEstimate::learner_rank_bytes() const { return sum(learner_rank); }
@@ -72,15 +88,24 @@ MemoryEstimate estimate_memory(const Config& c, const ModelConfig& model, int64_
   const double ranks = static_cast<double>(c.learner.workers) / t, split = p / t;
   const bool adamw = c.learner.optimizer.name == "adamw";
   const std::string& sharding = c.learner.sharding;
+  // LoRA trains its adapters only: the base is frozen and whole on every replica (split
+  // over t), and gradients and optimizer state are the adapters'.
+  const bool lora = c.learner.lora.enabled();
+  const double trained = lora ? lora_parameters(model, c.learner.lora) / t : split;
   // What a rank holds of each: ddp everything; zero2 the parameters whole, gradients and
   // moments sharded; fsdp all of it sharded.
-  const double values = sharding == "fsdp" ? split / ranks : split;
-  const double sharded = sharding == "ddp" ? split : split / ranks;
-  e.learner_rank.push_back({"parameters", kFloat * values});
+  const double values = sharding == "fsdp" ? trained / ranks : trained;
+  const double sharded = sharding == "ddp" ? trained : trained / ranks;
+  if (lora) e.learner_rank.push_back({"frozen base model", kFloat * split});
+  e.learner_rank.push_back({lora ? "LoRA adapters" : "parameters", kFloat * values});
   e.learner_rank.push_back({"gradients", kFloat * sharded});
   if (adamw) e.learner_rank.push_back({"AdamW moments", 2 * kFloat * sharded});
-  // The learners hold the reference whenever kl.coef > 0: in the loss, or for the in-reward penalty.
-  if (c.algorithm.kl.coef > 0) e.learner_rank.push_back({"KL reference", kFloat * split});
+  // The learners hold the reference whenever kl.coef > 0: in the loss, or for the in-reward
+  // penalty. Under LoRA it is the base itself (adapters off), until an sft warm-up makes
+  // the merged warmed-up policy the reference.
+  if (c.algorithm.kl.coef > 0 && (!lora || c.sft.steps > 0)) {
+    e.learner_rank.push_back({"KL reference", kFloat * split});
+  }
   const int64_t response = c.multi_turn() ? c.rollout.multi_turn.max_total_tokens : c.rollout.max_new_tokens;
   const double sequence = static_cast<double>(longest_prompt) + static_cast<double>(response);
   e.learner_rank.push_back({"activations of a micro-batch",
@@ -97,7 +122,8 @@ MemoryEstimate estimate_memory(const Config& c, const ModelConfig& model, int64_
 
   if (c.learner.snapshot == "memory") {
     const double state = kFloat * values + (adamw ? 2 * kFloat * sharded : 0);
-    e.snapshots = 2 * state * ranks;  // the newest whole one and the one being written
+    // The newest whole one and the one being written, for every rank (tensor-parallel ranks hold different parts).
+    e.snapshots = 2 * state * static_cast<double>(c.learner.workers);
   }
   return e;
 }

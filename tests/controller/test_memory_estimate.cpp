@@ -83,6 +83,23 @@ TEST_CASE("a learner rank holds parameters, gradients and moments as its shardin
   CHECK(sequence_split < split_activations);
   CHECK(split_activations < whole);
   CHECK(sequence_split == doctest::Approx(whole / 2));
+  // LoRA: the base frozen, gradients and moments only for r·(in + out) per targeted projection.
+  Config l;
+  l.learner.workers = 1;
+  l.learner.lora.rank = 8;
+  l.learner.lora.target_modules = {"q_proj", "down_proj"};
+  l.algorithm.kl.coef = 0.1;
+  l.sft.steps = 0;
+  const double adapters = 8.0 * static_cast<double>(m.num_hidden_layers) *
+                          static_cast<double>(m.hidden_size + m.q_size() + m.intermediate_size + m.hidden_size);
+  e = estimate_memory(l, m, 10);
+  CHECK(part(e.learner_rank, "frozen base model").bytes == 4 * p);
+  CHECK(part(e.learner_rank, "LoRA adapters").bytes == 4 * adapters);
+  CHECK(part(e.learner_rank, "gradients").bytes == 4 * adapters);
+  CHECK(part(e.learner_rank, "AdamW moments").bytes == 8 * adapters);
+  for (const auto& item : e.learner_rank) CHECK(item.what != "KL reference");  // the base is the reference
+  l.sft.steps = 5;  // after a warm-up the merged warmed-up policy is the reference: a copy
+  CHECK(part(estimate_memory(l, m, 10).learner_rank, "KL reference").bytes == 4 * p);
 }
 
 TEST_CASE("a run over this host's memory, or a process over any machine's, is refused with its largest part") {
