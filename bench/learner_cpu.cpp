@@ -4,7 +4,9 @@
 // run; with --ranks also 2 ranks over Gloo with ddp, zero2 and fsdp, each rank a separate
 // process (this binary re-executed with --rank) reporting its own peak RSS; with
 // --tensor-parallel T also the model split over T such processes (learner.tensor_parallel,
-// sequence parallel), against the one-rank run: tokens/s and each rank's peak RSS.
+// sequence parallel), against the one-rank run: tokens/s and each rank's peak RSS; with
+// --lora R also rank-R adapters on every projection (learner.lora) against full
+// fine-tuning, each in a process of its own: tokens/s and peak RSS.
 //
 // Prints one JSON line per configuration (per-step times: median, min, max) and the
 // ratio line. `learner_cpu --help` for the options.
@@ -51,6 +53,7 @@ Options (defaults in brackets):
   --no-torch           skip the PyTorch reference
   --ranks              also 2 ranks with ddp, zero2 and fsdp (separate processes over Gloo)
   --tensor-parallel T  also the model split over T ranks (separate processes over Gloo, sequence parallel)
+  --lora R             also LoRA rank R (alpha 2R, all-linear) against full fine-tuning, one process each
   --help               this text
 )";
 
@@ -70,6 +73,7 @@ struct Args {
   int rank = -1, world = 1;
   std::string rendezvous, sharding = "ddp";
   int tensor_parallel = 1;
+  int lora_rank = 0;
   std::string precision = "fp32";
 };
 
@@ -106,6 +110,7 @@ Args parse(int argc, char** argv) {
     else if (key == "--sharding") a.sharding = value;
     else if (key == "--precision") a.precision = value;
     else if (key == "--tensor-parallel") a.tensor_parallel = std::stoi(value);
+    else if (key == "--lora") a.lora_rank = std::stoi(value);
     else throw std::runtime_error("unknown option " + key + " (learner_cpu --help)");
   }
   return a;
@@ -137,6 +142,8 @@ TrainerOptions trainer_options(const Args& a) {
   o.learner.sharding = a.sharding;
   o.learner.precision = a.precision;
   o.learner.tensor_parallel = a.tensor_parallel;
+  o.learner.lora.rank = a.lora_rank;
+  o.learner.lora.alpha = 2.0 * a.lora_rank;
   o.learner.micro_batch_size = std::max(1, a.micro_batch / (a.world / a.tensor_parallel));
   o.learner.optimizer.lr = 1e-3;
   o.learner.optimizer.weight_decay = 0.0;
@@ -183,7 +190,7 @@ nlohmann::json run_rank(const Args& a, const std::string& model_dir) {
   const double tokens = static_cast<double>(a.samples) * a.response_tokens;
   nlohmann::json line = {{"bench", "learner_cpu"}, {"impl", "tandem_trainer"}, {"model", a.model},
                          {"rank", rank},           {"world", a.world},         {"sharding", a.sharding},
-                         {"tensor_parallel", a.tensor_parallel},
+                         {"tensor_parallel", a.tensor_parallel}, {"lora_rank", a.lora_rank},
                          {"threads", a.threads},   {"samples", a.samples},     {"micro_batch", a.micro_batch}, {"precision", a.precision},
                          {"median_step_s", s.median}, {"min_step_s", s.min}, {"max_step_s", s.max},
                          {"train_tokens_per_s", tokens / s.median}, {"peak_rss_mb", peak_rss_mb()},
@@ -236,7 +243,7 @@ std::vector<nlohmann::json> run_ranks(const char* self, const Args& a, const std
          std::to_string(a.warmup), "--samples", std::to_string(a.samples), "--prompt-tokens",
          std::to_string(a.prompt_tokens), "--response-tokens", std::to_string(a.response_tokens), "--micro-batch",
          std::to_string(a.micro_batch), "--threads", std::to_string(a.threads), "--precision", a.precision,
-         "--tensor-parallel", std::to_string(a.tensor_parallel)},
+         "--tensor-parallel", std::to_string(a.tensor_parallel), "--lora", std::to_string(a.lora_rank)},
         {dir.path() + "/rank" + std::to_string(r) + ".out", false}));
   }
   std::vector<nlohmann::json> out;
@@ -267,6 +274,7 @@ int main(int argc, char** argv) {
 
   Args one_rank = a;
   one_rank.tensor_parallel = 1;
+  one_rank.lora_rank = 0;
   const nlohmann::json tandem = run_rank(one_rank, model_dir);  // one rank, in this process
   print(tandem);
   if (a.torch) {
@@ -308,6 +316,25 @@ int main(int argc, char** argv) {
            {"peak_rss_mb_per_rank", largest_rss},
            {"one_rank_peak_rss_mb", tandem.at("peak_rss_mb")},
            {"rss_ratio", largest_rss / tandem.at("peak_rss_mb").get<double>()}});
+  }
+  if (a.lora_rank > 0) {
+    // Full fine-tuning and LoRA each in a fresh process, so that each peak RSS is its own.
+    Args full = a, lora = a;
+    full.tensor_parallel = lora.tensor_parallel = 1;
+    full.lora_rank = 0;
+    const nlohmann::json full_line = run_ranks(argv[0], full, model_dir, 1, "ddp", 200).at(0);
+    const nlohmann::json lora_line = run_ranks(argv[0], lora, model_dir, 1, "ddp", 201).at(0);
+    print(full_line);
+    print(lora_line);
+    print({{"bench", "learner_cpu"},
+           {"ratio", fmt::format("LoRA rank {} / full fine-tuning train tokens/s", a.lora_rank)},
+           {"model", a.model},
+           {"threads", a.threads},
+           {"precision", a.precision},
+           {"value", lora_line.at("train_tokens_per_s").get<double>() / full_line.at("train_tokens_per_s").get<double>()},
+           {"lora_peak_rss_mb", lora_line.at("peak_rss_mb")},
+           {"full_peak_rss_mb", full_line.at("peak_rss_mb")},
+           {"rss_ratio", lora_line.at("peak_rss_mb").get<double>() / full_line.at("peak_rss_mb").get<double>()}});
   }
   return 0;
 }
