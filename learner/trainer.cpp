@@ -14,6 +14,7 @@
 
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
+#include <c10/util/accumulate.h>
 
 #include <algorithm>
 #include <cmath>
@@ -88,12 +89,6 @@ std::unique_ptr<Collectives> data_group_of(Collectives& world, int64_t t) {
   std::vector<int> ranks;
   for (int r = slot; r < world.world_size(); r += static_cast<int>(t)) ranks.push_back(r);
   return world.subgroup(fmt::format("data-{}", slot), ranks);
-}
-
-int64_t numel_of(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
 }
 
 }  // namespace
@@ -212,15 +207,15 @@ std::vector<OwnedRange> Trainer::Impl::canonical_ranges(const std::vector<OwnedR
     const ParameterShard& s = trained_shards[i];
     const int64_t at = flat_offsets[i];
     if (s.dim < 0) {
-      piece(at, canonical, numel_of(s.canonical_shape));
+      piece(at, canonical, c10::multiply_integers(s.canonical_shape));
     } else if (s.dim == 0) {  // whole rows: one piece (padding rows after it map nowhere)
-      const int64_t row = numel_of(s.canonical_shape) / s.canonical_shape[0];
+      const int64_t row = c10::multiply_integers(s.canonical_shape) / s.canonical_shape[0];
       piece(at, canonical + s.begin * row, s.length * row);
     } else {  // a block of columns: one piece per row
       const int64_t rows = s.canonical_shape[0], columns = s.canonical_shape[1];
       for (int64_t r = 0; r < rows; ++r) piece(at + r * s.length, canonical + r * columns + s.begin, s.length);
     }
-    canonical += numel_of(s.canonical_shape);
+    canonical += c10::multiply_integers(s.canonical_shape);
   }
   return out;
 }
@@ -240,7 +235,7 @@ void Trainer::Impl::sum_partial_gradients(size_t first, size_t end) {
   for (size_t i = first; i < end; ++i) {
     if (!shards[i].partial_gradient) continue;
     partial.push_back(i);
-    total += numel_of(shards[i].canonical_shape);
+    total += c10::multiply_integers(shards[i].canonical_shape);
   }
   if (partial.empty()) return;
   auto place = [&](const at::Tensor& block, size_t i) {
@@ -256,14 +251,14 @@ void Trainer::Impl::sum_partial_gradients(size_t first, size_t end) {
   at::Tensor buffer = at::zeros({total}, parameters[partial.front()].second.options().requires_grad(false));
   int64_t offset = 0;
   for (size_t i : partial) {
-    const int64_t n = numel_of(shards[i].canonical_shape);
+    const int64_t n = c10::multiply_integers(shards[i].canonical_shape);
     place(buffer.narrow(0, offset, n), i).copy_(grad_of(i));
     offset += n;
   }
   buffer = tensor_ops->all_reduce(buffer, "gradients");
   offset = 0;
   for (size_t i : partial) {
-    const int64_t n = numel_of(shards[i].canonical_shape);
+    const int64_t n = c10::multiply_integers(shards[i].canonical_shape);
     grad_of(i).copy_(place(buffer.narrow(0, offset, n), i));
     offset += n;
   }
@@ -280,7 +275,7 @@ double Trainer::Impl::gradient_square_sum(const at::Tensor& grads, const std::ve
                           : s.partial_gradient ? static_cast<double>(t) * s.length / s.canonical_shape[0]
                                                : 1.0;
     if (copies == 1.0) continue;
-    const int64_t begin = flat_offsets[i], end = begin + numel_of(s.local_shape);
+    const int64_t begin = flat_offsets[i], end = begin + c10::multiply_integers(s.local_shape);
     for (const OwnedRange& r : ranges) {
       const int64_t from = std::max(begin, r.global_offset), to = std::min(end, r.global_offset + r.numel);
       if (from >= to) continue;

@@ -1,11 +1,12 @@
 #include "controller/run/memory_estimate.h"
 
 #include "actor/lora.h"
+#include "actor/model_weights.h"
 
 #include <fmt/format.h>
 
 #include <fstream>
-#include <map>
+#include <set>
 #include <sstream>
 
 namespace tandem {
@@ -54,17 +55,19 @@ double activation_bytes(const ModelConfig& m, double micro_batch, double sequenc
   return kFloat * tokens * per_token_layer * static_cast<double>(m.num_hidden_layers);
 }
 
-// LoRA's trained values: r·(in + out) for each targeted projection of every layer.
+// LoRA's trained values: r·(in + out) for each targeted projection [out, in] of every layer.
 double lora_parameters(const ModelConfig& m, const LoraConfig& lora) {
-  const double hidden = static_cast<double>(m.hidden_size), q = static_cast<double>(m.q_size());
-  const double kv = static_cast<double>(m.kv_size()), inter = static_cast<double>(m.intermediate_size);
-  const std::map<std::string, double> in_plus_out = {{"q_proj", hidden + q},        {"k_proj", hidden + kv},
-                                                     {"v_proj", hidden + kv},       {"o_proj", q + hidden},
-                                                     {"gate_proj", hidden + inter}, {"up_proj", hidden + inter},
-                                                     {"down_proj", inter + hidden}};
-  double per_layer = 0;
-  for (const std::string& module : lora_modules(lora.target_modules)) per_layer += in_plus_out.at(module);
-  return static_cast<double>(lora.rank) * per_layer * static_cast<double>(m.num_hidden_layers);
+  std::set<std::string> targeted;
+  for (int64_t layer = 0; layer < m.num_hidden_layers; ++layer) {
+    for (const std::string& module : lora_modules(lora.target_modules)) {
+      targeted.insert(lora_module_path(layer, module) + ".weight");
+    }
+  }
+  double values = 0;
+  for (const WeightSpec& spec : expected_weights(m)) {
+    if (targeted.count(spec.name)) values += static_cast<double>(lora.rank * (spec.shape[0] + spec.shape[1]));
+  }
+  return values;
 }
 
 }  // namespace
