@@ -178,6 +178,9 @@ struct RolloutConfig {
   std::string dtype = "bf16";        // cuda: weights, activations and KV cache ("bf16" | "fp32")
   double gpu_memory_fraction = 0.85;  // cuda: share of the GPU memory free after weights and workspace for the KV cache
   bool prefix_sharing = true;  // the samples of a prompt prefill it once and share its KV blocks
+  // Ranks each worker's engine is split over (actor/tensor_parallel_layout.h, the learner's
+  // layout); the CPU backend runs them on the worker's threads, each with its KV heads.
+  int64_t tensor_parallel = 1;
   MultiTurnConfig multi_turn;
 };
 

@@ -256,6 +256,9 @@ template <class V> void describe(V& v, RolloutConfig& c) {
   v.field("prefix_sharing", c.prefix_sharing,
           "the samples of a prompt prefill it once and share its KV blocks, copy-on-write (same tokens and "
           "log-probs; rollout/prefill_tokens_saved); false: each sample prefills its prompt");
+  v.field("tensor_parallel", c.tensor_parallel, at_least(1),
+          "ranks each worker's engine is split over, as the learner splits a model (heads, MLP columns, vocabulary; "
+          "each rank's KV cache holds its KV heads); the CPU backend runs them on the worker's threads");
   v.section("multi_turn", c.multi_turn, "multi-turn rollouts (on when `tools` lists any or an `environment` is set)");
 }
 

@@ -1,5 +1,6 @@
 #include "rollout/cpu_model.h"
 
+#include "actor/tensor_parallel_slices.h"
 #include "core/error.h"
 #include "rollout/cpu_ops.h"
 #include "rollout/thread_pool.h"
@@ -12,19 +13,33 @@
 
 namespace tandem {
 
-CpuModel::CpuModel(const ModelConfig& config, ModelWeights weights, int threads)
-    : config_(config), weights_(std::move(weights)), pool_(std::make_unique<ThreadPool>(threads)) {
-  check_weights(config_, weights_, "rollout engine");
+CpuModel::CpuModel(const ModelConfig& config, const ModelWeights& weights, int threads, int tensor_parallel)
+    : config_(config), pool_(std::make_unique<ThreadPool>(threads)) {
+  check_weights(config_, weights, "rollout engine");
+  check_tensor_parallel(config_, tensor_parallel, "rollout.tensor_parallel");
   inverse_frequencies_ = rope_inverse_frequencies(config_);
-  bind_weights();
+  ranks_.resize(static_cast<size_t>(tensor_parallel));
+  for (int r = 0; r < tensor_parallel; ++r) {
+    Rank& rank = ranks_[r];
+    const TensorParallelSpec spec{tensor_parallel, r};
+    rank.sizes = local_sizes(config_, spec);
+    rank.layout = tensor_parallel_layout(config_, spec);
+    rank.weights = tensor_parallel == 1 ? weights : shard_model_weights(config_, weights, spec);
+    bind_weights(rank);
+  }
+  final_norm_ = ranks_[0].weights.get("model.norm.weight").data.data();
 }
 
 CpuModel::~CpuModel() = default;
 
-void CpuModel::bind_weights() {
+KvCacheShape CpuModel::rank_cache_shape(int64_t block_size, int64_t num_blocks) const {
+  return {config_.num_hidden_layers, ranks_[0].sizes.kv_heads, config_.head_dim, block_size, num_blocks};
+}
+
+void CpuModel::bind_weights(Rank& rank) {
   const ModelConfig& c = config_;
-  auto w = [&](const std::string& name) { return weights_.get(name).data.data(); };
-  layers_.clear();
+  auto w = [&](const std::string& name) { return rank.weights.get(name).data.data(); };
+  rank.layers.clear();
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     const std::string p = "model.layers." + std::to_string(layer) + ".";
     LayerWeights l{};
@@ -47,40 +62,120 @@ void CpuModel::bind_weights() {
     l.gate = w(p + "mlp.gate_proj.weight");
     l.up = w(p + "mlp.up_proj.weight");
     l.down = w(p + "mlp.down_proj.weight");
-    layers_.push_back(l);
+    rank.layers.push_back(l);
   }
-  embed_ = w("model.embed_tokens.weight");
-  final_norm_ = w("model.norm.weight");
-  lm_head_ = c.num_labels > 0 ? w("score.weight") : c.tie_word_embeddings ? embed_ : w("lm_head.weight");
+  rank.embed = w("model.embed_tokens.weight");
+  rank.lm_head = c.num_labels > 0 ? w("score.weight") : c.tie_word_embeddings ? rank.embed : w("lm_head.weight");
+  // Without a split the head is whole (num_labels rows for a classifier); split, the
+  // rank's real vocabulary rows (its padding rows get no logit).
+  rank.head_rows = ranks_.size() == 1 ? c.head_rows()
+                                      : std::clamp<int64_t>(c.vocab_size - rank.sizes.vocab_begin, 0, rank.sizes.vocab_rows);
 }
 
 void CpuModel::update_weights(const ModelWeights& update) {
   // Check everything before touching anything.
+  const std::vector<WeightSpec> specs = expected_weights(config_);
+  std::vector<size_t> parameter;
   for (const WeightTensor& t : update.tensors()) {
-    if (!weights_.contains(t.name)) {
+    const auto found = std::find_if(specs.begin(), specs.end(), [&](const WeightSpec& s) { return s.name == t.name; });
+    if (found == specs.end()) {
       throw Error(fmt::format("weight update: unexpected tensor {} (not part of this {} model)", t.name,
                               config_.model_type));
     }
-    const WeightTensor& current = weights_.get(t.name);
-    if (current.shape != t.shape) {
+    if (found->shape != t.shape) {
       throw Error(fmt::format("weight update: tensor {} has shape [{}], the engine's is [{}]", t.name,
-                              fmt::join(t.shape, ", "), fmt::join(current.shape, ", ")));
+                              fmt::join(t.shape, ", "), fmt::join(found->shape, ", ")));
     }
+    parameter.push_back(static_cast<size_t>(found - specs.begin()));
   }
-  for (const WeightTensor& t : update.tensors()) {
-    WeightTensor& current = weights_.get_mutable(t.name);
-    std::memcpy(current.data.data(), t.data.data(), t.data.size() * sizeof(float));
+  for (Rank& rank : ranks_) {
+    for (size_t i = 0; i < parameter.size(); ++i) {
+      const WeightTensor& t = update.tensors()[i];
+      const ParameterShard& local = rank.layout[parameter[i]];
+      ParameterShard whole = local;
+      whole.dim = -1;
+      whole.local_shape = whole.canonical_shape;
+      copy_block(whole, t.data.data(), local, rank.weights.get_mutable(t.name).data.data(),
+                 shard_block(local, split_axis(local, whole)));
+    }
   }
 }
 
-void CpuModel::forward(const ForwardBatch& batch, KvCache& cache, std::vector<float>& logits) {
+void CpuModel::update_shards(const std::vector<ModelWeights>& shards) {
+  TANDEM_CHECK(shards.size() == ranks_.size(), "weight update: {} shards for {} tensor-parallel ranks", shards.size(),
+               ranks_.size());
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    for (const WeightTensor& t : shards[r].tensors()) {
+      if (!ranks_[r].weights.contains(t.name)) {
+        throw Error(fmt::format("weight update: unexpected tensor {} for tensor-parallel rank {} (not part of this {} "
+                                "model)",
+                                t.name, r, config_.model_type));
+      }
+      const WeightTensor& current = ranks_[r].weights.get(t.name);
+      if (current.shape != t.shape) {
+        throw Error(fmt::format("weight update: tensor {} of tensor-parallel rank {} has shape [{}], the engine's is [{}]",
+                                t.name, r, fmt::join(t.shape, ", "), fmt::join(current.shape, ", ")));
+      }
+    }
+  }
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    for (const WeightTensor& t : shards[r].tensors()) {
+      WeightTensor& current = ranks_[r].weights.get_mutable(t.name);
+      std::memcpy(current.data.data(), t.data.data(), t.data.size() * sizeof(float));
+    }
+  }
+}
+
+void CpuModel::accumulate_partial(int rank, int64_t count) {
+  if (rank == 0) return;  // rank 0 wrote h_ itself
+  for (int64_t i = 0; i < count; ++i) h_[i] += part_[i];
+}
+
+void CpuModel::attention_block(const ForwardBatch& batch, int64_t layer, const Rank& rank, KvCache& cache) {
   const ModelConfig& c = config_;
+  const LayerWeights& l = rank.layers[layer];
   const int64_t tokens = static_cast<int64_t>(batch.tokens.size());
-  const int64_t hidden = c.hidden_size, qs = c.q_size(), kvs = c.kv_size(), inter = c.intermediate_size;
+  const int64_t hidden = c.hidden_size;
+  const int64_t heads = rank.sizes.heads, kv_heads = rank.sizes.kv_heads;
+  const int64_t qs = heads * c.head_dim, kvs = kv_heads * c.head_dim;
+  cpu::linear(*pool_, normed_.data(), tokens, hidden, l.q, l.q_bias, qs, q_.data());
+  cpu::linear(*pool_, normed_.data(), tokens, hidden, l.k, l.k_bias, kvs, k_.data());
+  cpu::linear(*pool_, normed_.data(), tokens, hidden, l.v, l.v_bias, kvs, v_.data());
+  if (c.qk_norm) {
+    cpu::rms_norm(*pool_, q_.data(), tokens * heads, c.head_dim, l.q_norm, c.rms_norm_eps, q_.data());
+    cpu::rms_norm(*pool_, k_.data(), tokens * kv_heads, c.head_dim, l.k_norm, c.rms_norm_eps, k_.data());
+  }
+  cpu::rope(*pool_, q_.data(), tokens, heads, c.head_dim, cos_.data(), sin_.data());
+  cpu::rope(*pool_, k_.data(), tokens, kv_heads, c.head_dim, cos_.data(), sin_.data());
+  // Append this step's keys and values at their positions, then attend over the cache.
+  const int64_t block_size = cache.shape().block_size;
+  for (const ForwardSequence& s : batch.sequences) {
+    for (int64_t t = s.token_begin; t < s.token_end; ++t) {
+      const int64_t block = s.block_table[positions_[t] / block_size];
+      const int64_t slot = positions_[t] % block_size;
+      std::memcpy(cache.key(layer, block, slot), &k_[t * kvs], kvs * sizeof(float));
+      std::memcpy(cache.value(layer, block, slot), &v_[t * kvs], kvs * sizeof(float));
+    }
+  }
+  attention(batch, layer, rank, cache);
+  const bool first = &rank == &ranks_[0];
+  cpu::linear(*pool_, attn_.data(), tokens, qs, l.o, nullptr, hidden, first ? h_.data() : part_.data());
+}
+
+void CpuModel::forward(const ForwardBatch& batch, std::vector<KvCache>& caches, std::vector<float>& logits) {
+  const ModelConfig& c = config_;
+  TANDEM_CHECK(caches.size() == ranks_.size(), "{} KV caches for {} tensor-parallel ranks", caches.size(),
+               ranks_.size());
+  const int64_t tokens = static_cast<int64_t>(batch.tokens.size());
+  const int64_t hidden = c.hidden_size;
+  const LocalSizes& local = ranks_[0].sizes;
+  const int64_t qs = local.heads * c.head_dim, kvs = local.kv_heads * c.head_dim, inter = local.intermediate;
   const int64_t half = c.head_dim / 2;
   TANDEM_CHECK(tokens > 0, "forward with no tokens");
   x_.resize(tokens * hidden);
   h_.resize(tokens * hidden);
+  normed_.resize(tokens * hidden);
+  if (ranks_.size() > 1) part_.resize(tokens * hidden);
   q_.resize(tokens * qs);
   k_.resize(tokens * kvs);
   v_.resize(tokens * kvs);
@@ -97,13 +192,15 @@ void CpuModel::forward(const ForwardBatch& batch, KvCache& cache, std::vector<fl
     for (int64_t t = s.token_begin; t < s.token_end; ++t) {
       positions_[t] = s.start_position + (t - s.token_begin);
       token_block_table_[t] = s.block_table;
-      attention_multiply_adds_ += 2 * (positions_[t] + 1) * c.q_size();  // q.k and p.v over the context
+      attention_multiply_adds_ += 2 * (positions_[t] + 1) * qs;  // q.k and p.v over the context
     }
   }
   for (int64_t t = 0; t < tokens; ++t) {
     const int32_t id = batch.tokens[t];
     TANDEM_CHECK(id >= 0 && id < c.vocab_size, "token id {} outside the vocabulary (0..{})", id, c.vocab_size - 1);
-    std::memcpy(&x_[t * hidden], embed_ + static_cast<int64_t>(id) * hidden, hidden * sizeof(float));
+    // The row lives on the rank whose vocabulary block holds the id (the others add zeros).
+    const Rank& holder = ranks_[id / local.vocab_rows];
+    std::memcpy(&x_[t * hidden], holder.embed + (id - holder.sizes.vocab_begin) * hidden, hidden * sizeof(float));
     // Angles in float64 (as the learner computes them), then rounded once.
     for (int64_t i = 0; i < half; ++i) {
       const double angle = static_cast<double>(positions_[t]) * inverse_frequencies_[i];
@@ -112,38 +209,31 @@ void CpuModel::forward(const ForwardBatch& batch, KvCache& cache, std::vector<fl
     }
   }
 
+  const int64_t values = tokens * hidden;
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    const LayerWeights& l = layers_[layer];
-    cpu::rms_norm(*pool_, x_.data(), tokens, hidden, l.input_norm, c.rms_norm_eps, h_.data());
-    cpu::linear(*pool_, h_.data(), tokens, hidden, l.q, l.q_bias, qs, q_.data());
-    cpu::linear(*pool_, h_.data(), tokens, hidden, l.k, l.k_bias, kvs, k_.data());
-    cpu::linear(*pool_, h_.data(), tokens, hidden, l.v, l.v_bias, kvs, v_.data());
-    if (c.qk_norm) {
-      cpu::rms_norm(*pool_, q_.data(), tokens * c.num_attention_heads, c.head_dim, l.q_norm, c.rms_norm_eps, q_.data());
-      cpu::rms_norm(*pool_, k_.data(), tokens * c.num_key_value_heads, c.head_dim, l.k_norm, c.rms_norm_eps, k_.data());
+    const LayerWeights& replicated = ranks_[0].layers[layer];  // norms and o_proj's bias are on every rank
+    cpu::rms_norm(*pool_, x_.data(), tokens, hidden, replicated.input_norm, c.rms_norm_eps, normed_.data());
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      attention_block(batch, layer, ranks_[r], caches[r]);
+      accumulate_partial(static_cast<int>(r), values);
     }
-    cpu::rope(*pool_, q_.data(), tokens, c.num_attention_heads, c.head_dim, cos_.data(), sin_.data());
-    cpu::rope(*pool_, k_.data(), tokens, c.num_key_value_heads, c.head_dim, cos_.data(), sin_.data());
-    // Append this step's keys and values at their positions, then attend over the cache.
-    const int64_t block_size = cache.shape().block_size;
-    for (const ForwardSequence& s : batch.sequences) {
-      for (int64_t t = s.token_begin; t < s.token_end; ++t) {
-        const int64_t block = s.block_table[positions_[t] / block_size];
-        const int64_t slot = positions_[t] % block_size;
-        std::memcpy(cache.key(layer, block, slot), &k_[t * kvs], kvs * sizeof(float));
-        std::memcpy(cache.value(layer, block, slot), &v_[t * kvs], kvs * sizeof(float));
+    if (replicated.o_bias) {
+      for (int64_t t = 0; t < tokens; ++t) {
+        for (int64_t i = 0; i < hidden; ++i) h_[t * hidden + i] += replicated.o_bias[i];
       }
     }
-    attention(batch, layer, cache);
-    cpu::linear(*pool_, attn_.data(), tokens, qs, l.o, l.o_bias, hidden, h_.data());
-    for (int64_t i = 0; i < tokens * hidden; ++i) x_[i] += h_[i];
+    for (int64_t i = 0; i < values; ++i) x_[i] += h_[i];
 
-    cpu::rms_norm(*pool_, x_.data(), tokens, hidden, l.post_norm, c.rms_norm_eps, h_.data());
-    cpu::linear(*pool_, h_.data(), tokens, hidden, l.gate, nullptr, inter, gate_.data());
-    cpu::linear(*pool_, h_.data(), tokens, hidden, l.up, nullptr, inter, up_.data());
-    cpu::silu_mul(*pool_, gate_.data(), up_.data(), tokens * inter, gate_.data());
-    cpu::linear(*pool_, gate_.data(), tokens, inter, l.down, nullptr, hidden, h_.data());
-    for (int64_t i = 0; i < tokens * hidden; ++i) x_[i] += h_[i];
+    cpu::rms_norm(*pool_, x_.data(), tokens, hidden, replicated.post_norm, c.rms_norm_eps, normed_.data());
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      const LayerWeights& l = ranks_[r].layers[layer];
+      cpu::linear(*pool_, normed_.data(), tokens, hidden, l.gate, nullptr, inter, gate_.data());
+      cpu::linear(*pool_, normed_.data(), tokens, hidden, l.up, nullptr, inter, up_.data());
+      cpu::silu_mul(*pool_, gate_.data(), up_.data(), tokens * inter, gate_.data());
+      cpu::linear(*pool_, gate_.data(), tokens, inter, l.down, nullptr, hidden, r == 0 ? h_.data() : part_.data());
+      accumulate_partial(static_cast<int>(r), values);
+    }
+    for (int64_t i = 0; i < values; ++i) x_[i] += h_[i];
   }
 
   // Only the rows whose logits are wanted go through the final norm and the head.
@@ -155,14 +245,28 @@ void CpuModel::forward(const ForwardBatch& batch, KvCache& cache, std::vector<fl
     std::memcpy(&rows_[r * hidden], &x_[t * hidden], hidden * sizeof(float));
   }
   cpu::rms_norm(*pool_, rows_.data(), rows, hidden, final_norm_, c.rms_norm_eps, rows_.data());
-  logits.resize(rows * c.head_rows());
-  if (rows > 0) cpu::linear(*pool_, rows_.data(), rows, hidden, lm_head_, nullptr, c.head_rows(), logits.data());
+  const int64_t width = c.head_rows();
+  logits.resize(rows * width);
+  if (rows == 0) return;
+  if (ranks_.size() == 1) {
+    cpu::linear(*pool_, rows_.data(), rows, hidden, ranks_[0].lm_head, nullptr, width, logits.data());
+    return;
+  }
+  // Each rank's vocabulary columns (the all-gather of the logits).
+  for (const Rank& rank : ranks_) {
+    head_out_.resize(rows * rank.head_rows);
+    cpu::linear(*pool_, rows_.data(), rows, hidden, rank.lm_head, nullptr, rank.head_rows, head_out_.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(&logits[r * width + rank.sizes.vocab_begin], &head_out_[r * rank.head_rows],
+                  rank.head_rows * sizeof(float));
+    }
+  }
 }
 
-void CpuModel::attention(const ForwardBatch& batch, int64_t layer, const KvCache& cache) {
+void CpuModel::attention(const ForwardBatch& batch, int64_t layer, const Rank& rank, const KvCache& cache) {
   const ModelConfig& c = config_;
-  const int64_t heads = c.num_attention_heads, head_dim = c.head_dim;
-  const int64_t group = c.num_attention_heads / c.num_key_value_heads;
+  const int64_t heads = rank.sizes.heads, head_dim = c.head_dim;
+  const int64_t group = rank.sizes.heads / rank.sizes.kv_heads;
   const int64_t block_size = cache.shape().block_size;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
   // Work items: (token, head) pairs, each independent.

@@ -2,10 +2,18 @@
 // values appended to a paged KV cache. One call runs a whole scheduler step: prefill
 // chunks of new sequences and single decode tokens of running ones, flattened into one
 // token list so every matrix product sees all of the step's tokens at once.
+//
+// Tensor parallelism (rollout.tensor_parallel, actor/tensor_parallel_layout.h): the model
+// is split over T ranks as the learner splits it, each rank with its shard of the weights
+// and its own KV cache holding its KV heads. The ranks run one after another on this
+// process's threads; the split points behave as the collectives would: the partial sums of
+// o_proj and down_proj are added in rank order (the all-reduce), the embedding reads the
+// row from the rank that holds it, and the logits are each rank's vocabulary columns.
 #pragma once
 
 #include "actor/model_config.h"
 #include "actor/model_weights.h"
+#include "actor/tensor_parallel_layout.h"
 #include "rollout/kv_cache.h"
 #include "rollout/model_backend.h"
 
@@ -19,19 +27,28 @@ class ThreadPool;
 
 class CpuModel {
  public:
-  // `threads`: cores to use, 0 for all.
-  CpuModel(const ModelConfig& config, ModelWeights weights, int threads = 0);
+  // `threads`: cores to use, 0 for all. `weights`: canonical (unsplit), sharded here.
+  CpuModel(const ModelConfig& config, const ModelWeights& weights, int threads = 0, int tensor_parallel = 1);
   ~CpuModel();
 
   const ModelConfig& config() const { return config_; }
-  const ModelWeights& weights() const { return weights_; }
-  // Replaces weights by name (a subset is fine); names and shapes are checked first,
-  // so a bad update changes nothing.
+  int tensor_parallel() const { return static_cast<int>(ranks_.size()); }
+  // The KV cache shape of one rank: its KV heads.
+  KvCacheShape rank_cache_shape(int64_t block_size, int64_t num_blocks) const;
+  // One rank's weights: canonical names, the shard's shapes.
+  const ModelWeights& shard_weights(int rank) const { return ranks_[rank].weights; }
+  const std::vector<ParameterShard>& shard_layout(int rank) const { return ranks_[rank].layout; }
+
+  // Replaces canonical weights by name (a subset is fine), each rank taking its shard;
+  // names and shapes are checked first, so a bad update changes nothing.
   void update_weights(const ModelWeights& update);
+  // Replaces each rank's local tensors by name (shards[rank]; a subset is fine): what the
+  // resharding weight sync assembles. Checked first, as above.
+  void update_shards(const std::vector<ModelWeights>& shards);
 
   // Writes logits [logit_rows.size(), vocab] to `logits` (resized); a classifier's
-  // (config.num_labels > 0) rows are its num_labels scores.
-  void forward(const ForwardBatch& batch, KvCache& cache, std::vector<float>& logits);
+  // (config.num_labels > 0) rows are its num_labels scores. `caches`: one per rank.
+  void forward(const ForwardBatch& batch, std::vector<KvCache>& caches, std::vector<float>& logits);
 
  private:
   struct LayerWeights {
@@ -51,22 +68,32 @@ class CpuModel {
     const float* up;
     const float* down;
   };
-  void bind_weights();
-  void attention(const ForwardBatch& batch, int64_t layer, const KvCache& cache);
+  struct Rank {
+    LocalSizes sizes;
+    std::vector<ParameterShard> layout;
+    ModelWeights weights;
+    std::vector<LayerWeights> layers;
+    const float* embed = nullptr;
+    const float* lm_head = nullptr;
+    int64_t head_rows = 0;  // rows of lm_head with a logit (the real vocabulary rows, or num_labels)
+  };
+  void bind_weights(Rank& rank);
+  void attention(const ForwardBatch& batch, int64_t layer, const Rank& rank, const KvCache& cache);
+  // The rank's attention block for this layer: h_ (normed input) in, its partial o_proj output in part_.
+  void attention_block(const ForwardBatch& batch, int64_t layer, const Rank& rank, KvCache& cache);
+  // Adds part_ into h_ (rank 0 copies): the all-reduce of the partial sums, in rank order.
+  void accumulate_partial(int rank, int64_t count);
 
   ModelConfig config_;
-  ModelWeights weights_;
-  std::vector<LayerWeights> layers_;
-  const float* embed_ = nullptr;
+  std::vector<Rank> ranks_;
   const float* final_norm_ = nullptr;
-  const float* lm_head_ = nullptr;
   std::vector<double> inverse_frequencies_;
 
   // Workspace, grown to the largest step seen and reused (no allocation per layer).
-  std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, cos_, sin_, rows_;
+  std::vector<float> x_, h_, normed_, part_, q_, k_, v_, attn_, gate_, up_, cos_, sin_, rows_, head_out_;
   std::vector<int64_t> positions_;                  // per token of the step
   std::vector<const int32_t*> token_block_table_;   // per token: its sequence's block table
-  int64_t attention_multiply_adds_ = 0;             // per layer, for the threading decision
+  int64_t attention_multiply_adds_ = 0;             // per layer and rank, for the threading decision
   std::unique_ptr<ThreadPool> pool_;
 };
 

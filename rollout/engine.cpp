@@ -31,6 +31,7 @@ EngineOptions engine_options(const RolloutConfig& rollout) {
   o.dtype = rollout.dtype;
   o.gpu_memory_fraction = rollout.gpu_memory_fraction;
   o.prefix_sharing = rollout.prefix_sharing;
+  o.tensor_parallel = static_cast<int>(rollout.tensor_parallel);
   return o;
 }
 
@@ -355,11 +356,19 @@ std::vector<GeneratedSample> RolloutEngine::generate(
 }
 
 void RolloutEngine::update_weights(const ModelWeights& weights, int64_t version, bool rewind) {
+  update_weight_shards({weights}, version, rewind);
+}
+
+int RolloutEngine::tensor_parallel() const { return impl_->model->tensor_parallel(); }
+
+void RolloutEngine::update_weight_shards(const std::vector<ModelWeights>& shards, int64_t version, bool rewind) {
   // The same version again is a repeated delivery (a restarted peer's redone request).
   TANDEM_CHECK(rewind || version >= weight_version_,
                "weight version must not go back: engine has {}, update says {} (only a rewind to a checkpoint may)",
                weight_version_, version);
-  impl_->model->update_weights(weights);
+  // Canonical weights (one set) go to every rank, each taking its shard.
+  if (shards.size() == 1) impl_->model->update_weights(shards[0]);
+  else impl_->model->update_weight_shards(shards);
   // Samples in flight continue on the new weights (a partial rollout): the cache holds the
   // old weights' keys and values, so each is recomputed from its prompt and tokens so far.
   impl_->scheduler.recompute_all();

@@ -47,6 +47,9 @@ struct EngineOptions {
   // step short of blocks evicts them before preempting a running sample. -1: no cap but
   // the cache; 0: nothing is kept (each turn re-prefills its whole prefix).
   int64_t max_pinned_blocks = -1;
+  // Ranks the model is split over (rollout.tensor_parallel; rollout/cpu_model.h). The CPU
+  // backend only: the CUDA backend refuses more than 1.
+  int tensor_parallel = 1;
 };
 
 // The engine options a rollout config asks for (rollout.kv_cache_mb, rollout.device, ...).
@@ -102,6 +105,10 @@ class RolloutEngine {
   // `rewind`: the run went back to a checkpoint, so `version` may be at or below the current one.
   // Waiting sessions' kept blocks are dropped too (their next turn recomputes).
   void update_weights(const ModelWeights& weights, int64_t version, bool rewind = false);
+  // The same from each tensor-parallel rank's local tensors (ModelBackend::update_weight_shards):
+  // what the resharding weight sync delivers.
+  void update_weight_shards(const std::vector<ModelWeights>& shards, int64_t version, bool rewind = false);
+  int tensor_parallel() const;
 
   // The next turn of a session that ended one (GeneratedSample::session): `tokens` (the
   // tool's or environment's message, rendered) are appended after the turn's last token

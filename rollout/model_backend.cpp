@@ -18,38 +18,56 @@ namespace {
 
 class CpuBackend final : public ModelBackend {
  public:
-  CpuBackend(const ModelConfig& config, ModelWeights weights, const EngineOptions& options)
-      : model_(config, std::move(weights), options.threads), cache_(cache_shape(config, options)) {}
+  CpuBackend(const ModelConfig& config, const ModelWeights& weights, const EngineOptions& options)
+      : model_(config, weights, options.threads, options.tensor_parallel) {
+    // kv_cache_bytes is the worker's budget over all of its ranks: a block costs every
+    // rank's KV heads (more than the model's when KV heads are replicated).
+    const int ranks = model_.tensor_parallel();
+    KvCacheShape all_ranks = model_.rank_cache_shape(options.block_size, 0);
+    all_ranks.num_kv_heads *= ranks;
+    const int64_t blocks = kv_cache_blocks_for_budget(options.kv_cache_bytes, all_ranks);
+    for (int r = 0; r < ranks; ++r) caches_.emplace_back(model_.rank_cache_shape(options.block_size, blocks));
+  }
 
   const ModelConfig& config() const override { return model_.config(); }
   void update_weights(const ModelWeights& update) override { model_.update_weights(update); }
-  int64_t kv_blocks() const override { return cache_.shape().num_blocks; }
-  void forward(const ForwardBatch& batch, std::vector<float>& logits) override { model_.forward(batch, cache_, logits); }
+  int tensor_parallel() const override { return model_.tensor_parallel(); }
+  void update_weight_shards(const std::vector<ModelWeights>& shards) override { model_.update_shards(shards); }
+  int64_t kv_blocks() const override { return caches_[0].shape().num_blocks; }
+  void forward(const ForwardBatch& batch, std::vector<float>& logits) override { model_.forward(batch, caches_, logits); }
   void copy_kv_blocks(const std::vector<KvBlockCopy>& copies) override {
-    for (const KvBlockCopy& c : copies) cache_.copy_block(c.from, c.to);
+    for (KvCache& cache : caches_) {
+      for (const KvBlockCopy& c : copies) cache.copy_block(c.from, c.to);
+    }
   }
-  std::string name() const override { return "cpu"; }
+  std::string name() const override {
+    return model_.tensor_parallel() == 1 ? "cpu" : fmt::format("cpu, tensor_parallel {}", model_.tensor_parallel());
+  }
 
  private:
-  static KvCacheShape cache_shape(const ModelConfig& c, const EngineOptions& o) {
-    KvCacheShape shape{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, o.block_size, 0};
-    shape.num_blocks = kv_cache_blocks_for_budget(o.kv_cache_bytes, shape);
-    return shape;
-  }
-
   CpuModel model_;
-  KvCache cache_;
+  std::vector<KvCache> caches_;  // per rank
 };
 
 }  // namespace
 
+void ModelBackend::update_weight_shards(const std::vector<ModelWeights>& shards) {
+  TANDEM_CHECK(shards.size() == 1, "{}: {} weight shards for an engine that is not split", name(), shards.size());
+  update_weights(shards[0]);
+}
+
 std::unique_ptr<ModelBackend> make_model_backend(const ModelConfig& config, ModelWeights weights,
                                                  const EngineOptions& options) {
-  if (options.device == "cpu") return std::make_unique<CpuBackend>(config, std::move(weights), options);
+  if (options.device == "cpu") return std::make_unique<CpuBackend>(config, weights, options);
   if (options.device != "cuda") {
     throw Error(fmt::format("rollout: device \"{}\" is not a backend (allowed: cpu, cuda; \"auto\" is resolved by "
                             "the caller)",
                             options.device));
+  }
+  if (options.tensor_parallel > 1) {
+    throw Error(fmt::format("rollout.tensor_parallel {}: the CUDA backend runs unsplit models only for now (the CPU "
+                            "backend splits them); set rollout.tensor_parallel: 1 or rollout.device: cpu",
+                            options.tensor_parallel));
   }
 #if TANDEM_WITH_CUDA
   const CudaProbe probe = probe_cuda();

@@ -45,6 +45,12 @@ class ModelBackend {
   // Replaces weights by HF name (a subset is fine). Names and shapes are checked first,
   // so a bad update throws Error and changes nothing.
   virtual void update_weights(const ModelWeights& update) = 0;
+  // Ranks the model is split over (EngineOptions::tensor_parallel).
+  virtual int tensor_parallel() const { return 1; }
+  // Replaces each rank's local tensors (shards[rank]: canonical names, the shard's shapes
+  // of actor/tensor_parallel_layout.h; a subset is fine), checked first as above. Unsplit,
+  // the one shard is the canonical model.
+  virtual void update_weight_shards(const std::vector<ModelWeights>& shards);
   // Blocks of its paged KV cache (each EngineOptions::block_size token slots).
   virtual int64_t kv_blocks() const = 0;
   // Runs the step: appends the keys and values of batch.tokens to the cache at the

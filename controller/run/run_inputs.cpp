@@ -61,6 +61,10 @@ void load_model(const LoadedConfig& loaded, RunInputs& in) {
     check_tensor_parallel(in.model, static_cast<int>(c.learner.tensor_parallel), "the model " + c.model.path);
     return 0;
   });
+  at_key(loaded, "rollout.tensor_parallel", [&] {
+    check_tensor_parallel(in.model, static_cast<int>(c.rollout.tensor_parallel), "the model " + c.model.path);
+    return 0;
+  });
   // Before anything that walks the layers: a shape no machine holds is refused now
   // (prompts of 0 tokens: a lower bound of the full estimate load_run_inputs makes).
   check_memory(loaded, in.model, 0);

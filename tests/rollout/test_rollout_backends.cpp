@@ -18,6 +18,7 @@
 // with different -D defines, so that every backend meets every case; parts of it would
 // each have to be listed in all three executables.
 #include "core/error.h"
+#include "actor/tensor_parallel_layout.h"
 #include "core/half.h"
 #include "tests/support/forward_tolerance.h"
 #include "tests/support/kernel_checks.h"
@@ -54,10 +55,17 @@ struct BackendUnderTest {
   // samples then draw exactly their solo tokens, sampled or greedy. Otherwise greedy
   // tokens must agree up to a near-tie (where both choices have nearly equal log-probs).
   bool batch_invariant;
+  int tensor_parallel = 1;  // ranks the model is split over (the CPU backend's rollout.tensor_parallel)
 };
 
 // CPU: fp32 with row-wise products (batch-invariant by design, rollout/cpu_ops.h).
 const BackendUnderTest kCpu{"cpu", "cpu", "", {}, true};
+// The same split over 2 ranks (rollout/cpu_model.h): every test model divides by 2 (GQA and
+// MHA heads split, MQA's one KV head replicated, the 97-id vocabulary padded to 98). Only
+// the order of the row-parallel sums differs from "cpu" (two partial sums of K/2 terms
+// added): a float32 sum in another order, inside the same bounds. Still row-wise, so still
+// batch-invariant.
+const BackendUnderTest kCpuSplit{"cpu tensor_parallel 2", "cpu", "", {}, true, 2};
 // CUDA fp32: the same math; cuBLAS picks kernels by problem size, so a token's logits may
 // differ in the last bits with the step's shape.
 const BackendUnderTest kCudaFp32{"cuda fp32", "cuda", "fp32", {}, false};
@@ -82,7 +90,7 @@ double logprob_bound(const BackendUnderTest& b, const ModelConfig& c, const Mode
 #ifdef TANDEM_ROLLOUT_BACKENDS_GPU
 const std::vector<BackendUnderTest> kBackends = {kCudaFp32, kCudaBf16};
 #else
-const std::vector<BackendUnderTest> kBackends = {kCpu};
+const std::vector<BackendUnderTest> kBackends = {kCpu, kCpuSplit};
 #endif
 
 EngineOptions options_for(const BackendUnderTest& b, int64_t block_size = 4) {
@@ -91,6 +99,7 @@ EngineOptions options_for(const BackendUnderTest& b, int64_t block_size = 4) {
   o.dtype = b.dtype.empty() ? "bf16" : b.dtype;
   o.kv_cache_bytes = 8 << 20;  // cpu
   o.block_size = block_size;   // small blocks: sequences cross many block boundaries
+  o.tensor_parallel = b.tensor_parallel;
   return o;
 }
 
@@ -183,6 +192,13 @@ TEST_CASE("a sequence classifier's head: each logit row is its labels' scores (r
   auto rng = kernel_test_rng(9);
   for (const BackendUnderTest& b : kBackends) {
     for (TestModel m : test_models()) {
+      if (b.tensor_parallel > 1) {  // a classifier is never split (reward-model workers run whole)
+        m.config.num_labels = 1;
+        EngineOptions split = options_for(b);
+        CHECK_THROWS_WITH(RolloutEngine(m.config, random_model_weights(m.config, 1), split),
+                          doctest::Contains("this model is a sequence classifier"));
+        continue;
+      }
       for (const int64_t labels : {1, 3}) {
         INFO(b.name << ": " << m.name << ", " << labels << " labels");
         m.config.num_labels = labels;  // score.weight replaces lm_head, tied model or not
@@ -406,7 +422,9 @@ TEST_CASE("continuous batching, chunked prefill and preemption give each request
     }
     {
       EngineOptions starved = options_for(b);
-      KvCacheShape shape{m.config.num_hidden_layers, m.config.num_key_value_heads, m.config.head_dim, 4, 0};
+      // Split, a block costs every rank's KV heads (a replicated head counts on each rank).
+      const int64_t kv_heads = local_sizes(m.config, {b.tensor_parallel, 0}).kv_heads * b.tensor_parallel;
+      KvCacheShape shape{m.config.num_hidden_layers, kv_heads, m.config.head_dim, 4, 0};
       starved.kv_cache_bytes = 14 * shape.bytes_per_block();  // cpu: 56 token slots for ~25 samples
       starved.max_kv_blocks = 14;                              // cuda: the same
       RolloutEngine engine(m.config, weights, starved);
