@@ -1,5 +1,7 @@
 #include "weight_sync/layout.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/checksum.h"
 
@@ -153,7 +155,16 @@ void check_weight_layout(const WeightLayout& layout, const std::vector<ExpectedT
 
 std::string describe_bucket(const WeightLayout& layout, size_t bucket) {
   const LayoutBucket& b = layout.buckets.at(bucket);
-  return fmt::format("bucket {} of {} (bytes [{}, {}))", bucket, layout.buckets.size(), b.begin, b.end);
+  // The tensors with bytes in it, so that an error names what it would have damaged.
+  std::vector<std::string> names;
+  for (const LayoutTensor& t : layout.tensors) {
+    if (t.offset < b.end && t.offset + t.bytes > b.begin) names.push_back(t.name);
+  }
+  const size_t shown = std::min<size_t>(names.size(), 3);
+  std::string holding = fmt::format("{}", fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), ", "));
+  if (names.size() > shown) holding += fmt::format(" and {} more", names.size() - shown);
+  return fmt::format("bucket {} of {} (bytes [{}, {}){}{})", bucket, layout.buckets.size(), b.begin, b.end,
+                     names.empty() ? "" : ": ", holding);
 }
 
 }  // namespace tandem
