@@ -238,7 +238,7 @@ ModelWeights PolicyModel::to_weights() const {
   return ModelWeights(std::move(tensors));
 }
 
-std::vector<std::pair<std::string, at::Tensor>> PolicyModel::weight_tensors() const {
+std::vector<std::pair<std::string, at::Tensor>> PolicyModel::weight_tensors(bool gather_tensor_parallel) const {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     at::Tensor t = parameters_[i].second.detach().to(at::kFloat).contiguous();
@@ -248,7 +248,7 @@ std::vector<std::pair<std::string, at::Tensor>> PolicyModel::weight_tensors() co
       const at::Tensor& b = adapters_[2 * adapter->second + 1].second;
       t = t + at::mm(b.detach().to(at::kFloat), a.detach().to(at::kFloat)).mul(lora_.scale());
     }
-    if (tensor_parallel_) t = tensor_parallel_->gather_parameter(t, shards_[i]);
+    if (tensor_parallel_ && gather_tensor_parallel) t = tensor_parallel_->gather_parameter(t, shards_[i]);
     tensors.emplace_back(parameters_[i].first, std::move(t));
   }
   return tensors;

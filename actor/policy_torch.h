@@ -131,7 +131,8 @@ class PolicyModel {
   ModelWeights to_weights() const;
   // The same tensors as to_weights(), detached and contiguous float32 where they live (the
   // model's device): no copy (but merged ones), for weight sync straight from the parameters.
-  std::vector<std::pair<std::string, at::Tensor>> weight_tensors() const;
+  // `gather_tensor_parallel` false: this rank's shards as they are (the layout's local shapes).
+  std::vector<std::pair<std::string, at::Tensor>> weight_tensors(bool gather_tensor_parallel = true) const;
 
  private:
   const at::Tensor& param(const std::string& name) const;

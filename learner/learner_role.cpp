@@ -18,6 +18,7 @@
 #include "weight_sync/local.h"
 #include "weight_sync/nccl_id.h"
 #include "weight_sync/options_wire.h"
+#include "weight_sync/reshard.h"
 #include "weight_sync/transport.h"
 
 #include <ATen/Parallel.h>
@@ -52,6 +53,9 @@ struct LearnerState {
   std::unique_ptr<Trainer> trainer;
 
   KeptEndpoint<WeightSender> sender{make_weight_sender};
+  std::map<std::string, std::unique_ptr<WeightSender>> shard_senders;  // resharding: per segment, kept
+  ModelConfig model_config;  // as learner_init read it (the layouts derive from it)
+  TrainerOptions trainer_options;
   // learner.snapshot: the run's snapshot directory on this host. Removed when the worker
   // ends on its own (the run is over, or its controller is gone), kept when it is killed:
   // the rank that replaces it loads from there. A worker that lost its controller keeps
@@ -110,6 +114,8 @@ struct LearnerState {
     collectives.reset();  // a communicator of an earlier init ends before the next one joins
     collectives = Collectives::create(group);
     trainer = std::make_unique<Trainer>(model, load_model_weights(model_dir, model), options, *collectives);
+    model_config = model;
+    trainer_options = options;
     return {encode_body<wire::LearnerReady>([](wire::LearnerReady::Builder out) { out.setIntraOpThreads(at::get_num_threads()); }),
             {}};
   }
@@ -200,7 +206,9 @@ struct LearnerState {
         put_local_weights(std::move(local));
       }
     }
-    if (body->hasTransport()) {
+    if (body->hasTransport() && read_weight_sync_transport(body->getTransport(), command.name).reshard_sources > 0) {
+      stats = publish_shards(t, version, read_weight_sync_transport(body->getTransport(), command.name));
+    } else if (body->hasTransport()) {
       // Sent from where the parameters live: host memory on the CPU, device memory on a GPU
       // (the cuda_ipc and nccl transports copy device to device; no host copy of the weights).
       const WeightSyncOptions options = read_weight_sync_transport(body->getTransport(), command.name);
@@ -216,6 +224,41 @@ struct LearnerState {
               out.setBuckets(stats.buckets);
             }),
             {}};
+  }
+
+  // Resharding sync (weight_sync/reshard.h): tensor-parallel rank s of replica 0 writes, for
+  // each engine rank d, the slices of its own shards that d takes; no rank gathers a tensor.
+  PublishStats publish_shards(const Trainer& t, int64_t version, const WeightSyncOptions& options) {
+    PublishStats stats;
+    const ReshardPlan& plan = cached_reshard_plan(model_config, options.reshard_sources, options.reshard_destinations);
+    TANDEM_CHECK(plan.source_size == static_cast<int>(std::max<int64_t>(1, trainer_options.learner.tensor_parallel)),
+                 "weight sync: the controller planned {} learner shards, this learner has tensor_parallel {}",
+                 plan.source_size, trainer_options.learner.tensor_parallel);
+    const int source = t.tensor_rank();
+    const bool sends = t.replica() == 0;
+    t.with_local_weight_tensors([&](const std::vector<std::pair<std::string, at::Tensor>>& weights) {
+      if (!sends) return;
+      std::map<std::string, const float*> local;
+      for (const auto& [name, w] : weights) {
+        TANDEM_CHECK(w.device().is_cpu(), "weight sync: resharding sends host tensors; {} is on {}", name, w.device().str());
+        local[name] = w.data_ptr<float>();
+      }
+      for (int d = 0; d < plan.destination_size; ++d) {
+        const ReshardStream stream = pack_reshard_stream(plan, source, d, [&](const ParameterShard& p) {
+          const auto found = local.find(p.name);
+          return found == local.end() ? nullptr : found->second;
+        });
+        if (stream.tensors.empty()) continue;
+        WeightSyncOptions pair = options;
+        pair.address = reshard_segment_name(options.address, source, d);
+        auto& sender = shard_senders[pair.address];
+        if (!sender) sender = make_weight_sender(pair);
+        const PublishStats sent = sender->publish(version, stream.tensors);
+        stats.bytes += sent.bytes;
+        stats.buckets += sent.buckets;
+      }
+    });
+    return stats;
   }
 
   // Learner rank 0 serves its group's rendezvous store across hosts: a port free on its

@@ -527,6 +527,19 @@ ModelWeights Trainer::weights() const { return impl_->full_weights(); }
 
 void Trainer::with_weight_tensors(
     const std::function<void(const std::vector<std::pair<std::string, at::Tensor>>&)>& use) const {
+  with_gathered_units([&] { use(impl_->model.weight_tensors()); });
+}
+
+void Trainer::with_local_weight_tensors(
+    const std::function<void(const std::vector<std::pair<std::string, at::Tensor>>&)>& use) const {
+  with_gathered_units([&] { use(impl_->model.weight_tensors(/*gather_tensor_parallel=*/false)); });
+}
+
+int Trainer::tensor_rank() const { return impl_->tensor_ops ? impl_->tensor_ops->spec().rank : 0; }
+
+int Trainer::replica() const { return impl_->data().rank(); }
+
+void Trainer::with_gathered_units(const std::function<void()>& use) const {
   Impl& m = *impl_;
   if (m.strategy == Strategy::fsdp) {
     for (size_t u = 0; u < m.fsdp->units(); ++u) m.fsdp->gather(u);
@@ -540,7 +553,7 @@ void Trainer::with_weight_tensors(
       }
     }
   } release{m};
-  use(m.model.weight_tensors());
+  use();
 }
 
 std::vector<std::pair<std::string, double>> UpdateMetrics::entries() const {

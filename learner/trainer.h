@@ -109,6 +109,14 @@ class Trainer {
   // straight from device memory. Every rank must call it (fsdp gathers).
   void with_weight_tensors(
       const std::function<void(const std::vector<std::pair<std::string, at::Tensor>>&)>& use) const;
+  // The same with this rank's tensor-parallel shards (the layout's local shapes), nothing
+  // gathered over the tensor-parallel group: the resharding weight sync sends them
+  // (weight_sync/reshard.h). Every rank must call it (fsdp gathers its data-parallel units).
+  void with_local_weight_tensors(
+      const std::function<void(const std::vector<std::pair<std::string, at::Tensor>>&)>& use) const;
+  // This rank's place: tensor-parallel rank within its replica, and its replica.
+  int tensor_rank() const;
+  int replica() const;
   // The critic's V(s_t) for every response token of `samples` (this rank's share), as
   // TrainingSample::old_values wants them; the gae estimator's `values`. Needs
   // algorithm.advantage: gae. Collective under fsdp (every rank calls, any share size).
@@ -167,6 +175,8 @@ class Trainer {
                      const std::string& config_extra = "");
 
  private:
+  // Runs `use` with every FSDP unit gathered (released however it ends).
+  void with_gathered_units(const std::function<void()>& use) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

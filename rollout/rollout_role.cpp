@@ -14,6 +14,7 @@
 #include "rollout/rollout_multi_turn.h"
 #include "weight_sync/local.h"
 #include "weight_sync/options_wire.h"
+#include "weight_sync/reshard.h"
 #include "weight_sync/transport.h"
 
 #include <chrono>
@@ -39,6 +40,7 @@ struct RolloutState {
   std::unique_ptr<RolloutEngine> engine;
   const std::chrono::milliseconds step_delay = test_step_delay();
   KeptEndpoint<WeightReceiver> receiver{make_weight_receiver};
+  std::map<std::string, std::unique_ptr<WeightReceiver>> shard_receivers;  // resharding: per segment, kept
   RolloutConfig rollout;
   std::unique_ptr<RolloutMultiTurn> multi_turn;  // the config lists tools or an environment
   std::function<void(const Config&)> prepare;     // rollout_command_handler's
@@ -227,8 +229,31 @@ struct RolloutState {
         tensors.push_back({local.tensors[i].name, local.tensors[i].shape, std::move(local.data[i])});
       }
       version = local.version;
+    } else if (const WeightSyncOptions options = read_weight_sync_transport(body->getTransport(), command.name);
+               options.reshard_sources > 0) {
+      // Each engine rank's shard straight from the learner ranks' slices (weight_sync/reshard.h).
+      TANDEM_CHECK(options.reshard_destinations == e.tensor_parallel(),
+                   "rollout_load_weights: the controller planned {} engine shards, this engine has tensor_parallel {}",
+                   options.reshard_destinations, e.tensor_parallel());
+      const ReshardPlan& plan = cached_reshard_plan(e.config(), options.reshard_sources, options.reshard_destinations);
+      std::vector<ModelWeights> shards;
+      // The version is the first stream's (-1: not seen yet); receive_reshard holds every other to it.
+      int64_t seen = -1;
+      for (int d = 0; d < plan.destination_size; ++d) {
+        shards.push_back(receive_reshard(plan, d, seen, [&](int source, const std::vector<ExpectedTensor>& want,
+                                                               const WeightSink& sink) {
+          WeightSyncOptions pair = options;
+          pair.address = reshard_segment_name(options.address, source, d);
+          auto& kept = shard_receivers[pair.address];
+          if (!kept) kept = make_weight_receiver(pair);
+          return seen = kept->receive(want, sink);
+        }));
+      }
+      version = seen;
+      e.update_weight_shards(shards, version, body->getRewind());
+      return {encode_body<wire::RolloutWeightsLoaded>([&](wire::RolloutWeightsLoaded::Builder out) { out.setVersion(version); }),
+              {}};
     } else {
-      const WeightSyncOptions options = read_weight_sync_transport(body->getTransport(), command.name);
       version = receiver.for_options(options).receive(expected, [&](const ExpectedTensor& t, const void* data) {
         int64_t n = 1;
         for (int64_t d : t.shape) n *= d;

@@ -1,9 +1,12 @@
 #include "weight_sync/reshard.h"
 
 #include "core/error.h"
+#include "weight_sync/shm.h"
 
 #include <cstring>
 #include <map>
+#include <memory>
+#include <mutex>
 
 namespace tandem {
 
@@ -77,6 +80,7 @@ ModelWeights receive_reshard(const ReshardPlan& plan, int destination, int64_t v
                  s.block);
       arrived[i] = true;
     });
+    if (version < 0) version = got;  // the first stream's; the others must agree
     if (got != version) {
       throw Error(fmt::format("weight sync: source rank {} sent weight version {} (first tensor {}), this destination "
                               "rank {} expected version {}: a stale or early publish",
@@ -99,6 +103,31 @@ ModelWeights receive_reshard(const ReshardPlan& plan, int destination, int64_t v
     }
   }
   return ModelWeights(std::move(shard));
+}
+
+std::string reshard_segment_name(const std::string& base, int source, int destination) {
+  return fmt::format("{}.s{}.d{}", base, source, destination);
+}
+
+void remove_reshard_segments(const std::string& base, int sources, int destinations) {
+  for (int s = 0; s < sources; ++s) {
+    for (int d = 0; d < destinations; ++d) remove_weights_shm(reshard_segment_name(base, s, d));
+  }
+}
+
+const ReshardPlan& cached_reshard_plan(const ModelConfig& config, int sources, int destinations) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<ReshardPlan>> plans;
+  // The layout depends on these sizes only (model_config.h's fields that shape weights).
+  const std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", sources, destinations, config.vocab_size,
+                                      config.hidden_size, config.intermediate_size, config.num_hidden_layers,
+                                      config.num_attention_heads, config.num_key_value_heads, config.head_dim,
+                                      config.attention_bias, config.qk_norm) +
+                          fmt::format("|{}|{}", config.tie_word_embeddings, config.o_proj_bias());
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<ReshardPlan>& plan = plans[key];
+  if (!plan) plan = std::make_unique<ReshardPlan>(plan_reshard(config, sources, destinations));
+  return *plan;
 }
 
 }  // namespace tandem

@@ -51,6 +51,15 @@ using ReceiveStream =
 // zero) from every source that sends it anything, in source order, then checks every
 // slice's canonical checksum and every stream's version. Throws Error naming the tensor,
 // the source rank and what was wrong; nothing is returned half-assembled.
+// `version` < 0: whatever version the first stream has, every other stream the same.
 ModelWeights receive_reshard(const ReshardPlan& plan, int destination, int64_t version, const ReceiveStream& receive);
+
+// The shm segment of one pair's stream: "<base>.s<source>.d<destination>".
+std::string reshard_segment_name(const std::string& base, int source, int destination);
+// Removes every pair's segment of `base` (a run's end; absent ones are fine).
+void remove_reshard_segments(const std::string& base, int sources, int destinations);
+
+// Plans by (model, sizes), made once per process: every sync after the first reuses it.
+const ReshardPlan& cached_reshard_plan(const ModelConfig& config, int sources, int destinations);
 
 }  // namespace tandem

@@ -159,10 +159,14 @@ std::vector<std::string> remove_stale_weights_shm() {
     const std::string name = entry.path().filename().string();
     int pid = 0;
     char tail[16] = {};
-    if (std::sscanf(name.c_str(), "tandem-%d-%15s", &pid, tail) != 2 || std::string(tail) != "weights" || pid <= 0) {
+    // The run's segment, and its resharding pairs' ("<segment>.s0.d1", reshard.h).
+    if (std::sscanf(name.c_str(), "tandem-%d-%15s", &pid, tail) != 2 || std::string(tail).rfind("weights", 0) != 0 ||
+        pid <= 0) {
       continue;
     }
-    if ("/" + name != controller_weights_shm_name(pid) || process_alive(pid)) continue;
+    const std::string base = controller_weights_shm_name(pid);
+    const bool pair = ("/" + name).rfind(base + ".s", 0) == 0;
+    if (("/" + name != base && !pair) || process_alive(pid)) continue;
     remove_weights_shm("/" + name);
     removed.push_back("/" + name);
   }

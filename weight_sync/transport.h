@@ -61,6 +61,11 @@ struct WeightSyncOptions {
   std::string host = "127.0.0.1";  // collective: the address this rank listens on
   std::string nccl_unique_id;      // nccl: raw bytes of nccl_new_unique_id() (nccl_id.h)
   int cuda_device = 0;             // cuda_ipc, nccl: the GPU this rank uses
+  // shm between tensor-parallel layouts (reshard.h): the learner's and each engine's sizes;
+  // each pair's stream in segment reshard_segment_name(address, source, destination).
+  // 0: one stream of whole tensors from learner rank 0.
+  int reshard_sources = 0;
+  int reshard_destinations = 0;
   BucketTamper tamper_bucket_for_test;
 };
 

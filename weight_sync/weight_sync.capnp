@@ -15,4 +15,9 @@ struct WeightSyncTransport {
   host @6 :Text;            # collective: the address this rank listens on
   ncclUniqueId @7 :Data;    # nccl: the raw unique id (empty for other methods)
   cudaDevice @8 :Int32;
+  # Tensor-parallel sizes of the learner (sources) and of each rollout engine (destinations)
+  # when the weights move between their layouts (weight_sync/reshard.h), shm only: one
+  # segment per (source, destination) pair. 0: one stream of whole tensors.
+  reshardSources @9 :Int32;
+  reshardDestinations @10 :Int32;
 }

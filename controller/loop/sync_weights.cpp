@@ -41,6 +41,13 @@ WeightSyncOptions TrainingLoop::transport_options() const {
   o.bucket_bytes = c_.weight_sync.bucket_mb << 20;
   o.timeout_s = c_.weight_sync.timeout_s;
   if (o.method == "shm" || o.method == "cuda_ipc") o.address = shm_name_;
+  // Split learners or engines on one host: each learner shard writes each engine shard its
+  // slices (weight_sync/reshard.h); nothing is gathered. Other transports (and cuda_ipc)
+  // send whole tensors from learner rank 0, which each engine rank then cuts.
+  if (o.method == "shm" && (c_.learner.tensor_parallel > 1 || c_.rollout.tensor_parallel > 1)) {
+    o.reshard_sources = static_cast<int>(c_.learner.tensor_parallel);
+    o.reshard_destinations = static_cast<int>(c_.rollout.tensor_parallel);
+  }
   return o;
 }
 
@@ -60,6 +67,11 @@ void TrainingLoop::sync_weights(int64_t version, bool rewind) {
 void TrainingLoop::sync_through_mailbox(int64_t version, bool rewind, bool through_transport) {
   const bool local = colocated(c_);
   const WeightSyncOptions transport = transport_options();
+  if (transport.reshard_sources > 0 && through_transport && !shm_published_) {
+    log::info("weight sync: shm between tensor-parallel layouts, {} learner shards -> {} per engine; each pair "
+              "moves only the slices its engine rank holds (weight_sync/reshard.h)",
+              transport.reshard_sources, transport.reshard_destinations);
+  }
   publishing_ = true;  // a rollout worker restarted meanwhile gets this version in the load below
   call_learners("learner_publish", learner_client::publish_body(version, local, through_transport ? &transport : nullptr));
   publishing_ = false;

@@ -16,6 +16,7 @@
 #include "core/trace.h"
 #include "learner/advantages.h"
 #include "learner/objective_registry.h"
+#include "weight_sync/reshard.h"
 #include "weight_sync/shm.h"
 
 #include <ATen/ATen.h>
@@ -409,6 +410,12 @@ void TrainingLoop::run(bool resume) {
   scoring_.open_reward_logs();
   shm_name_ = controller_weights_shm_name(::getpid());
   const std::string group_dirs = run_dir_ + "/weight_sync";  // rendezvous of broadcast groups
+  // The weights' shm segments: the run's, and each resharding pair's (weight_sync/reshard.h).
+  auto remove_segments = [&] {
+    remove_weights_shm(shm_name_);
+    remove_reshard_segments(shm_name_, static_cast<int>(c_.learner.tensor_parallel),
+                            static_cast<int>(c_.rollout.tensor_parallel));
+  };
   std::error_code cleanup_error;  // best effort: a late rank of a dead group may still write there
   std::filesystem::remove_all(group_dirs, cleanup_error);
   std::filesystem::remove(stop_request_path(run_dir_), cleanup_error);  // an earlier `tandem stop`, honoured
@@ -487,12 +494,12 @@ void TrainingLoop::run(bool resume) {
     mark_run_finished(run_dir_, step);
     report_status("finished", step, 0.0);
   } catch (...) {
-    remove_weights_shm(shm_name_);
+    remove_segments();
     std::filesystem::remove_all(group_dirs, cleanup_error);
     if (!snapshot_root.empty()) std::filesystem::remove_all(snapshot_root, cleanup_error);
     throw;
   }
-  remove_weights_shm(shm_name_);
+  remove_segments();
   std::filesystem::remove_all(group_dirs, cleanup_error);
   if (!snapshot_root.empty()) std::filesystem::remove_all(snapshot_root, cleanup_error);
 }

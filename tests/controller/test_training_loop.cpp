@@ -167,6 +167,9 @@ TEST_CASE("a run whose learner splits the model over 2 ranks (tensor and sequenc
   CHECK(split_lines[0].at("tensor_parallel/forward_all_gather_calls").get<double>() >= 4);
   CHECK(split_lines[0].at("tensor_parallel/forward_all_gather_mb").get<double>() > 0);
   CHECK_FALSE(whole_lines[0].contains("tensor_parallel/forward_all_gather_calls"));
+  // The rollout worker off the learners' slot took the weights as slices of the 2 shards.
+  CHECK(read_text(split + "/logs/controller-0.log").find("weight sync: shm between tensor-parallel layouts, 2 learner "
+                                                         "shards -> 1 per engine") != std::string::npos);
   // A model that does not split so is refused before anything starts, naming the key and why.
   const ExitStatus refused =
       run_tandem({"validate", split_dir.path() + "/run.yaml", "--set", "learner.workers=3", "--set",
@@ -179,6 +182,32 @@ TEST_CASE("a run whose learner splits the model over 2 ranks (tensor and sequenc
   // The checkpoint is canonical: the split run's loads as any model directory does.
   const ModelConfig config = read_model_config(split + "/policy/config.json");
   CHECK(load_model_weights(split + "/checkpoints/step_2", config).parameter_count() == parameter_count(config));
+}
+
+TEST_CASE("rollout engines split over 2 ranks take the weights as slices and sample what the learner scores") {
+  // Learner unsplit, engines split (rollout.tensor_parallel 2): the shm sync writes each
+  // engine rank its slices; the probe after every sync compares the split engine's
+  // log-probs with the learner's, within two float32 forwards' bound.
+  TempDir dir;
+  const std::string run = run_config(dir, kShortRun,
+                                     {"experiment.steps=2", "experiment.checkpoint_every=2", "rollout.tensor_parallel=2",
+                                      "weight_sync.probe_every=1"},
+                                     0);
+  const auto lines = metric_lines(run);
+  REQUIRE(lines.size() == 2);
+  const double bound = probe_bound(run, kLongestShortRunSequence, 1.0);
+  for (const nlohmann::json& line : lines) {
+    const double diff = line.at("sync/probe_logprob_max_diff").get<double>();
+    CHECK(std::isfinite(diff));
+    CHECK(diff <= bound);
+  }
+  CHECK(read_text(run + "/logs/controller-0.log").find("1 learner shards -> 2 per engine") != std::string::npos);
+  // A backend that cannot split is refused before anything starts.
+  const ExitStatus refused = run_tandem({"validate", dir.path() + "/run.yaml", "--set", "rollout.tensor_parallel=2",
+                                         "--set", "rollout.device=cuda"},
+                                        dir.path() + "/validate.txt", 60);
+  CHECK(refused.exit_code == 2);
+  CHECK(read_text(dir.path() + "/validate.txt").find("runs on the CPU backend only") != std::string::npos);
 }
 
 TEST_CASE("a LoRA run trains its adapters over the frozen base and leaves them in PEFT's format") {

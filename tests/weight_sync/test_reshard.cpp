@@ -8,6 +8,7 @@
 #include "actor/tensor_parallel_slices.h"
 #include "core/error.h"
 #include "weight_sync/reshard.h"
+#include "weight_sync/shm.h"
 #include "weight_sync/transport.h"
 
 #include <doctest/doctest.h>
@@ -73,7 +74,10 @@ void check_equal(const ModelWeights& got, const ModelWeights& want) {
 struct ShmTransfer {
   std::string prefix = "/tandem-reshard-test-" + std::to_string(::getpid()) + "-";
   std::map<std::pair<int, int>, std::unique_ptr<WeightSender>> senders;
-  int64_t bytes_sent = 0;
+
+  ~ShmTransfer() {  // a mailbox outlives its sender: the segments go with the test
+    for (const auto& entry : senders) remove_weights_shm(options(entry.first.first, entry.first.second).address);
+  }
 
   WeightSyncOptions options(int source, int destination) const {
     WeightSyncOptions o;
