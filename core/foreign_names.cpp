@@ -78,7 +78,7 @@ const std::vector<ForeignKey>& foreign_keys() {
       {"logger", "metrics go to metrics.jsonl here; logging.tensorboard and logging.prometheus add outlets"},
       {"gpu_memory_utilization", "verl's gpu_memory_utilization is rollout.gpu_memory_fraction here"},
       {"tensor_model_parallel_size", "verl's tensor_model_parallel_size is learner.tensor_parallel here (the "
-                                     "learner; each rollout worker still holds the whole model)"},
+                                     "learner) and rollout.tensor_parallel (each rollout worker's engine)"},
       {"ulysses_sequence_parallel_size", "verl's Ulysses sequence parallelism has no counterpart; "
                                          "learner.sequence_parallel (Megatron's, on by default with "
                                          "learner.tensor_parallel > 1) splits the norms' positions"},
