@@ -30,6 +30,50 @@ std::vector<std::string> lora_modules(const std::vector<std::string>& target_mod
   return out;
 }
 
+std::vector<ParameterShard> lora_adapter_layout(const ModelConfig& config, const LoraSpec& spec,
+                                                const TensorParallelSpec& split) {
+  const std::vector<ParameterShard> base_layout = tensor_parallel_layout(config, split);
+  std::vector<ParameterShard> layout;
+  for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
+    for (const std::string& projection : spec.modules) {
+      const std::string module = lora_module_path(layer, projection);
+      const auto found = std::find_if(base_layout.begin(), base_layout.end(),
+                                      [&](const ParameterShard& s) { return s.name == module + ".weight"; });
+      TANDEM_CHECK(found != base_layout.end(), "LoRA: the model has no {}.weight", module);
+      const ParameterShard& base = *found;
+      const int64_t out = base.canonical_shape[0], in = base.canonical_shape[1];
+      ParameterShard a, b;
+      a.name = module + ".lora_A.weight";
+      a.canonical_shape = a.local_shape = {spec.rank, in};
+      a.length = spec.rank;
+      b.name = module + ".lora_B.weight";
+      b.canonical_shape = b.local_shape = {out, spec.rank};
+      b.length = out;
+      if (base.dim == 0) {  // column-parallel: B's rows follow W's, A is whole (its gradient a part per rank)
+        b.dim = 0;
+        b.begin = base.begin;
+        b.length = base.length;
+        b.local_shape[0] = base.local_shape[0];
+        b.partial_gradient = base.partial_gradient;  // rows of a KV head several ranks hold
+        a.partial_gradient = split.size > 1;
+      } else if (base.dim == 1) {  // row-parallel: A's columns follow W's, B is whole
+        a.dim = 1;
+        a.begin = base.begin;
+        a.length = base.length;
+        a.local_shape[1] = base.local_shape[1];
+        b.partial_gradient = split.size > 1;
+      }
+      layout.push_back(std::move(a));
+      layout.push_back(std::move(b));
+    }
+  }
+  return layout;
+}
+
+bool is_lora_tensor(const std::string& name) {
+  return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
+}
+
 std::string lora_module_path(int64_t layer, const std::string& projection) {
   const bool attention = projection == "q_proj" || projection == "k_proj" || projection == "v_proj" ||
                          projection == "o_proj";

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "actor/model_config.h"
+#include "actor/tensor_parallel_layout.h"
 
 #include <cstdint>
 #include <string>
@@ -34,6 +35,15 @@ std::vector<std::string> lora_modules(const std::vector<std::string>& target_mod
 // "model.layers.L.self_attn.q_proj" or "...mlp.gate_proj": the module of projection
 // `projection` in layer `layer`.
 std::string lora_module_path(int64_t layer, const std::string& projection);
+
+// How each adapter splits over a tensor-parallel group, with its projection: column-parallel
+// W (rows split): B's rows follow W's and A is whole; row-parallel W (columns split): A's
+// columns follow W's and B is whole. lora_A then lora_B of each targeted module, layer by
+// layer (the order PolicyModel::add_adapters keeps them in).
+std::vector<ParameterShard> lora_adapter_layout(const ModelConfig& config, const LoraSpec& spec,
+                                                const TensorParallelSpec& split);
+// The same canonical names and shapes, unsplit: what an adapter-only weight sync moves.
+bool is_lora_tensor(const std::string& name);
 
 // A PEFT adapter directory's adapter_config.json for `spec` on the model at `base_model`.
 std::string peft_adapter_config(const LoraSpec& spec, const std::string& base_model);

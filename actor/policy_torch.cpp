@@ -162,39 +162,20 @@ void PolicyModel::add_adapters(const LoraSpec& spec) {
   lora_ = spec;
   dropout_generator_ = at::make_generator<at::CPUGeneratorImpl>(spec.seed ^ 0x5DEECE66Dull);
   for (auto& [name, p] : parameters_) p.set_requires_grad(false);  // the base model is frozen
-  const int split = tensor_parallel_ ? tensor_parallel_->spec().size : 1;
+  const TensorParallelSpec split = tensor_parallel_ ? tensor_parallel_->spec() : TensorParallelSpec{};
+  const std::vector<ParameterShard> layout = lora_adapter_layout(config_, spec, split);
   for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
     for (size_t m = 0; m < spec.modules.size(); ++m) {
       const std::string module = lora_module_path(layer, spec.modules[m]);
-      const ParameterShard& base = shards_[index_.at(module + ".weight")];
-      const int64_t out = base.canonical_shape[0], in = base.canonical_shape[1];
+      const ParameterShard& a_shard = layout[adapters_.size()];
+      const ParameterShard& b_shard = layout[adapters_.size() + 1];
+      const int64_t out = b_shard.canonical_shape[0], in = a_shard.canonical_shape[1];
       // Every rank draws the same canonical A: Kaiming-uniform with a = √5 (PEFT's default),
       // bound 1/√in, from a generator of its own per module.
       at::Generator init = at::make_generator<at::CPUGeneratorImpl>(spec.seed + 1000003ull * layer + 7919ull * m);
       const double bound = 1.0 / std::sqrt(static_cast<double>(in));
       const at::Tensor a_full = at::rand({spec.rank, in}, init, at::kFloat).mul_(2 * bound).sub_(bound);
       const at::Tensor b_full = at::zeros({out, spec.rank}, at::kFloat);
-      ParameterShard a_shard, b_shard;
-      a_shard.name = module + ".lora_A.weight";
-      a_shard.canonical_shape = a_shard.local_shape = {spec.rank, in};
-      a_shard.length = spec.rank;
-      b_shard.name = module + ".lora_B.weight";
-      b_shard.canonical_shape = b_shard.local_shape = {out, spec.rank};
-      b_shard.length = out;
-      if (base.dim == 0) {  // column-parallel: B's rows follow W's, A is whole (its gradient a part per rank)
-        b_shard.dim = 0;
-        b_shard.begin = base.begin;
-        b_shard.length = base.length;
-        b_shard.local_shape[0] = base.local_shape[0];
-        b_shard.partial_gradient = base.partial_gradient;  // rows of a KV head several ranks hold
-        a_shard.partial_gradient = split > 1;
-      } else if (base.dim == 1) {  // row-parallel: A's columns follow W's, B is whole
-        a_shard.dim = 1;
-        a_shard.begin = base.begin;
-        a_shard.length = base.length;
-        a_shard.local_shape[1] = base.local_shape[1];
-        b_shard.partial_gradient = split > 1;
-      }
       adapter_of_[module + ".weight"] = adapters_.size() / 2;
       for (const auto& [shard, full] : {std::pair<const ParameterShard&, const at::Tensor&>{a_shard, a_full},
                                         {b_shard, b_full}}) {

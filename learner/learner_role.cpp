@@ -195,16 +195,18 @@ struct LearnerState {
     const bool root = collectives->rank() == 0;
     PublishStats stats;
     if (body->getLocal()) {
-      const ModelWeights weights = t.weights();
-      if (root) {
-        LocalWeights local;
-        local.version = version;
-        for (const WeightTensor& w : weights.tensors()) {
-          local.tensors.push_back({w.name, w.shape});
-          local.data.push_back(w.data);
+      // The policy (or with LoRA its adapters) as host float32 copies, for the engine in this process.
+      LocalWeights local;
+      local.version = version;
+      t.with_sync_tensors([&](const std::vector<std::pair<std::string, at::Tensor>>& weights) {
+        if (!root) return;
+        for (const auto& [name, w] : weights) {
+          const at::Tensor host = w.to(at::kCPU).contiguous();
+          local.tensors.push_back({name, host.sizes().vec()});
+          local.data.emplace_back(host.data_ptr<float>(), host.data_ptr<float>() + host.numel());
         }
-        put_local_weights(std::move(local));
-      }
+      });
+      if (root) put_local_weights(std::move(local));
     }
     if (body->hasTransport() && read_weight_sync_transport(body->getTransport(), command.name).reshard_sources > 0) {
       stats = publish_shards(t, version, read_weight_sync_transport(body->getTransport(), command.name));
@@ -212,7 +214,7 @@ struct LearnerState {
       // Sent from where the parameters live: host memory on the CPU, device memory on a GPU
       // (the cuda_ipc and nccl transports copy device to device; no host copy of the weights).
       const WeightSyncOptions options = read_weight_sync_transport(body->getTransport(), command.name);
-      t.with_weight_tensors([&](const std::vector<std::pair<std::string, at::Tensor>>& weights) {
+      t.with_sync_tensors([&](const std::vector<std::pair<std::string, at::Tensor>>& weights) {
         if (!root) return;
         std::vector<OutgoingTensor> tensors;
         for (const auto& [name, w] : weights) tensors.push_back({name, w.sizes().vec(), w.data_ptr()});

@@ -535,6 +535,12 @@ void Trainer::with_local_weight_tensors(
   with_gathered_units([&] { use(impl_->model.weight_tensors(/*gather_tensor_parallel=*/false)); });
 }
 
+void Trainer::with_sync_tensors(
+    const std::function<void(const std::vector<std::pair<std::string, at::Tensor>>&)>& use) const {
+  if (!impl_->model.has_adapters()) return with_weight_tensors(use);
+  with_gathered_units([&] { use(impl_->model.adapter_tensors()); });
+}
+
 int Trainer::tensor_rank() const { return impl_->tensor_ops ? impl_->tensor_ops->spec().rank : 0; }
 
 int Trainer::replica() const { return impl_->data().rank(); }

@@ -114,6 +114,11 @@ class Trainer {
   // (weight_sync/reshard.h). Every rank must call it (fsdp gathers its data-parallel units).
   void with_local_weight_tensors(
       const std::function<void(const std::vector<std::pair<std::string, at::Tensor>>&)>& use) const;
+  // What a weight sync sends (with `use`, as with_weight_tensors): with LoRA only the
+  // adapters (canonical, gathered over tensor parallelism), which the engine applies over
+  // the base it already holds; else the whole policy. Every rank must call it.
+  void with_sync_tensors(
+      const std::function<void(const std::vector<std::pair<std::string, at::Tensor>>&)>& use) const;
   // This rank's place: tensor-parallel rank within its replica, and its replica.
   int tensor_rank() const;
   int replica() const;

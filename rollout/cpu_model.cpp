@@ -73,32 +73,85 @@ void CpuModel::bind_weights(Rank& rank) {
 }
 
 void CpuModel::update_weights(const ModelWeights& update) {
-  // Check everything before touching anything.
-  const std::vector<WeightSpec> specs = expected_weights(config_);
-  std::vector<size_t> parameter;
+  // Check everything before touching anything. Adapters (LoRA) are named like the
+  // projections they belong to; every layout lists canonical shapes.
+  struct Target {
+    bool adapter;
+    size_t index;  // into the rank's layout or adapter_layout
+  };
+  std::vector<Target> targets;
   for (const WeightTensor& t : update.tensors()) {
-    const auto found = std::find_if(specs.begin(), specs.end(), [&](const WeightSpec& s) { return s.name == t.name; });
-    if (found == specs.end()) {
-      throw Error(fmt::format("weight update: unexpected tensor {} (not part of this {} model)", t.name,
-                              config_.model_type));
+    const bool adapter = is_lora_tensor(t.name);
+    const std::vector<ParameterShard>& layout = adapter ? ranks_[0].adapter_layout : ranks_[0].layout;
+    const auto found = std::find_if(layout.begin(), layout.end(), [&](const ParameterShard& s) { return s.name == t.name; });
+    if (found == layout.end()) {
+      throw Error(fmt::format("weight update: unexpected tensor {} (not part of this {} model{})", t.name,
+                              config_.model_type, adapter && !has_adapters() ? ", which has no LoRA adapters" : ""));
     }
-    if (found->shape != t.shape) {
+    if (found->canonical_shape != t.shape) {
       throw Error(fmt::format("weight update: tensor {} has shape [{}], the engine's is [{}]", t.name,
-                              fmt::join(t.shape, ", "), fmt::join(found->shape, ", ")));
+                              fmt::join(t.shape, ", "), fmt::join(found->canonical_shape, ", ")));
     }
-    parameter.push_back(static_cast<size_t>(found - specs.begin()));
+    targets.push_back({adapter, static_cast<size_t>(found - layout.begin())});
   }
   for (Rank& rank : ranks_) {
-    for (size_t i = 0; i < parameter.size(); ++i) {
+    for (size_t i = 0; i < targets.size(); ++i) {
       const WeightTensor& t = update.tensors()[i];
-      const ParameterShard& local = rank.layout[parameter[i]];
+      const ParameterShard& local = (targets[i].adapter ? rank.adapter_layout : rank.layout)[targets[i].index];
+      ModelWeights& held = targets[i].adapter ? rank.adapters : rank.weights;
       ParameterShard whole = local;
       whole.dim = -1;
       whole.local_shape = whole.canonical_shape;
-      copy_block(whole, t.data.data(), local, rank.weights.get_mutable(t.name).data.data(),
+      copy_block(whole, t.data.data(), local, held.get_mutable(t.name).data.data(),
                  shard_block(local, split_axis(local, whole)));
     }
   }
+}
+
+void CpuModel::add_adapters(const LoraSpec& spec) {
+  TANDEM_CHECK(!has_adapters(), "CpuModel::add_adapters: the model has adapters already");
+  TANDEM_CHECK(spec.rank > 0 && !spec.modules.empty(), "LoRA needs a rank > 0 and target modules");
+  lora_ = spec;
+  const std::vector<std::string>& projections = lora_projections();
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    Rank& rank = ranks_[r];
+    rank.adapter_layout = lora_adapter_layout(config_, spec, {static_cast<int>(ranks_.size()), static_cast<int>(r)});
+    std::vector<WeightTensor> zeros;
+    for (const ParameterShard& s : rank.adapter_layout) {
+      WeightTensor t{s.name, s.local_shape, {}};
+      t.data.assign(static_cast<size_t>(t.numel()), 0.0f);
+      zeros.push_back(std::move(t));
+    }
+    rank.adapters = ModelWeights(std::move(zeros));
+    // The layout lists lora_A, lora_B per targeted module, layer by layer.
+    rank.layer_adapters.assign(static_cast<size_t>(config_.num_hidden_layers), {});
+    size_t k = 0;
+    for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
+      for (const std::string& module : spec.modules) {
+        const size_t projection = static_cast<size_t>(
+            std::find(projections.begin(), projections.end(), module) - projections.begin());
+        TANDEM_CHECK(projection < kProjections, "LoRA: unknown projection {}", module);
+        Adapter& a = rank.layer_adapters[layer][projection];
+        a.a = rank.adapters.get(rank.adapter_layout[k++].name).data.data();
+        a.b = rank.adapters.get(rank.adapter_layout[k++].name).data.data();
+      }
+    }
+  }
+}
+
+void CpuModel::add_adapter_term(const Rank& rank, int64_t layer, size_t projection, const float* x, int64_t tokens,
+                                int64_t in, int64_t out, float* y) {
+  if (!has_adapters()) return;
+  const Adapter& adapter = rank.layer_adapters[layer][projection];
+  if (!adapter.a) return;
+  // As the learner's adapter_term: (x·Aᵀ)·Bᵀ, then scaled, then added to W·x.
+  const int64_t r = lora_.rank;
+  low_.resize(tokens * r);
+  adapter_out_.resize(tokens * out);
+  cpu::linear(*pool_, x, tokens, in, adapter.a, nullptr, r, low_.data());
+  cpu::linear(*pool_, low_.data(), tokens, r, adapter.b, nullptr, out, adapter_out_.data());
+  const float scale = static_cast<float>(lora_.scale());
+  for (int64_t i = 0; i < tokens * out; ++i) y[i] += adapter_out_[i] * scale;
 }
 
 void CpuModel::update_shards(const std::vector<ModelWeights>& shards) {
@@ -141,6 +194,9 @@ void CpuModel::attention_block(const ForwardBatch& batch, int64_t layer, const R
   cpu::linear(*pool_, normed_.data(), tokens, hidden, l.q, l.q_bias, qs, q_.data());
   cpu::linear(*pool_, normed_.data(), tokens, hidden, l.k, l.k_bias, kvs, k_.data());
   cpu::linear(*pool_, normed_.data(), tokens, hidden, l.v, l.v_bias, kvs, v_.data());
+  add_adapter_term(rank, layer, 0, normed_.data(), tokens, hidden, qs, q_.data());
+  add_adapter_term(rank, layer, 1, normed_.data(), tokens, hidden, kvs, k_.data());
+  add_adapter_term(rank, layer, 2, normed_.data(), tokens, hidden, kvs, v_.data());
   if (c.qk_norm) {
     cpu::rms_norm(*pool_, q_.data(), tokens * heads, c.head_dim, l.q_norm, c.rms_norm_eps, q_.data());
     cpu::rms_norm(*pool_, k_.data(), tokens * kv_heads, c.head_dim, l.k_norm, c.rms_norm_eps, k_.data());
@@ -158,8 +214,9 @@ void CpuModel::attention_block(const ForwardBatch& batch, int64_t layer, const R
     }
   }
   attention(batch, layer, rank, cache);
-  const bool first = &rank == &ranks_[0];
-  cpu::linear(*pool_, attn_.data(), tokens, qs, l.o, nullptr, hidden, first ? h_.data() : part_.data());
+  float* out = &rank == &ranks_[0] ? h_.data() : part_.data();
+  cpu::linear(*pool_, attn_.data(), tokens, qs, l.o, nullptr, hidden, out);
+  add_adapter_term(rank, layer, 3, attn_.data(), tokens, qs, hidden, out);
 }
 
 void CpuModel::forward(const ForwardBatch& batch, std::vector<KvCache>& caches, std::vector<float>& logits) {
@@ -226,11 +283,16 @@ void CpuModel::forward(const ForwardBatch& batch, std::vector<KvCache>& caches, 
 
     cpu::rms_norm(*pool_, x_.data(), tokens, hidden, replicated.post_norm, c.rms_norm_eps, normed_.data());
     for (size_t r = 0; r < ranks_.size(); ++r) {
-      const LayerWeights& l = ranks_[r].layers[layer];
+      const Rank& rank = ranks_[r];
+      const LayerWeights& l = rank.layers[layer];
       cpu::linear(*pool_, normed_.data(), tokens, hidden, l.gate, nullptr, inter, gate_.data());
       cpu::linear(*pool_, normed_.data(), tokens, hidden, l.up, nullptr, inter, up_.data());
+      add_adapter_term(rank, layer, 4, normed_.data(), tokens, hidden, inter, gate_.data());
+      add_adapter_term(rank, layer, 5, normed_.data(), tokens, hidden, inter, up_.data());
       cpu::silu_mul(*pool_, gate_.data(), up_.data(), tokens * inter, gate_.data());
-      cpu::linear(*pool_, gate_.data(), tokens, inter, l.down, nullptr, hidden, r == 0 ? h_.data() : part_.data());
+      float* out = r == 0 ? h_.data() : part_.data();
+      cpu::linear(*pool_, gate_.data(), tokens, inter, l.down, nullptr, hidden, out);
+      add_adapter_term(rank, layer, 6, gate_.data(), tokens, inter, hidden, out);
       accumulate_partial(static_cast<int>(r), values);
     }
     for (int64_t i = 0; i < values; ++i) x_[i] += h_[i];

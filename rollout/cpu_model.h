@@ -11,12 +11,14 @@
 // row from the rank that holds it, and the logits are each rank's vocabulary columns.
 #pragma once
 
+#include "actor/lora.h"
 #include "actor/model_config.h"
 #include "actor/model_weights.h"
 #include "actor/tensor_parallel_layout.h"
 #include "rollout/kv_cache.h"
 #include "rollout/model_backend.h"
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -46,6 +48,13 @@ class CpuModel {
   // resharding weight sync assembles. Checked first, as above.
   void update_shards(const std::vector<ModelWeights>& shards);
 
+  // LoRA (actor/lora.h): adapters on spec.modules, applied unmerged: a projection computes
+  // W·x + scale·B·(A·x), no merged weight is ever formed (so no merge rounding), each rank
+  // holding its split of them (lora_adapter_layout). They start at zero (the base model);
+  // update_weights takes them by their names (model.layers.L....q_proj.lora_A.weight).
+  void add_adapters(const LoraSpec& spec);
+  bool has_adapters() const { return lora_.rank > 0; }
+
   // Writes logits [logit_rows.size(), vocab] to `logits` (resized); a classifier's
   // (config.num_labels > 0) rows are its num_labels scores. `caches`: one per rank.
   void forward(const ForwardBatch& batch, std::vector<KvCache>& caches, std::vector<float>& logits);
@@ -68,8 +77,17 @@ class CpuModel {
     const float* up;
     const float* down;
   };
+  // A projection's adapters on one rank (null: not targeted).
+  struct Adapter {
+    const float* a = nullptr;  // [r, local in]
+    const float* b = nullptr;  // [local out, r]
+  };
+  static constexpr size_t kProjections = 7;  // lora_projections(): q, k, v, o, gate, up, down
   struct Rank {
     LocalSizes sizes;
+    std::vector<ParameterShard> adapter_layout;
+    ModelWeights adapters;
+    std::vector<std::array<Adapter, kProjections>> layer_adapters;
     std::vector<ParameterShard> layout;
     ModelWeights weights;
     std::vector<LayerWeights> layers;
@@ -81,6 +99,9 @@ class CpuModel {
   void attention(const ForwardBatch& batch, int64_t layer, const Rank& rank, const KvCache& cache);
   // The rank's attention block for this layer: h_ (normed input) in, its partial o_proj output in part_.
   void attention_block(const ForwardBatch& batch, int64_t layer, const Rank& rank, KvCache& cache);
+  // y [tokens, out] += scale·B·(A·x) for projection `projection` of `layer`, when it has adapters.
+  void add_adapter_term(const Rank& rank, int64_t layer, size_t projection, const float* x, int64_t tokens,
+                        int64_t in, int64_t out, float* y);
   // Adds part_ into h_ (rank 0 copies): the all-reduce of the partial sums, in rank order.
   void accumulate_partial(int rank, int64_t count);
 
@@ -90,6 +111,8 @@ class CpuModel {
   std::vector<double> inverse_frequencies_;
 
   // Workspace, grown to the largest step seen and reused (no allocation per layer).
+  LoraSpec lora_;
+  std::vector<float> low_, adapter_out_;  // the adapter terms' workspace
   std::vector<float> x_, h_, normed_, part_, q_, k_, v_, attn_, gate_, up_, cos_, sin_, rows_, head_out_;
   std::vector<int64_t> positions_;                  // per token of the step
   std::vector<const int32_t*> token_block_table_;   // per token: its sequence's block table

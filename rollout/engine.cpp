@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/trace.h"
 #include "rollout/kv_cache.h"
+#include "rollout/merged_adapters.h"
 #include "rollout/model_backend.h"
 #include "rollout/scheduler.h"
 #include "rollout/thread_pool.h"
@@ -84,6 +85,7 @@ struct RolloutEngine::Impl {
 
   EngineOptions options;
   std::unique_ptr<ModelBackend> model;
+  std::unique_ptr<MergedAdapters> merged_adapters;  // LoRA on a backend that cannot apply them unmerged
   BlockAllocator blocks;
   Scheduler scheduler;
   Detokenizer detokenize;
@@ -361,13 +363,19 @@ void RolloutEngine::update_weights(const ModelWeights& weights, int64_t version,
 
 int RolloutEngine::tensor_parallel() const { return impl_->model->tensor_parallel(); }
 
+void RolloutEngine::add_adapters(const LoraSpec& spec, const ModelWeights& base) {
+  if (impl_->model->applies_adapters()) impl_->model->add_adapters(spec);
+  else impl_->merged_adapters = std::make_unique<MergedAdapters>(config(), spec, base);
+}
+
 void RolloutEngine::update_weight_shards(const std::vector<ModelWeights>& shards, int64_t version, bool rewind) {
   // The same version again is a repeated delivery (a restarted peer's redone request).
   TANDEM_CHECK(rewind || version >= weight_version_,
                "weight version must not go back: engine has {}, update says {} (only a rewind to a checkpoint may)",
                weight_version_, version);
   // Canonical weights (one set) go to every rank, each taking its shard.
-  if (shards.size() == 1) impl_->model->update_weights(shards[0]);
+  if (shards.size() == 1 && impl_->merged_adapters) impl_->model->update_weights(impl_->merged_adapters->merge(shards[0]));
+  else if (shards.size() == 1) impl_->model->update_weights(shards[0]);
   else impl_->model->update_weight_shards(shards);
   // Samples in flight continue on the new weights (a partial rollout): the cache holds the
   // old weights' keys and values, so each is recomputed from its prompt and tokens so far.

@@ -7,6 +7,7 @@
 // Not thread-safe: one thread drives an engine.
 #pragma once
 
+#include "actor/lora.h"
 #include "actor/model_config.h"
 #include "actor/model_weights.h"
 #include "core/config.h"
@@ -109,6 +110,11 @@ class RolloutEngine {
   // what the resharding weight sync delivers.
   void update_weight_shards(const std::vector<ModelWeights>& shards, int64_t version, bool rewind = false);
   int tensor_parallel() const;
+  // LoRA adapters on the engine's model, zero until update_weights brings them by name (the
+  // base weights staying as they are): applied unmerged where the backend can
+  // (ModelBackend::applies_adapters: the CPU backend), else merged on the host from `base`,
+  // the weights the engine was made with (rollout/merged_adapters.h).
+  void add_adapters(const LoraSpec& spec, const ModelWeights& base);
 
   // The next turn of a session that ended one (GeneratedSample::session): `tokens` (the
   // tool's or environment's message, rendered) are appended after the turn's last token

@@ -33,6 +33,8 @@ class CpuBackend final : public ModelBackend {
   void update_weights(const ModelWeights& update) override { model_.update_weights(update); }
   int tensor_parallel() const override { return model_.tensor_parallel(); }
   void update_weight_shards(const std::vector<ModelWeights>& shards) override { model_.update_shards(shards); }
+  void add_adapters(const LoraSpec& spec) override { model_.add_adapters(spec); }
+  bool applies_adapters() const override { return true; }
   int64_t kv_blocks() const override { return caches_[0].shape().num_blocks; }
   void forward(const ForwardBatch& batch, std::vector<float>& logits) override { model_.forward(batch, caches_, logits); }
   void copy_kv_blocks(const std::vector<KvBlockCopy>& copies) override {
@@ -54,6 +56,12 @@ class CpuBackend final : public ModelBackend {
 void ModelBackend::update_weight_shards(const std::vector<ModelWeights>& shards) {
   TANDEM_CHECK(shards.size() == 1, "{}: {} weight shards for an engine that is not split", name(), shards.size());
   update_weights(shards[0]);
+}
+
+void ModelBackend::add_adapters(const LoraSpec&) {
+  throw Error(fmt::format("learner.lora: the {} rollout backend does not apply LoRA adapters unmerged; the CPU "
+                          "backend does",
+                          name()));
 }
 
 std::unique_ptr<ModelBackend> make_model_backend(const ModelConfig& config, ModelWeights weights,

@@ -11,6 +11,7 @@
 // conformance suite (tests/rollout/test_rollout_backends.cpp).
 #pragma once
 
+#include "actor/lora.h"
 #include "actor/model_config.h"
 #include "actor/model_weights.h"
 #include "rollout/kv_cache.h"
@@ -51,6 +52,10 @@ class ModelBackend {
   // of actor/tensor_parallel_layout.h; a subset is fine), checked first as above. Unsplit,
   // the one shard is the canonical model.
   virtual void update_weight_shards(const std::vector<ModelWeights>& shards);
+  // LoRA adapters applied unmerged (rollout/cpu_model.h), zero until update_weights brings
+  // them by name. A backend that cannot apply them throws Error saying so.
+  virtual void add_adapters(const LoraSpec& spec);
+  virtual bool applies_adapters() const { return false; }
   // Blocks of its paged KV cache (each EngineOptions::block_size token slots).
   virtual int64_t kv_blocks() const = 0;
   // Runs the step: appends the keys and values of batch.tokens to the cache at the

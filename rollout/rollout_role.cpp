@@ -1,5 +1,6 @@
 #include "rollout/rollout_role.h"
 
+#include "actor/lora.h"
 #include "actor/model_weights.h"
 #include "actor/presets.h"
 #include "core/config.h"
@@ -42,6 +43,7 @@ struct RolloutState {
   KeptEndpoint<WeightReceiver> receiver{make_weight_receiver};
   std::map<std::string, std::unique_ptr<WeightReceiver>> shard_receivers;  // resharding: per segment, kept
   RolloutConfig rollout;
+  LoraSpec lora;  // rank 0: no adapters; else the sync brings adapters only
   std::unique_ptr<RolloutMultiTurn> multi_turn;  // the config lists tools or an environment
   std::function<void(const Config&)> prepare;     // rollout_command_handler's
 
@@ -66,7 +68,17 @@ struct RolloutState {
       const KvCacheShape shape{model.num_hidden_layers, model.num_key_value_heads, model.head_dim, options.block_size, 0};
       options.max_pinned_blocks = (config.rollout.multi_turn.kv_pin_mb << 20) / shape.bytes_per_block();
     }
-    engine = std::make_unique<RolloutEngine>(model, load_model_weights(model_dir, model), options);
+    ModelWeights weights = load_model_weights(model_dir, model);
+    lora = {};
+    if (config.learner.lora.enabled()) {
+      // LoRA: the engine keeps the base and takes only adapters from the learners.
+      const LoraConfig& l = config.learner.lora;
+      lora = {l.rank, l.alpha, lora_modules(l.target_modules), l.dropout, static_cast<uint64_t>(config.experiment.seed)};
+      engine = std::make_unique<RolloutEngine>(model, weights, options);
+      engine->add_adapters(lora, weights);
+    } else {
+      engine = std::make_unique<RolloutEngine>(model, std::move(weights), options);
+    }
     multi_turn.reset();
     if (config.multi_turn()) {
       const std::vector<int32_t> eos(model.eos_token_ids.begin(), model.eos_token_ids.end());
@@ -220,7 +232,11 @@ struct RolloutState {
     RolloutEngine& e = require_engine(command.name);
     const Body<wire::RolloutLoadWeights> body(command.body, command.name);
     std::vector<ExpectedTensor> expected;
-    for (const WeightSpec& spec : expected_weights(e.config())) expected.push_back({spec.name, spec.shape});
+    if (lora.rank > 0) {  // the adapters, canonical; the base never changes
+      for (const ParameterShard& s : lora_adapter_layout(e.config(), lora, {})) expected.push_back({s.name, s.canonical_shape});
+    } else {
+      for (const WeightSpec& spec : expected_weights(e.config())) expected.push_back({spec.name, spec.shape});
+    }
     std::vector<WeightTensor> tensors;
     int64_t version = 0;
     if (body->isLocal()) {

@@ -44,7 +44,9 @@ WeightSyncOptions TrainingLoop::transport_options() const {
   // Split learners or engines on one host: each learner shard writes each engine shard its
   // slices (weight_sync/reshard.h); nothing is gathered. Other transports (and cuda_ipc)
   // send whole tensors from learner rank 0, which each engine rank then cuts.
-  if (o.method == "shm" && (c_.learner.tensor_parallel > 1 || c_.rollout.tensor_parallel > 1)) {
+  // (LoRA moves only its adapters, whole: a few MB at most.)
+  if (o.method == "shm" && (c_.learner.tensor_parallel > 1 || c_.rollout.tensor_parallel > 1) &&
+      !c_.learner.lora.enabled()) {
     o.reshard_sources = static_cast<int>(c_.learner.tensor_parallel);
     o.reshard_destinations = static_cast<int>(c_.rollout.tensor_parallel);
   }
@@ -73,7 +75,11 @@ void TrainingLoop::sync_through_mailbox(int64_t version, bool rewind, bool throu
               transport.reshard_sources, transport.reshard_destinations);
   }
   publishing_ = true;  // a rollout worker restarted meanwhile gets this version in the load below
-  call_learners("learner_publish", learner_client::publish_body(version, local, through_transport ? &transport : nullptr));
+  last_sync_bytes_ = 0;
+  for (const CommandReply& reply :
+       call_learners("learner_publish", learner_client::publish_body(version, local, through_transport ? &transport : nullptr))) {
+    last_sync_bytes_ += learner_client::published_bytes(reply);
+  }
   publishing_ = false;
   weight_version_ = version;
   shm_published_ = through_transport;
@@ -150,6 +156,8 @@ void TrainingLoop::send_group_sync(int64_t version, bool rewind, bool local, std
   for (const auto& [worker, id] : loads) ids.push_back(id);
   auto replies = pool_.wait(ids);
   for (const auto& [worker, id] : loads) check_loaded(worker, replies.at(id), version);
+  last_sync_bytes_ = 0;
+  for (size_t i = 0; i < learner_hosts().size(); ++i) last_sync_bytes_ += learner_client::published_bytes(replies.at(ids[i]));
 }
 
 void TrainingLoop::drain_attempt(const std::vector<uint64_t>& ids, const std::vector<int64_t>& group_members) {

@@ -366,6 +366,9 @@ void TrainingLoop::run_step(int64_t step) {
     row.emplace_back("reward/overlong_penalty", penalty / n);
   }
   if (!std::isnan(probe_diff)) row.emplace_back("sync/probe_logprob_max_diff", probe_diff);
+  // What the sync moved (LoRA: the adapters only; split layouts: each engine rank's slices).
+  if (last_sync_bytes_ >= 0) row.emplace_back("sync/bytes", static_cast<double>(last_sync_bytes_));
+  last_sync_bytes_ = -1;  // the next step's row reports its own syncs
   // As verl does, the last step is evaluated too, whatever its number.
   const int64_t eval_every = c_.experiment.eval_every;
   if (eval_every > 0 && !val_data_.rows.empty() && (step % eval_every == 0 || step == c_.experiment.steps)) {

@@ -359,6 +359,7 @@ class TrainingLoop {
   std::unique_ptr<MetricsWriter> val_samples_log_;  // val_samples.jsonl
   std::unique_ptr<ProgressLine> progress_;
   int64_t weight_version_ = 0;      // what the rollout workers hold
+  int64_t last_sync_bytes_ = -1;    // the learners' stream bytes of the latest sync (-1: none this step)
   bool shm_published_ = false;      // shm_name_ holds weight_version_
   bool publishing_ = false;         // learners are writing the next version
   bool synced_ = false;              // a sync has run since the workers started

@@ -68,6 +68,11 @@ std::string publish_body(int64_t version, bool local, const WeightSyncOptions* t
   });
 }
 
+int64_t published_bytes(const CommandReply& reply) {
+  const Body<wire::Published> body(reply.reply.body, reply_what("learner_publish", reply));
+  return body->getBytes();
+}
+
 std::string free_port_body(const std::string& host) {
   return encode_body<wire::FreePortRequest>([&](wire::FreePortRequest::Builder out) { out.setHost(host); });
 }

@@ -50,6 +50,8 @@ SftResult read_sft(const CommandReply& reply);
 // learner_publish: `local` also hands the weights to the rollout engine in the learner's
 // process; `transport` (may be null) sends them over it.
 std::string publish_body(int64_t version, bool local, const WeightSyncOptions* transport);
+// The stream bytes a learner_publish reply says its rank sent (0 for ranks that send nothing).
+int64_t published_bytes(const CommandReply& reply);
 
 std::string free_port_body(const std::string& host);
 int read_free_port(const CommandReply& reply);

@@ -1,5 +1,6 @@
 // `tandem run` end to end on real worker processes: both placements, the metrics and
 // files a run leaves, plugin rewards and critics, and a failing reward.
+#include "actor/lora.h"
 #include "actor/model_config.h"
 #include "actor/model_weights.h"
 #include "actor/presets.h"
@@ -214,11 +215,28 @@ TEST_CASE("a LoRA run trains its adapters over the frozen base and leaves them i
   TempDir dir;
   const std::string run = run_config(dir, kShortRun,
                                      {"learner.lora.rank=4", "learner.lora.target_modules=[q_proj, v_proj, down_proj]",
-                                      "algorithm.entropy_coef=0.01", "learner.optimizer.lr=1.0e-2"},
+                                      "algorithm.entropy_coef=0.01", "learner.optimizer.lr=1.0e-2",
+                                      "weight_sync.probe_every=1"},
                                      0);
   const auto lines = metric_lines(run);
   REQUIRE(lines.size() == 4);
   CHECK(lines[0].at("actor/grad_norm").get<double>() > 0);
+  // Each sync moved the adapters only (their float32 values, each tensor 64-byte aligned),
+  // and the engines, applying them over the base they hold, score as the learner does.
+  const ModelConfig tiny = read_model_config(resolve_model_path("builtin:tiny") + "/config.json");
+  int64_t adapter_bytes = 0, aligned_bytes = 0;
+  for (const ParameterShard& s : lora_adapter_layout(tiny, {4, 16.0, {"q_proj", "v_proj", "down_proj"}}, {})) {
+    const int64_t bytes = 4 * s.canonical_shape[0] * s.canonical_shape[1];
+    adapter_bytes += bytes;
+    aligned_bytes += (bytes + 63) / 64 * 64;
+  }
+  const double bound = probe_bound(run, kLongestShortRunSequence, 1.0);
+  for (const nlohmann::json& line : lines) {
+    CHECK(line.at("sync/bytes").get<double>() >= static_cast<double>(adapter_bytes));
+    CHECK(line.at("sync/bytes").get<double>() <= static_cast<double>(aligned_bytes));
+    CHECK(line.at("sync/bytes").get<double>() < 4.0 * static_cast<double>(parameter_count(tiny)) / 10);
+    CHECK(line.at("sync/probe_logprob_max_diff").get<double>() <= bound);
+  }
   // The policy is the merged model (any loader reads it) and the adapters beside it.
   const ModelConfig config = read_model_config(run + "/policy/config.json");
   const ModelWeights policy = load_model_weights(run + "/policy", config);

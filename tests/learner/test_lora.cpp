@@ -10,6 +10,9 @@
 #include "core/safetensors.h"
 #include "learner/collectives.h"
 #include "learner/trainer.h"
+#include "rollout/engine.h"
+#include "rollout/merged_adapters.h"
+#include "rollout/model_backend.h"
 #include "tests/support/forward_tolerance.h"
 #include "tests/support/reference_model.h"
 #include "tests/support/trainer_ranks.h"
@@ -56,7 +59,92 @@ double relative_l2(const at::Tensor& got, const at::Tensor& want) {
   return (got.to(at::kDouble) - w).norm().item<double>() / w.norm().item<double>();
 }
 
+// One prefill of `tokens` on `backend`: every position's logits.
+std::vector<float> prefill_logits(ModelBackend& backend, const std::vector<int32_t>& tokens) {
+  std::vector<int32_t> table;
+  for (int32_t b = 0; b * 16 < static_cast<int32_t>(tokens.size()); ++b) table.push_back(b);
+  ForwardBatch batch;
+  batch.tokens = tokens;
+  batch.sequences.push_back({0, static_cast<int64_t>(tokens.size()), 0, table.data()});
+  for (size_t t = 0; t < tokens.size(); ++t) batch.logit_rows.push_back(static_cast<int64_t>(t));
+  std::vector<float> logits;
+  backend.forward(batch, logits);
+  return logits;
+}
+
+ModelWeights as_weights(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  std::vector<WeightTensor> out;
+  for (const auto& [name, t] : tensors) {
+    const at::Tensor c = t.contiguous();
+    out.push_back({name, c.sizes().vec(), std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel())});
+  }
+  return ModelWeights(std::move(out));
+}
+
 }  // namespace
+
+TEST_CASE("the rollout engine applies the learner's adapters unmerged, split or not, and merges them where it must") {
+  // What an adapter-only weight sync relies on: the engine holds the base, takes the
+  // adapters by name, and computes what the adapted learner computes. Both evaluate
+  // W·x + s·B·(A·x) in float32 (no merged weight anywhere), the learner with libtorch's
+  // sums, the engine with its own: two forwards of the merged model's size, within twice
+  // forward_tolerance.h's logit bound. The merged fallback (backends that cannot apply
+  // adapters) forms W + s·B·A once more: the same bound holds, on the merged weights.
+  for (const TestModel& m : test_models()) {
+    CAPTURE(m.name);
+    const ModelConfig& c = m.config;
+    const ModelWeights base = random_model_weights(c, 13, 0.15, true);
+    const LoraSpec spec = spec_for({"all-linear"});
+    PolicyModel adapted(c, base, at::kFloat);
+    adapted.add_adapters(spec);
+    randomize_b(adapted, 14);
+    const ModelWeights adapters = as_weights(adapted.adapter_tensors());
+    const ModelWeights merged = adapted.to_weights();
+    std::mt19937_64 rng(15);
+    const std::vector<int32_t> tokens = random_tokens(rng, 21, c.vocab_size);
+    at::Tensor want;
+    {
+      c10::NoGradGuard no_grad;
+      want = adapted.forward(packed_layout({tokens}, 21)).reshape({-1}).to(at::kDouble);
+    }
+    const double bound = 2 * logit_tolerance(c, merged, 21);
+    EngineOptions options;
+    options.kv_cache_bytes = 8 << 20;
+    for (const int split : {1, 2}) {
+      CAPTURE(split);
+      options.tensor_parallel = split;
+      std::unique_ptr<ModelBackend> engine = make_model_backend(c, base, options);
+      engine->add_adapters(spec);
+      const std::vector<float> before = prefill_logits(*engine, tokens);  // zero adapters: the base model
+      engine->update_weights(adapters);
+      const std::vector<float> got = prefill_logits(*engine, tokens);
+      REQUIRE(static_cast<int64_t>(got.size()) == want.numel());
+      double worst = 0, moved = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double d = std::abs(got[i] - want[static_cast<int64_t>(i)].item<double>());
+        worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+        moved = std::max(moved, std::abs(static_cast<double>(got[i]) - before[i]));
+      }
+      CHECK(worst <= bound);
+      CHECK(moved > 1e-3);  // the adapters arrived and matter
+      // A tensor the engine does not have is refused, naming it, before anything changes.
+      CHECK_THROWS_WITH_AS(engine->update_weights(ModelWeights({{"model.layers.0.mlp.up_proj.lora_C.weight", {1}, {0}}})),
+                           doctest::Contains("lora_C"), Error);
+    }
+    // The merged fallback: the same adapters through MergedAdapters into a plain backend.
+    options.tensor_parallel = 1;
+    std::unique_ptr<ModelBackend> plain = make_model_backend(c, base, options);
+    MergedAdapters merging(c, spec, base);
+    plain->update_weights(merging.merge(adapters));
+    const std::vector<float> got = prefill_logits(*plain, tokens);
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double d = std::abs(got[i] - want[static_cast<int64_t>(i)].item<double>());
+      worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+    }
+    CHECK(worst <= bound);
+  }
+}
 
 TEST_CASE("target modules: all-linear is every projection; a name that is none is refused") {
   CHECK(lora_modules({"all-linear"}).size() == 7);
