@@ -13,6 +13,7 @@
 #include "rollout/engine.h"
 #include "rollout/merged_adapters.h"
 #include "rollout/model_backend.h"
+#include "tests/support/backend_prefill.h"
 #include "tests/support/forward_tolerance.h"
 #include "tests/support/reference_model.h"
 #include "tests/support/trainer_ranks.h"
@@ -59,17 +60,11 @@ double relative_l2(const at::Tensor& got, const at::Tensor& want) {
   return (got.to(at::kDouble) - w).norm().item<double>() / w.norm().item<double>();
 }
 
-// One prefill of `tokens` on `backend`: every position's logits.
+// One prefill of `tokens` on `backend` (blocks of 16 slots, in order): every position's logits.
 std::vector<float> prefill_logits(ModelBackend& backend, const std::vector<int32_t>& tokens) {
   std::vector<int32_t> table;
   for (int32_t b = 0; b * 16 < static_cast<int32_t>(tokens.size()); ++b) table.push_back(b);
-  ForwardBatch batch;
-  batch.tokens = tokens;
-  batch.sequences.push_back({0, static_cast<int64_t>(tokens.size()), 0, table.data()});
-  for (size_t t = 0; t < tokens.size(); ++t) batch.logit_rows.push_back(static_cast<int64_t>(t));
-  std::vector<float> logits;
-  backend.forward(batch, logits);
-  return logits;
+  return tandem::testing::prefill_logits(backend, tokens, table);
 }
 
 ModelWeights as_weights(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "actor/tensor_parallel_layout.h"
 #include "core/half.h"
+#include "tests/support/backend_prefill.h"
 #include "tests/support/forward_tolerance.h"
 #include "tests/support/kernel_checks.h"
 #include "kernels/device_probe.h"
@@ -127,18 +128,6 @@ std::vector<double> flatten(const Matrix& m) {
   std::vector<double> out;
   for (const std::vector<double>& row : m) out.insert(out.end(), row.begin(), row.end());
   return out;
-}
-
-// Logits of every position of `tokens`, one prefill step into the blocks of `table`.
-std::vector<float> prefill_logits(ModelBackend& backend, const std::vector<int32_t>& tokens,
-                                  const std::vector<int32_t>& table) {
-  ForwardBatch batch;
-  batch.tokens = tokens;
-  batch.sequences.push_back({0, static_cast<int64_t>(tokens.size()), 0, table.data()});
-  for (size_t t = 0; t < tokens.size(); ++t) batch.logit_rows.push_back(static_cast<int64_t>(t));
-  std::vector<float> logits;
-  backend.forward(batch, logits);
-  return logits;
 }
 
 // Blocks [first, first + count) in scattered order.
