@@ -1,6 +1,7 @@
 #include "actor/lora.h"
 
 #include "core/error.h"
+#include "core/half.h"
 
 #include <nlohmann/json.hpp>
 
@@ -68,6 +69,24 @@ std::vector<ParameterShard> lora_adapter_layout(const ModelConfig& config, const
     }
   }
   return layout;
+}
+
+bool is_layer_projection_weight(const std::string& name) {
+  if (name.rfind("model.layers.", 0) != 0) return false;
+  for (const std::string& projection : lora_projections()) {
+    const std::string suffix = "." + projection + ".weight";
+    if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) return true;
+  }
+  return false;
+}
+
+void round_projections_to_bf16(ModelWeights& weights) {
+  std::vector<WeightTensor> tensors = weights.tensors();
+  for (WeightTensor& t : tensors) {
+    if (!is_layer_projection_weight(t.name)) continue;
+    for (float& x : t.data) x = bf16_to_float(float_to_bf16(x));
+  }
+  weights = ModelWeights(std::move(tensors));
 }
 
 bool is_lora_tensor(const std::string& name) {

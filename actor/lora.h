@@ -10,6 +10,7 @@
 #pragma once
 
 #include "actor/model_config.h"
+#include "actor/model_weights.h"
 #include "actor/tensor_parallel_layout.h"
 
 #include <cstdint>
@@ -24,6 +25,7 @@ struct LoraSpec {
   std::vector<std::string> modules;  // projection names, all-linear expanded (lora_modules)
   double dropout = 0.0;
   uint64_t seed = 0;  // A's initialisation and the dropout masks
+  bool base_bf16 = false;  // the frozen base's layer projections stored in bf16 (learner.lora.base_dtype)
   double scale() const { return alpha / static_cast<double>(rank); }
 };
 
@@ -44,6 +46,14 @@ std::vector<ParameterShard> lora_adapter_layout(const ModelConfig& config, const
                                                 const TensorParallelSpec& split);
 // The same canonical names and shapes, unsplit: what an adapter-only weight sync moves.
 bool is_lora_tensor(const std::string& name);
+
+// Whether `name` is a layer projection's weight (q/k/v/o, gate/up/down): what
+// learner.lora.base_dtype bf16 stores in bf16.
+bool is_layer_projection_weight(const std::string& name);
+// Rounds every layer projection weight of `weights` to the nearest bf16 value (kept in
+// float32, ties to even, as a conversion to bf16 rounds): the base a bf16-stored learner
+// computes with.
+void round_projections_to_bf16(ModelWeights& weights);
 
 // A PEFT adapter directory's adapter_config.json for `spec` on the model at `base_model`.
 std::string peft_adapter_config(const LoraSpec& spec, const std::string& base_model);

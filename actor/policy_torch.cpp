@@ -161,7 +161,11 @@ void PolicyModel::add_adapters(const LoraSpec& spec) {
   TANDEM_CHECK(spec.rank > 0 && !spec.modules.empty(), "LoRA needs a rank > 0 and target modules");
   lora_ = spec;
   dropout_generator_ = at::make_generator<at::CPUGeneratorImpl>(spec.seed ^ 0x5DEECE66Dull);
-  for (auto& [name, p] : parameters_) p.set_requires_grad(false);  // the base model is frozen
+  for (auto& [name, p] : parameters_) {
+    p.set_requires_grad(false);  // the base model is frozen
+    // bf16 storage: linear() computes in the compute dtype whatever the storage.
+    if (spec.base_bf16 && is_layer_projection_weight(name)) p = p.detach().to(at::kBFloat16);
+  }
   const TensorParallelSpec split = tensor_parallel_ ? tensor_parallel_->spec() : TensorParallelSpec{};
   const std::vector<ParameterShard> layout = lora_adapter_layout(config_, spec, split);
   for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {

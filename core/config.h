@@ -232,6 +232,9 @@ struct LoraConfig {
   // among q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj.
   std::vector<std::string> target_modules = {"all-linear"};
   double dropout = 0.0;  // on an adapter's input, in training only
+  // Storage of the frozen base's layer projections: fp32, or bf16 (half the memory; the
+  // rollout engines round their base alike, so both compute with the same weights).
+  std::string base_dtype = "fp32";
   bool enabled() const { return rank > 0; }
 };
 

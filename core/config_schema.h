@@ -281,6 +281,10 @@ template <class V> void describe(V& v, LoraConfig& c) {
   v.field("target_modules", c.target_modules, text_list(),
           "all-linear (q/k/v/o and gate/up/down of every layer), or a list of those module names");
   v.field("dropout", c.dropout, between(0.0, 0.9), "dropout on each adapter's input while training");
+  v.field("base_dtype", c.base_dtype, one_of({"fp32", "bf16"}),
+          "storage of the frozen base model's layer projections: bf16 halves their memory (rounded once at "
+          "start; the rollout engines round their base the same way, and the exported policy is that base plus "
+          "the adapters)");
 }
 
 template <class V> void describe(V& v, LearnerConfig& c) {

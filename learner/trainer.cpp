@@ -110,7 +110,7 @@ Trainer::Impl::Impl(const ModelConfig& config, const ModelWeights& weights, cons
                  "learner.lora.dropout {} with learner.sharding fsdp: fsdp recomputes each layer for its backward, "
                  "with other dropout masks (use ddp or zero2, or dropout 0)",
                  l.dropout);
-    model.add_adapters({l.rank, l.alpha, lora_modules(l.target_modules), l.dropout, o.seed});
+    model.add_adapters({l.rank, l.alpha, lora_modules(l.target_modules), l.dropout, o.seed, l.base_dtype == "bf16"});
   }
 
   // The critic's value head, or the reward model's score head: the same [1, hidden] + [1]

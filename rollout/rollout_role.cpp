@@ -73,7 +73,9 @@ struct RolloutState {
     if (config.learner.lora.enabled()) {
       // LoRA: the engine keeps the base and takes only adapters from the learners.
       const LoraConfig& l = config.learner.lora;
-      lora = {l.rank, l.alpha, lora_modules(l.target_modules), l.dropout, static_cast<uint64_t>(config.experiment.seed)};
+      lora = {l.rank, l.alpha, lora_modules(l.target_modules), l.dropout, static_cast<uint64_t>(config.experiment.seed),
+              l.base_dtype == "bf16"};
+      if (lora.base_bf16) round_projections_to_bf16(weights);  // the base the learners compute with
       engine = std::make_unique<RolloutEngine>(model, weights, options);
       engine->add_adapters(lora, weights);
     } else {

@@ -70,6 +70,15 @@ double lora_parameters(const ModelConfig& m, const LoraConfig& lora) {
   return values;
 }
 
+// The values of the layer projections (what learner.lora.base_dtype bf16 stores in 2 bytes).
+double projection_parameters(const ModelConfig& m) {
+  double values = 0;
+  for (const WeightSpec& spec : expected_weights(m)) {
+    if (is_layer_projection_weight(spec.name)) values += static_cast<double>(spec.shape[0] * spec.shape[1]);
+  }
+  return values;
+}
+
 }  // namespace
 
 double MemoryEstimate::learner_rank_bytes() const { return sum(learner_rank); }
@@ -99,7 +108,11 @@ MemoryEstimate estimate_memory(const Config& c, const ModelConfig& model, int64_
   // moments sharded; fsdp all of it sharded.
   const double values = sharding == "fsdp" ? trained / ranks : trained;
   const double sharded = sharding == "ddp" ? trained : trained / ranks;
-  if (lora) e.learner_rank.push_back({"frozen base model", kFloat * split});
+  if (lora) {
+    // bf16 storage halves the layer projections; embeddings, head and norms stay float32.
+    const double bf16_values = c.learner.lora.base_dtype == "bf16" ? projection_parameters(model) / t : 0;
+    e.learner_rank.push_back({"frozen base model", kFloat * (split - bf16_values) + 2 * bf16_values});
+  }
   e.learner_rank.push_back({lora ? "LoRA adapters" : "parameters", kFloat * values});
   e.learner_rank.push_back({"gradients", kFloat * sharded});
   if (adamw) e.learner_rank.push_back({"AdamW moments", 2 * kFloat * sharded});

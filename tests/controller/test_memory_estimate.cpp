@@ -100,6 +100,12 @@ TEST_CASE("a learner rank holds parameters, gradients and moments as its shardin
   for (const auto& item : e.learner_rank) CHECK(item.what != "KL reference");  // the base is the reference
   l.sft.steps = 5;  // after a warm-up the merged warmed-up policy is the reference: a copy
   CHECK(part(estimate_memory(l, m, 10).learner_rank, "KL reference").bytes == 4 * p);
+  // base_dtype bf16: the layer projections in 2 bytes, the rest (embeddings, head, norms) in 4.
+  l.learner.lora.base_dtype = "bf16";
+  const double projections = static_cast<double>(m.num_hidden_layers) *
+                             static_cast<double>(m.hidden_size * (m.q_size() + 2 * m.kv_size()) +
+                                                 m.q_size() * m.hidden_size + 3 * m.hidden_size * m.intermediate_size);
+  CHECK(part(estimate_memory(l, m, 10).learner_rank, "frozen base model").bytes == 4 * p - 2 * projections);
 }
 
 TEST_CASE("a run over this host's memory, or a process over any machine's, is refused with its largest part") {

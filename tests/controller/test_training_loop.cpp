@@ -253,6 +253,15 @@ TEST_CASE("a LoRA run trains its adapters over the frozen base and leaves them i
   CHECK(peft.at("target_modules") == nlohmann::json::array({"q_proj", "v_proj", "down_proj"}));
   CHECK(peft.at("base_model_name_or_path") == "builtin:tiny");
   CHECK(fs::exists(run + "/checkpoints/step_4/adapter/adapter_model.safetensors"));
+  // A bf16-stored base: the engines round theirs alike, so the probe still agrees.
+  TempDir half_dir;
+  const std::string half = run_config(half_dir, kShortRun,
+                                      {"experiment.steps=2", "experiment.checkpoint_every=2", "learner.lora.rank=4",
+                                       "learner.lora.base_dtype=bf16", "weight_sync.probe_every=1"},
+                                      0);
+  for (const nlohmann::json& line : metric_lines(half)) {
+    CHECK(line.at("sync/probe_logprob_max_diff").get<double>() <= probe_bound(half, kLongestShortRunSequence, 1.0));
+  }
   // A typo in the targets is refused before the run, naming the key.
   const ExitStatus refused = run_tandem({"validate", dir.path() + "/run.yaml", "--set", "learner.lora.rank=4", "--set",
                                          "learner.lora.target_modules=[q_proj, qv_proj]"},

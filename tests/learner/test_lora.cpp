@@ -175,6 +175,42 @@ TEST_CASE("an adapted model computes its merged model; with adapters off, its ba
   }
 }
 
+TEST_CASE("a bf16-stored base holds its projections in 2 bytes and computes as the base rounded to bf16") {
+  // learner.lora.base_dtype bf16: the projections are rounded once; linear() widens them to
+  // the compute dtype exactly, so the model is the float32 one on rounded weights, bit for bit
+  // (the rollout engines round their base with round_projections_to_bf16 alike).
+  for (const TestModel& m : test_models()) {
+    CAPTURE(m.name);
+    const ModelConfig& c = m.config;
+    const ModelWeights weights = random_model_weights(c, 21, 0.15, true);
+    ModelWeights rounded = weights;
+    round_projections_to_bf16(rounded);
+    LoraSpec stored_bf16 = spec_for({"q_proj", "down_proj"});
+    stored_bf16.base_bf16 = true;
+    PolicyModel half(c, weights, at::kFloat);
+    half.add_adapters(stored_bf16);
+    PolicyModel exact(c, rounded, at::kFloat);
+    exact.add_adapters(spec_for({"q_proj", "down_proj"}));
+    randomize_b(half, 22);
+    randomize_b(exact, 22);
+    int64_t bytes = 0, float_bytes = 0;
+    for (const auto& [name, p] : half.named_parameters()) {
+      CAPTURE(name);
+      CHECK((p.scalar_type() == (is_layer_projection_weight(name) ? at::kBFloat16 : at::kFloat)));
+      bytes += p.numel() * static_cast<int64_t>(p.element_size());
+      float_bytes += p.numel() * 4;
+    }
+    CHECK(bytes < float_bytes);
+    std::mt19937_64 rng(23);
+    const TokenLayout layout = packed_layout({random_tokens(rng, 9, c.vocab_size)}, 9);
+    c10::NoGradGuard no_grad;
+    CHECK(max_abs_diff(half.forward(layout), exact.forward(layout)) == 0.0);
+    // The merged export is that base plus the adapters: the rounded weights where B·A is 0.
+    CHECK(half.to_weights().get("model.layers.0.self_attn.k_proj.weight").data ==
+          rounded.get("model.layers.0.self_attn.k_proj.weight").data);
+  }
+}
+
 TEST_CASE("the adapters' gradients are the chain rule through the merged weight") {
   const ModelConfig c = test_models()[1].config;  // attention biases, MHA
   const ModelWeights weights = random_model_weights(c, 6, 0.15, true);
