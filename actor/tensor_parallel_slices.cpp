@@ -186,16 +186,20 @@ ReshardPlan plan_reshard(const ModelConfig& config, int source_size, int destina
   return plan;
 }
 
+void copy_from_canonical(const ParameterShard& shard, const float* canonical, float* local) {
+  ParameterShard whole = shard;
+  whole.dim = -1;
+  whole.local_shape = whole.canonical_shape;
+  copy_block(whole, canonical, shard, local, shard_block(shard, split_axis(shard, whole)));
+}
+
 ModelWeights shard_model_weights(const ModelConfig& config, const ModelWeights& canonical,
                                  const TensorParallelSpec& spec) {
-  const std::vector<ParameterShard> whole = tensor_parallel_layout(config, {1, 0});
   std::vector<WeightTensor> local;
   for (const ParameterShard& shard : tensor_parallel_layout(config, spec)) {
-    const ParameterShard& full = whole[local.size()];
     WeightTensor t{shard.name, shard.local_shape, {}};
     t.data.assign(static_cast<size_t>(t.numel()), 0.0f);
-    const int axis = split_axis(shard, full);
-    copy_block(full, canonical.get(shard.name).data.data(), shard, t.data.data(), shard_block(shard, axis));
+    copy_from_canonical(shard, canonical.get(shard.name).data.data(), t.data.data());
     local.push_back(std::move(t));
   }
   return ModelWeights(std::move(local));

@@ -79,6 +79,10 @@ struct ReshardPlan {
 // Throws Error (check_tensor_parallel's) when either size does not split `config`.
 ReshardPlan plan_reshard(const ModelConfig& config, int source_size, int destination_size);
 
+// Copies a rank's part of canonical tensor `canonical` into its local tensor `local`
+// (padding rows untouched).
+void copy_from_canonical(const ParameterShard& shard, const float* canonical, float* local);
+
 // A rank's local weights from canonical ones, padding rows zero.
 ModelWeights shard_model_weights(const ModelConfig& config, const ModelWeights& canonical,
                                  const TensorParallelSpec& spec);

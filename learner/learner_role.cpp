@@ -55,7 +55,6 @@ struct LearnerState {
   KeptEndpoint<WeightSender> sender{make_weight_sender};
   std::map<std::string, std::unique_ptr<WeightSender>> shard_senders;  // resharding: per segment, kept
   ModelConfig model_config;  // as learner_init read it (the layouts derive from it)
-  TrainerOptions trainer_options;
   // learner.snapshot: the run's snapshot directory on this host. Removed when the worker
   // ends on its own (the run is over, or its controller is gone), kept when it is killed:
   // the rank that replaces it loads from there. A worker that lost its controller keeps
@@ -115,7 +114,6 @@ struct LearnerState {
     collectives = Collectives::create(group);
     trainer = std::make_unique<Trainer>(model, load_model_weights(model_dir, model), options, *collectives);
     model_config = model;
-    trainer_options = options;
     return {encode_body<wire::LearnerReady>([](wire::LearnerReady::Builder out) { out.setIntraOpThreads(at::get_num_threads()); }),
             {}};
   }
@@ -208,12 +206,13 @@ struct LearnerState {
       });
       if (root) put_local_weights(std::move(local));
     }
-    if (body->hasTransport() && read_weight_sync_transport(body->getTransport(), command.name).reshard_sources > 0) {
-      stats = publish_shards(t, version, read_weight_sync_transport(body->getTransport(), command.name));
+    const WeightSyncOptions options =
+        body->hasTransport() ? read_weight_sync_transport(body->getTransport(), command.name) : WeightSyncOptions{};
+    if (body->hasTransport() && options.reshard_sources > 0) {
+      stats = publish_shards(t, version, options);
     } else if (body->hasTransport()) {
       // Sent from where the parameters live: host memory on the CPU, device memory on a GPU
       // (the cuda_ipc and nccl transports copy device to device; no host copy of the weights).
-      const WeightSyncOptions options = read_weight_sync_transport(body->getTransport(), command.name);
       t.with_sync_tensors([&](const std::vector<std::pair<std::string, at::Tensor>>& weights) {
         if (!root) return;
         std::vector<OutgoingTensor> tensors;
@@ -233,9 +232,9 @@ struct LearnerState {
   PublishStats publish_shards(const Trainer& t, int64_t version, const WeightSyncOptions& options) {
     PublishStats stats;
     const ReshardPlan& plan = cached_reshard_plan(model_config, options.reshard_sources, options.reshard_destinations);
-    TANDEM_CHECK(plan.source_size == static_cast<int>(std::max<int64_t>(1, trainer_options.learner.tensor_parallel)),
+    TANDEM_CHECK(plan.source_size == t.tensor_parallel(),
                  "weight sync: the controller planned {} learner shards, this learner has tensor_parallel {}",
-                 plan.source_size, trainer_options.learner.tensor_parallel);
+                 plan.source_size, t.tensor_parallel());
     const int source = t.tensor_rank();
     const bool sends = t.replica() == 0;
     t.with_local_weight_tensors([&](const std::vector<std::pair<std::string, at::Tensor>>& weights) {

@@ -541,6 +541,8 @@ void Trainer::with_sync_tensors(
   with_gathered_units([&] { use(impl_->model.adapter_tensors()); });
 }
 
+int Trainer::tensor_parallel() const { return impl_->tensor_ops ? impl_->tensor_ops->spec().size : 1; }
+
 int Trainer::tensor_rank() const { return impl_->tensor_ops ? impl_->tensor_ops->spec().rank : 0; }
 
 int Trainer::replica() const { return impl_->data().rank(); }

@@ -119,7 +119,8 @@ class Trainer {
   // the base it already holds; else the whole policy. Every rank must call it.
   void with_sync_tensors(
       const std::function<void(const std::vector<std::pair<std::string, at::Tensor>>&)>& use) const;
-  // This rank's place: tensor-parallel rank within its replica, and its replica.
+  // This rank's place: tensor-parallel rank within its replica (of tensor_parallel()), and its replica.
+  int tensor_parallel() const;
   int tensor_rank() const;
   int replica() const;
   // The critic's V(s_t) for every response token of `samples` (this rank's share), as

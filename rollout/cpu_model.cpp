@@ -99,11 +99,7 @@ void CpuModel::update_weights(const ModelWeights& update) {
       const WeightTensor& t = update.tensors()[i];
       const ParameterShard& local = (targets[i].adapter ? rank.adapter_layout : rank.layout)[targets[i].index];
       ModelWeights& held = targets[i].adapter ? rank.adapters : rank.weights;
-      ParameterShard whole = local;
-      whole.dim = -1;
-      whole.local_shape = whole.canonical_shape;
-      copy_block(whole, t.data.data(), local, held.get_mutable(t.name).data.data(),
-                 shard_block(local, split_axis(local, whole)));
+      copy_from_canonical(local, t.data.data(), held.get_mutable(t.name).data.data());
     }
   }
 }

@@ -142,12 +142,13 @@ TEST_CASE("a reshard plan covers every destination value once, and moving its sl
     for (int d = 0; d < to; ++d) {
       // Coverage: each canonical index of the destination's block exactly once.
       int64_t shard_values = 0;
-      for (const ParameterShard& p : plan.destination_layouts[d]) {
-        const int axis = split_axis(p, plan.source_layouts[0][&p - plan.destination_layouts[d].data()]);
+      for (size_t parameter = 0; parameter < plan.destination_layouts[d].size(); ++parameter) {
+        const ParameterShard& p = plan.destination_layouts[d][parameter];
+        const int axis = split_axis(p, plan.source_layouts[0][parameter]);
         const CanonicalBlock block = shard_block(p, axis);
         std::vector<int> hits(static_cast<size_t>(block.length()), 0);
         for (const SliceTransfer& s : plan.slices) {
-          if (s.destination != d || plan.destination_layouts[d][s.parameter].name != p.name) continue;
+          if (s.destination != d || s.parameter != parameter) continue;
           CHECK(s.block.axis == axis);
           for (int64_t i = s.block.begin; i < s.block.end; ++i) ++hits[static_cast<size_t>(i - block.begin)];
         }
