@@ -65,14 +65,6 @@ void check_config_rules(const LoadedConfig& loaded, std::vector<std::string>& pr
                         c.data.batch_size % c.rollout.workers));
   }
 
-  // The CUDA backend does not split a model yet (rollout/model_backend.cpp).
-  if (c.rollout.tensor_parallel > 1 && c.rollout.device == "cuda") {
-    problem_at({"rollout.tensor_parallel", "rollout.device"},
-               fmt::format("rollout.tensor_parallel {} runs on the CPU backend only for now; rollout.device cuda "
-                           "takes unsplit models (tensor_parallel: 1)",
-                           c.rollout.tensor_parallel));
-  }
-
   // Each optimizer step takes one mini-batch, split evenly over learner ranks, then into
   // micro-batches for gradient accumulation.
   // Tensor parallelism: each model spans tensor_parallel ranks, which see the same samples;

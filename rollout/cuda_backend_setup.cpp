@@ -5,6 +5,7 @@
 // the class in cuda_backend_impl.h.
 #include "rollout/cuda_backend.h"
 #include "rollout/cuda_backend_impl.h"
+#include "rollout/cuda_tensor_parallel.h"
 
 #include "core/error.h"
 #include "core/half.h"
@@ -44,10 +45,20 @@ int select_device(int ordinal) {
 }  // namespace
 
 template <typename T>
-CudaBackend<T>::CudaBackend(const ModelConfig& config, ModelWeights weights, const EngineOptions& options)
-    : config_(config), device_(select_device(options.cuda_device)), cublas_(stream_.get()) {
+CudaBackend<T>::CudaBackend(const ModelConfig& config, ModelWeights weights, const EngineOptions& options,
+                            const RankSetup& rank)
+    : config_(config),
+      rank_(rank),
+      local_(local_sizes(config, rank.spec)),
+      q_size_(local_.heads * config.head_dim),
+      kv_size_(local_.kv_heads * config.head_dim),
+      head_cols_(rank.spec.size == 1 ? config.head_rows() : local_.vocab_rows),
+      device_(select_device(rank.device)),
+      cublas_(stream_.get()) {
   const ModelConfig& c = config_;
-  check_weights(c, weights, "rollout engine");
+  TANDEM_CHECK((rank.spec.size == 1) == (rank.collectives == nullptr),
+               "rollout cuda backend: a split rank needs collectives, an unsplit one none");
+  if (rank.spec.size == 1) check_weights(c, weights, "rollout engine");
   TANDEM_CHECK(c.num_hidden_layers >= 1, "rollout cuda backend: the model has no layers");
   if (std::find(std::begin(kernels::kAttentionHeadDims), std::end(kernels::kAttentionHeadDims), c.head_dim) ==
       std::end(kernels::kAttentionHeadDims)) {
@@ -72,6 +83,9 @@ CudaBackend<T>::CudaBackend(const ModelConfig& config, ModelWeights weights, con
   device_name_ = props.name;
 
   allocate_weights();
+  check_update(weights);
+  TANDEM_CHECK(weights.tensors().size() == destinations_.size(), "rollout cuda backend: {} weight tensors for a "
+               "shard of {}", weights.tensors().size(), destinations_.size());
   for (const WeightTensor& t : weights.tensors()) upload(t, "loading weights");
   allocate_workspace();
   allocate_kv_cache(options);
@@ -81,7 +95,7 @@ CudaBackend<T>::CudaBackend(const ModelConfig& config, ModelWeights weights, con
   limits_.num_blocks = num_blocks_;
   limits_.max_tokens = max_tokens_;
   limits_.max_seqs = max_seqs_;
-  const int64_t heads = c.num_attention_heads, head_dim = c.head_dim;
+  const int64_t heads = local_.heads, head_dim = c.head_dim;
   limits_.decode_workspace_bytes = [heads, head_dim](int64_t seqs, int64_t max_seq_len) {
     return kernels::paged_decode_workspace_bytes(seqs, heads, head_dim, max_seq_len);
   };
@@ -105,7 +119,7 @@ void CudaBackend<T>::bind(const std::string& name, T* data) {
 template <typename T>
 void CudaBackend<T>::allocate_weights() {
   const ModelConfig& c = config_;
-  const int64_t hidden = c.hidden_size, qs = c.q_size(), kvs = c.kv_size(), inter = c.intermediate_size;
+  const int64_t hidden = c.hidden_size, qs = q_size_, kvs = kv_size_, inter = local_.intermediate;
   const int64_t qkv = qs + 2 * kvs;
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     const std::string p = "model.layers." + std::to_string(layer) + ".";
@@ -153,7 +167,7 @@ void CudaBackend<T>::allocate_weights() {
     l.down = down;
     layers_.push_back(l);
   }
-  T* embed = allocate_weight(c.vocab_size * hidden, "embed_tokens");
+  T* embed = allocate_weight(local_.vocab_rows * hidden, "embed_tokens");
   bind("model.embed_tokens.weight", embed);
   T* final_norm = allocate_weight(hidden, "norm");
   bind("model.norm.weight", final_norm);
@@ -166,18 +180,18 @@ void CudaBackend<T>::allocate_weights() {
   } else if (c.tie_word_embeddings) {
     lm_head_ = embed;  // one buffer: an update of the embeddings updates the head
   } else {
-    T* lm_head = allocate_weight(c.vocab_size * hidden, "lm_head");
+    T* lm_head = allocate_weight(local_.vocab_rows * hidden, "lm_head");
     bind("lm_head.weight", lm_head);
     lm_head_ = lm_head;
   }
-  // Every expected tensor has exactly one destination, with its shape.
-  const std::vector<WeightSpec> specs = expected_weights(c);
-  TANDEM_CHECK(specs.size() == destinations_.size(), "rollout cuda backend: {} destinations for {} tensors",
-               destinations_.size(), specs.size());
-  for (const WeightSpec& spec : specs) {
-    auto it = destinations_.find(spec.name);
-    TANDEM_CHECK(it != destinations_.end(), "rollout cuda backend: no destination for {}", spec.name);
-    it->second.shape = spec.shape;
+  // Every tensor of the rank's shard has exactly one destination, with its shape.
+  const std::vector<ParameterShard> layout = tensor_parallel_layout(c, rank_.spec);
+  TANDEM_CHECK(layout.size() == destinations_.size(), "rollout cuda backend: {} destinations for {} tensors",
+               destinations_.size(), layout.size());
+  for (const ParameterShard& shard : layout) {
+    auto it = destinations_.find(shard.name);
+    TANDEM_CHECK(it != destinations_.end(), "rollout cuda backend: no destination for {}", shard.name);
+    it->second.shape = shard.local_shape;
   }
 }
 
@@ -201,7 +215,13 @@ void CudaBackend<T>::upload(const WeightTensor& t, const char* where) {
 
 template <typename T>
 void CudaBackend<T>::update_weights(const ModelWeights& update) {
-  // Check everything before touching anything (as CpuModel::update_weights).
+  check_update(update);  // everything before touching anything (as CpuModel::update_weights)
+  use_device();
+  for (const WeightTensor& t : update.tensors()) upload(t, "weight update");
+}
+
+template <typename T>
+void CudaBackend<T>::check_update(const ModelWeights& update) const {
   for (const WeightTensor& t : update.tensors()) {
     auto it = destinations_.find(t.name);
     if (it == destinations_.end()) {
@@ -213,14 +233,12 @@ void CudaBackend<T>::update_weights(const ModelWeights& update) {
                               fmt::join(t.shape, ", "), fmt::join(it->second.shape, ", ")));
     }
   }
-  use_device();
-  for (const WeightTensor& t : update.tensors()) upload(t, "weight update");
 }
 
 template <typename T>
 void CudaBackend<T>::allocate_workspace() {
   const ModelConfig& c = config_;
-  const int64_t hidden = c.hidden_size, qs = c.q_size(), kvs = c.kv_size(), inter = c.intermediate_size;
+  const int64_t hidden = c.hidden_size, qs = q_size_, kvs = kv_size_, inter = local_.intermediate;
   const int64_t n = max_tokens_, e = static_cast<int64_t>(sizeof(T));
   residual_ = DeviceMemory(n * hidden * e, "workspace: residual");
   hidden_ = DeviceMemory(n * hidden * e, "workspace: normed hidden");
@@ -235,11 +253,13 @@ void CudaBackend<T>::allocate_workspace() {
   act_ = DeviceMemory(n * inter * e, "workspace: silu(gate) * up");
   rows_residual_ = DeviceMemory(max_rows_ * hidden * e, "workspace: logit rows (residual)");
   rows_y_ = DeviceMemory(max_rows_ * hidden * e, "workspace: logit rows");
-  logits_ = DeviceMemory(max_rows_ * c.head_rows() * static_cast<int64_t>(sizeof(float)), "workspace: logits");
+  const int64_t logit_bytes = max_rows_ * head_cols_ * static_cast<int64_t>(sizeof(float));
+  logits_ = DeviceMemory(logit_bytes, "workspace: logits");
+  if (rank_.spec.size > 1) gathered_logits_ = DeviceMemory(rank_.spec.size * logit_bytes, "workspace: gathered logits");
   const int64_t decode_bytes = std::max(
-      kernels::paged_decode_workspace_bytes(max_seqs_, c.num_attention_heads, c.head_dim,
+      kernels::paged_decode_workspace_bytes(max_seqs_, local_.heads, c.head_dim,
                                             std::min(c.max_position_embeddings, kDecodeWorkspaceTokens)),
-      kernels::paged_decode_workspace_bytes(1, c.num_attention_heads, c.head_dim, c.max_position_embeddings));
+      kernels::paged_decode_workspace_bytes(1, local_.heads, c.head_dim, c.max_position_embeddings));
   decode_workspace_ = DeviceMemory(decode_bytes, "workspace: decode attention partitions");
 
   std::vector<float> cos, sin;
@@ -264,7 +284,7 @@ template <typename T>
 void CudaBackend<T>::allocate_kv_cache(const EngineOptions& options) {
   const ModelConfig& c = config_;
   const int64_t per_block =
-      2 * c.num_hidden_layers * block_size_ * c.num_key_value_heads * c.head_dim * static_cast<int64_t>(sizeof(T));
+      2 * c.num_hidden_layers * block_size_ * local_.kv_heads * c.head_dim * static_cast<int64_t>(sizeof(T));
   size_t free_bytes = 0, total_bytes = 0;
   cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes), "sizing the KV cache", "cudaMemGetInfo");
   const int64_t budget = static_cast<int64_t>(static_cast<double>(free_bytes) * options.gpu_memory_fraction);
@@ -283,7 +303,7 @@ void CudaBackend<T>::allocate_kv_cache(const EngineOptions& options) {
   // then reads zeros rather than leftovers of another process.
   cuda_check(cudaMemsetAsync(kv_cache_.as<void>(), 0, static_cast<size_t>(kv_cache_.bytes()), stream_.get()),
              "KV cache", "cudaMemsetAsync");
-  const int64_t per_layer = blocks * block_size_ * c.num_key_value_heads * c.head_dim;  // elements, keys or values
+  const int64_t per_layer = blocks * block_size_ * local_.kv_heads * c.head_dim;  // elements, keys or values
   T* base = kv_cache_.as<T>();
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     kernels::PagedKvCache<T> cache;
@@ -291,13 +311,15 @@ void CudaBackend<T>::allocate_kv_cache(const EngineOptions& options) {
     cache.value = base + (2 * layer + 1) * per_layer;
     cache.num_blocks = blocks;
     cache.block_size = block_size_;
-    cache.num_kv_heads = c.num_key_value_heads;
+    cache.num_kv_heads = local_.kv_heads;
     cache.head_dim = c.head_dim;
     cache_layers_.push_back(cache);
   }
   num_blocks_ = blocks;
-  log::info("rollout cuda backend on {} ({}): weights {} MiB, KV cache {} blocks of {} tokens ({} MiB of {} MiB free)",
-            device_name_, dtype_name<T>(), weight_bytes_ >> 20, blocks, block_size_, kv_cache_.bytes() >> 20,
+  const std::string rank =
+      rank_.spec.size == 1 ? "" : fmt::format(", tensor-parallel rank {} of {}", rank_.spec.rank, rank_.spec.size);
+  log::info("rollout cuda backend on {} ({}{}): weights {} MiB, KV cache {} blocks of {} tokens ({} MiB of {} MiB free)",
+            device_name_, dtype_name<T>(), rank, weight_bytes_ >> 20, blocks, block_size_, kv_cache_.bytes() >> 20,
             free_bytes >> 20);
 }
 
@@ -318,9 +340,13 @@ using kernels::bf16;
 
 std::unique_ptr<ModelBackend> make_cuda_backend(const ModelConfig& config, ModelWeights weights,
                                                 const EngineOptions& options) {
-  if (options.dtype == "bf16") return std::make_unique<CudaBackend<bf16>>(config, std::move(weights), options);
-  if (options.dtype == "fp32") return std::make_unique<CudaBackend<float>>(config, std::move(weights), options);
-  throw Error(fmt::format("rollout: dtype \"{}\" is not supported on cuda (allowed: bf16, fp32)", options.dtype));
+  if (options.dtype != "bf16" && options.dtype != "fp32") {
+    throw Error(fmt::format("rollout: dtype \"{}\" is not supported on cuda (allowed: bf16, fp32)", options.dtype));
+  }
+  if (options.tensor_parallel > 1) return make_cuda_tensor_parallel_backend(config, weights, options);
+  const cuda_backend::RankSetup whole{{1, 0}, options.cuda_device, nullptr};
+  if (options.dtype == "bf16") return std::make_unique<CudaBackend<bf16>>(config, std::move(weights), options, whole);
+  return std::make_unique<CudaBackend<float>>(config, std::move(weights), options, whole);
 }
 
 }  // namespace tandem

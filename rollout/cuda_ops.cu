@@ -44,6 +44,17 @@ __global__ void gather_rows_kernel(const T* x, const int32_t* rows, int64_t coun
   }
 }
 
+template <typename T>
+__global__ void embedding_rows_kernel(const int32_t* ids, const T* table, int64_t tokens, int64_t first, int64_t rows,
+                                      int64_t dim, T* out) {
+  const int64_t total = tokens * dim;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = static_cast<int64_t>(ids[i / dim]) - first;
+    store(&out[i], row >= 0 && row < rows ? to_float(table[row * dim + i % dim]) : 0.0f);  // exact either way
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -64,10 +75,26 @@ void gather_rows(const T* x, const int32_t* rows, int64_t count, int64_t dim, T*
   check_launch("gather_rows");
 }
 
+template <typename T>
+void embedding_rows(const int32_t* ids, const T* table, int64_t tokens, int64_t first, int64_t rows, int64_t dim,
+                    T* out, kernels::CudaStream stream) {
+  TANDEM_CHECK(tokens >= 0 && first >= 0 && rows >= 0 && dim > 0,
+               "embedding_rows: tokens {}, first {}, rows {}, dim {}: none may be negative and dim must be > 0", tokens,
+               first, rows, dim);
+  if (tokens == 0) return;
+  TANDEM_CHECK(ids != nullptr && out != nullptr && (rows == 0 || table != nullptr), "embedding_rows: null device pointer");
+  embedding_rows_kernel<T><<<grid_for(tokens * dim), kThreads, 0, stream>>>(ids, table, tokens, first, rows, dim, out);
+  check_launch("embedding_rows");
+}
+
 template void add_bias<float>(float*, const float*, int64_t, int64_t, kernels::CudaStream);
 template void add_bias<__nv_bfloat16>(__nv_bfloat16*, const __nv_bfloat16*, int64_t, int64_t, kernels::CudaStream);
 template void gather_rows<float>(const float*, const int32_t*, int64_t, int64_t, float*, kernels::CudaStream);
 template void gather_rows<__nv_bfloat16>(const __nv_bfloat16*, const int32_t*, int64_t, int64_t, __nv_bfloat16*,
                                          kernels::CudaStream);
+template void embedding_rows<float>(const int32_t*, const float*, int64_t, int64_t, int64_t, int64_t, float*,
+                                    kernels::CudaStream);
+template void embedding_rows<__nv_bfloat16>(const int32_t*, const __nv_bfloat16*, int64_t, int64_t, int64_t, int64_t,
+                                            __nv_bfloat16*, kernels::CudaStream);
 
 }  // namespace tandem::cuda_ops

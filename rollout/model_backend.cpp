@@ -72,11 +72,6 @@ std::unique_ptr<ModelBackend> make_model_backend(const ModelConfig& config, Mode
                             "the caller)",
                             options.device));
   }
-  if (options.tensor_parallel > 1) {
-    throw Error(fmt::format("rollout.tensor_parallel {}: the CUDA backend runs unsplit models only for now (the CPU "
-                            "backend splits them); set rollout.tensor_parallel: 1 or rollout.device: cpu",
-                            options.tensor_parallel));
-  }
 #if TANDEM_WITH_CUDA
   const CudaProbe probe = probe_cuda();
   if (!probe.usable) throw Error(fmt::format("rollout: device cuda, but no CUDA device is usable: {}", probe.detail));

@@ -64,6 +64,24 @@ void check_weight_sync_runnable(const LoadedConfig& loaded) {
   }
 }
 
+// A split CUDA engine (rollout.tensor_parallel > 1) runs its ranks on GPUs 0..T-1 over NCCL.
+void check_split_rollout_runnable(const LoadedConfig& loaded) {
+  const Config& c = loaded.config;
+  if (c.rollout.tensor_parallel <= 1) return;
+  const std::string where = loaded.origin_of("rollout.tensor_parallel");
+  if (nccl_version().rfind("built without", 0) == 0) {
+    throw UsageError(fmt::format("{}: rollout.tensor_parallel {} on cuda splits each engine over GPUs with NCCL, but "
+                                 "tandem was built without NCCL",
+                                 where, c.rollout.tensor_parallel));
+  }
+  const CudaProbe probe = probe_cuda();
+  if (probe.device_count < c.rollout.tensor_parallel) {
+    throw UsageError(fmt::format("{}: rollout.tensor_parallel {} puts each engine's ranks on GPUs 0..{}, and this "
+                                 "machine has {}",
+                                 where, c.rollout.tensor_parallel, c.rollout.tensor_parallel - 1, probe.device_count));
+  }
+}
+
 }  // namespace
 
 RunInputs check_runnable(const LoadedConfig& loaded) {
@@ -74,7 +92,9 @@ RunInputs check_runnable(const LoadedConfig& loaded) {
   if (workers_run_here(loaded.config)) {
     check_weight_sync_runnable(loaded);
     try {
-      resolve_device(loaded.config.rollout.device, "rollout.device");
+      if (resolve_device(loaded.config.rollout.device, "rollout.device") == "cuda") {
+        check_split_rollout_runnable(loaded);
+      }
     } catch (const UsageError& e) {
       throw UsageError(fmt::format("{}: {}", loaded.origin_of("rollout.device"), e.what()));
     }

@@ -203,12 +203,17 @@ TEST_CASE("rollout engines split over 2 ranks take the weights as slices and sam
     CHECK(diff <= bound);
   }
   CHECK(read_text(run + "/logs/controller-0.log").find("1 learner shards -> 2 per engine") != std::string::npos);
-  // A backend that cannot split is refused before anything starts.
-  const ExitStatus refused = run_tandem({"validate", dir.path() + "/run.yaml", "--set", "rollout.tensor_parallel=2",
+  // A split CUDA engine needs 2 GPUs and NCCL here: where they are missing (CI has no GPU),
+  // refused before anything starts, naming the key.
+  const ExitStatus checked = run_tandem({"validate", dir.path() + "/run.yaml", "--set", "rollout.tensor_parallel=2",
                                          "--set", "rollout.device=cuda"},
                                         dir.path() + "/validate.txt", 60);
-  CHECK(refused.exit_code == 2);
-  CHECK(read_text(dir.path() + "/validate.txt").find("runs on the CPU backend only") != std::string::npos);
+  const std::string said = read_text(dir.path() + "/validate.txt");
+  INFO(said);
+  if (checked.exit_code != 0) {  // 0 only on a machine with 2 usable GPUs
+    CHECK(checked.exit_code == 2);
+    CHECK(said.find("rollout.device") != std::string::npos);
+  }
 }
 
 TEST_CASE("a LoRA run trains its adapters over the frozen base and leaves them in PEFT's format") {

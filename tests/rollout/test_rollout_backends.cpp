@@ -76,6 +76,12 @@ const BackendUnderTest kCudaFp32{"cuda fp32", "cuda", "fp32", {}, false};
 // 16). An emulation of the pipeline on these models measured logit errors up to 0.08 and
 // log-prob errors up to 0.07 (mean 0.008) against float64, inside the derived bounds.
 const BackendUnderTest kCudaBf16{"cuda bf16", "cuda", "bf16", {0x1p-9, 16}, false};
+// Both split over 2 GPUs (rollout/cuda_tensor_parallel.h): NCCL sums the o/down partials,
+// so fp32 differs from "cuda fp32" only in the order of two float32 sums. In bf16 each of
+// the 2 row-parallel products per layer is rounded twice more (each rank's partial, then
+// their sum): 4 roundings per layer on top of the 16.
+const BackendUnderTest kCudaSplitFp32{"cuda fp32 tensor_parallel 2", "cuda", "fp32", {}, false, 2};
+const BackendUnderTest kCudaSplitBf16{"cuda bf16 tensor_parallel 2", "cuda", "bf16", {0x1p-9, 20}, false, 2};
 
 // Logits from two forwards of backend `b` (or one and the exact ones, `forwards` 1).
 double logit_bound(const BackendUnderTest& b, const ModelConfig& c, const ModelWeights& w, int64_t max_tokens,
@@ -88,11 +94,23 @@ double logprob_bound(const BackendUnderTest& b, const ModelConfig& c, const Mode
   return forwards * logprob_tolerance(c, w, max_tokens, temperature, b.storage);
 }
 
+// The backends this machine runs: split CUDA engines need a device per rank.
+const std::vector<BackendUnderTest>& backends_under_test() {
 #ifdef TANDEM_ROLLOUT_BACKENDS_GPU
-const std::vector<BackendUnderTest> kBackends = {kCudaFp32, kCudaBf16};
+  static const std::vector<BackendUnderTest> here = [] {
+    const int devices = probe_cuda().device_count;
+    std::vector<BackendUnderTest> backends;
+    for (const BackendUnderTest& b : {kCudaFp32, kCudaBf16, kCudaSplitFp32, kCudaSplitBf16}) {
+      if (b.tensor_parallel <= devices) backends.push_back(b);
+      else std::printf("skipping %s: %d CUDA device(s) here\n", b.name, devices);
+    }
+    return backends;
+  }();
 #else
-const std::vector<BackendUnderTest> kBackends = {kCpu, kCpuSplit};
+  static const std::vector<BackendUnderTest> here = {kCpu, kCpuSplit};
 #endif
+  return here;
+}
 
 EngineOptions options_for(const BackendUnderTest& b, int64_t block_size = 4) {
   EngineOptions o;
@@ -164,7 +182,7 @@ void check_same_samples(const BackendUnderTest& b, const std::vector<GeneratedSa
 
 TEST_CASE("backend forward matches the float64 reference for every architecture feature") {
   auto rng = kernel_test_rng(1);
-  for (const BackendUnderTest& b : kBackends) {
+  for (const BackendUnderTest& b : backends_under_test()) {
     for (const TestModel& m : test_models()) {
       INFO(b.name << ": " << m.name);
       ModelWeights weights = weights_for(b, m.config, rng(), 0.15);
@@ -179,7 +197,7 @@ TEST_CASE("backend forward matches the float64 reference for every architecture 
 
 TEST_CASE("a sequence classifier's head: each logit row is its labels' scores (reward-model workers)") {
   auto rng = kernel_test_rng(9);
-  for (const BackendUnderTest& b : kBackends) {
+  for (const BackendUnderTest& b : backends_under_test()) {
     for (TestModel m : test_models()) {
       if (b.tensor_parallel > 1) {  // a classifier is never split (reward-model workers run whole)
         m.config.num_labels = 1;
@@ -223,7 +241,7 @@ TEST_CASE("a sequence classifier's head: each logit row is its labels' scores (r
 
 TEST_CASE("incremental and mixed decode/prefill steps equal one full prefill") {
   auto rng = kernel_test_rng(2);
-  for (const BackendUnderTest& b : kBackends) {
+  for (const BackendUnderTest& b : backends_under_test()) {
     for (const TestModel& m : test_models()) {
       INFO(b.name << ": " << m.name);
       const int64_t vocab = m.config.vocab_size;
@@ -293,7 +311,7 @@ TEST_CASE("incremental and mixed decode/prefill steps equal one full prefill") {
 
 TEST_CASE("copied KV blocks hold what their sources held (prefix sharing's copy-on-write)") {
   auto rng = kernel_test_rng(8);
-  for (const BackendUnderTest& b : kBackends) {
+  for (const BackendUnderTest& b : backends_under_test()) {
     const TestModel m = test_models()[3];
     INFO(b.name << ": " << m.name);
     const int64_t vocab = m.config.vocab_size;
@@ -326,7 +344,7 @@ TEST_CASE("copied KV blocks hold what their sources held (prefix sharing's copy-
 
 TEST_CASE("engine greedy tokens and log-probs follow the float64 reference") {
   auto rng = kernel_test_rng(3);
-  for (const BackendUnderTest& b : kBackends) {
+  for (const BackendUnderTest& b : backends_under_test()) {
     for (const TestModel& m : test_models()) {
       ModelWeights weights = weights_for(b, m.config, rng(), 0.15);
       RolloutEngine engine(m.config, weights, options_for(b));
@@ -369,7 +387,7 @@ TEST_CASE("engine greedy tokens and log-probs follow the float64 reference") {
 TEST_CASE("continuous batching, chunked prefill and preemption give each request's solo samples") {
   auto rng = kernel_test_rng(4);
   const TestModel m = test_models()[3];
-  for (const BackendUnderTest& b : kBackends) {
+  for (const BackendUnderTest& b : backends_under_test()) {
     ModelWeights weights = weights_for(b, m.config, rng(), 0.3);
     // Prompts and responses within 64 tokens, temperatures 0.8 and up (greedy: 1).
     const double agreement = logprob_bound(b, m.config, weights, 64, 0.8);
@@ -429,7 +447,7 @@ TEST_CASE("steps of many large logit rows, sampled over threads, give each reque
   auto rng = kernel_test_rng(7);
   TestModel m = test_models()[0];
   m.config.vocab_size = 4096;  // 64 rows x 4096 logits: rollout/engine.cpp samples them over a pool
-  for (const BackendUnderTest& b : kBackends) {
+  for (const BackendUnderTest& b : backends_under_test()) {
     ModelWeights weights = weights_for(b, m.config, rng(), 0.3);
     // Prompts and responses within 64 tokens, temperatures 0.8 and up (greedy: 1).
     const double agreement = logprob_bound(b, m.config, weights, 64, 0.8);
@@ -455,7 +473,7 @@ TEST_CASE("steps of many large logit rows, sampled over threads, give each reque
 TEST_CASE("weight updates: full, partial and tied take effect; bad ones change nothing") {
   auto rng = kernel_test_rng(5);
   const TestModel m = test_models()[2];  // q/k/v biases, tied embeddings
-  for (const BackendUnderTest& b : kBackends) {
+  for (const BackendUnderTest& b : backends_under_test()) {
     INFO(b.name);
     ModelWeights before = weights_for(b, m.config, rng(), 0.3);
     ModelWeights after = weights_for(b, m.config, rng(), 0.3);
@@ -606,7 +624,7 @@ std::vector<double> log_softmax_row(const float* logits, int64_t vocab) {
 
 TEST_CASE("cuda matches the cpu backend: greedy tokens (fp32) and log-probs of the same tokens") {
   auto rng = kernel_test_rng(6);
-  for (const BackendUnderTest& b : kBackends) {
+  for (const BackendUnderTest& b : backends_under_test()) {
     for (const TestModel& m : test_models()) {
       INFO(b.name << ": " << m.name);
       ModelWeights weights = weights_for(b, m.config, rng(), 0.15);
@@ -662,6 +680,21 @@ TEST_CASE("cuda options: unknown dtype, and the KV cache honours max_kv_blocks")
   options.max_running = 3;  // at most 3 sequences of 512 positions in 4-token blocks
   CHECK(make_model_backend(m.config, weights, options)->kv_blocks() == 3 * 128);
   CHECK(make_model_backend(m.config, weights, options)->name().find("cuda bf16") == 0);
+  // Split: a rank per device from cuda_device on, each with the blocks asked for.
+  const int devices = probe_cuda().device_count;
+  options.tensor_parallel = 2;
+  options.max_kv_blocks = 21;
+  if (devices >= 2) {
+    std::unique_ptr<ModelBackend> split = make_model_backend(m.config, weights, options);
+    CHECK(split->tensor_parallel() == 2);
+    CHECK(split->kv_blocks() == 21);
+    CHECK(split->name().find("cuda bf16, tensor_parallel 2 (devices 0..1") == 0);
+  }
+  options.cuda_device = devices - 1;  // the second rank has no device
+  const std::string missing =
+      fmt::format("the engine needs CUDA devices {}..{}; there are {}", devices - 1, devices, devices);
+  CHECK_THROWS_WITH_AS(make_model_backend(m.config, weights, options), doctest::Contains(missing.c_str()),
+                       tandem::Error);
 }
 
 int main(int argc, char** argv) {
