@@ -237,6 +237,9 @@ struct LearnerState {
                  plan.source_size, t.tensor_parallel());
     const int source = t.tensor_rank();
     const bool sends = t.replica() == 0;
+    for (auto it = shard_senders.begin(); it != shard_senders.end();) {  // another group's: stale
+      it = is_reshard_pair_of(it->first, options.address) ? std::next(it) : shard_senders.erase(it);
+    }
     t.with_local_weight_tensors([&](const std::vector<std::pair<std::string, at::Tensor>>& weights) {
       if (!sends) return;
       std::map<std::string, const float*> local;

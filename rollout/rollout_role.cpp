@@ -254,6 +254,9 @@ struct RolloutState {
                    "rollout_load_weights: the controller planned {} engine shards, this engine has tensor_parallel {}",
                    options.reshard_destinations, e.tensor_parallel());
       const ReshardPlan& plan = cached_reshard_plan(e.config(), options.reshard_sources, options.reshard_destinations);
+      for (auto it = shard_receivers.begin(); it != shard_receivers.end();) {  // another group's: stale
+        it = is_reshard_pair_of(it->first, options.address) ? std::next(it) : shard_receivers.erase(it);
+      }
       std::vector<ModelWeights> shards;
       // The version is the first stream's (-1: not seen yet); receive_reshard holds every other to it.
       int64_t seen = -1;

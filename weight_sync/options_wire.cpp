@@ -39,8 +39,8 @@ WeightSyncOptions read_weight_sync_transport(wire::WeightSyncTransport::Reader i
     throw Error(fmt::format("{}: reshard sizes {} -> {} (both positive, or both 0)", where, o.reshard_sources,
                             o.reshard_destinations));
   }
-  if (o.reshard_sources > 0 && o.method != "shm") {
-    throw Error(fmt::format("{}: resharding weight sync runs over shm, not {}", where, o.method));
+  if (o.reshard_sources > 0 && o.method != "shm" && o.method != "collective") {
+    throw Error(fmt::format("{}: resharding weight sync runs over shm or collective, not {}", where, o.method));
   }
   return o;
 }

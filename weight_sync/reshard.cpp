@@ -109,6 +109,11 @@ std::string reshard_segment_name(const std::string& base, int source, int destin
   return fmt::format("{}.s{}.d{}", base, source, destination);
 }
 
+bool is_reshard_pair_of(const std::string& address, const std::string& base) {
+  const std::string prefix = base + ".s";
+  return address.compare(0, prefix.size(), prefix) == 0;
+}
+
 void remove_reshard_segments(const std::string& base, int sources, int destinations) {
   for (int s = 0; s < sources; ++s) {
     for (int d = 0; d < destinations; ++d) remove_weights_shm(reshard_segment_name(base, s, d));

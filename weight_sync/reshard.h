@@ -54,8 +54,12 @@ using ReceiveStream =
 // `version` < 0: whatever version the first stream has, every other stream the same.
 ModelWeights receive_reshard(const ReshardPlan& plan, int destination, int64_t version, const ReceiveStream& receive);
 
-// The shm segment of one pair's stream: "<base>.s<source>.d<destination>".
+// The address of one pair's stream: "<base>.s<source>.d<destination>" (shm: the segment;
+// collective: the pair group's rendezvous directory, a group of that source and every receiver).
 std::string reshard_segment_name(const std::string& base, int source, int destination);
+// Whether `address` is a pair address of `base`: kept transports of other bases (an
+// earlier, failed collective group) are stale and let go.
+bool is_reshard_pair_of(const std::string& address, const std::string& base);
 // Removes every pair's segment of `base` (a run's end; absent ones are fine).
 void remove_reshard_segments(const std::string& base, int sources, int destinations);
 

@@ -61,8 +61,9 @@ struct WeightSyncOptions {
   std::string host = "127.0.0.1";  // collective: the address this rank listens on
   std::string nccl_unique_id;      // nccl: raw bytes of nccl_new_unique_id() (nccl_id.h)
   int cuda_device = 0;             // cuda_ipc, nccl: the GPU this rank uses
-  // shm between tensor-parallel layouts (reshard.h): the learner's and each engine's sizes;
-  // each pair's stream in segment reshard_segment_name(address, source, destination).
+  // shm or collective between tensor-parallel layouts (reshard.h): the learner's and each
+  // engine's sizes; each pair's stream at reshard_segment_name(address, source, destination)
+  // (collective: a group of that learner rank, as rank 0, and every receiver).
   // 0: one stream of whole tensors from learner rank 0.
   int reshard_sources = 0;
   int reshard_destinations = 0;

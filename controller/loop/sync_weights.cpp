@@ -8,6 +8,7 @@
 #include "controller/workers/rollout_client.h"
 #include "core/log.h"
 #include "weight_sync/collective.h"
+#include "weight_sync/reshard.h"
 
 #include <filesystem>
 
@@ -41,11 +42,14 @@ WeightSyncOptions TrainingLoop::transport_options() const {
   o.bucket_bytes = c_.weight_sync.bucket_mb << 20;
   o.timeout_s = c_.weight_sync.timeout_s;
   if (o.method == "shm" || o.method == "cuda_ipc") o.address = shm_name_;
-  // Split learners or engines on one host: each learner shard writes each engine shard its
-  // slices (weight_sync/reshard.h); nothing is gathered. Other transports (and cuda_ipc)
-  // send whole tensors from learner rank 0, which each engine rank then cuts.
-  // (LoRA moves only its adapters, whole: a few MB at most.)
-  if (o.method == "shm" && (c_.learner.tensor_parallel > 1 || c_.rollout.tensor_parallel > 1) &&
+  // Split learners or engines: each learner shard sends each engine shard its slices
+  // (weight_sync/reshard.h), through a shm segment per pair on one host or a Gloo group per
+  // pair across hosts; nothing is gathered. Colocated, a learner shard's process also hosts
+  // a receiving rollout worker, which cannot take a broadcast while its learner sends one:
+  // there (and over the GPU transports) learner rank 0 sends whole tensors, which each
+  // engine rank then cuts. (LoRA moves only its adapters, whole: a few MB at most.)
+  const bool reshards_here = o.method == "shm" || (o.method == "collective" && !colocated(c_));
+  if (reshards_here && (c_.learner.tensor_parallel > 1 || c_.rollout.tensor_parallel > 1) &&
       !c_.learner.lora.enabled()) {
     o.reshard_sources = static_cast<int>(c_.learner.tensor_parallel);
     o.reshard_destinations = static_cast<int>(c_.rollout.tensor_parallel);
@@ -110,6 +114,12 @@ void TrainingLoop::sync_through_group(int64_t version, bool rewind, const std::v
       }
       log::info("weight sync: new {} group of {} ranks ({})", group.options.method, group.options.world_size,
                 group.options.address);
+      if (group.options.reshard_sources > 0) {
+        log::info("weight sync: collective between tensor-parallel layouts, {} learner shards -> {} per engine; a "
+                  "group per (learner shard, engine rank) pair moves only that engine rank's slices "
+                  "(weight_sync/reshard.h)",
+                  group.options.reshard_sources, group.options.reshard_destinations);
+      }
       group_ = std::move(group);
     }
     std::vector<uint64_t> attempt;
@@ -118,14 +128,18 @@ void TrainingLoop::sync_through_group(int64_t version, bool rewind, const std::v
     } catch (const WorkerFailure& failure) {
       // A group that failed is never used again (weight_sync/broadcast_protocol.h). Ranks
       // still waiting for the dead one to join give up at once.
-      if (group_->options.method == "collective") abandon_collective_rendezvous(group_->options.address);
+      if (group_->options.method == "collective") {
+        for (const std::string& address : rendezvous_addresses(group_->options)) abandon_collective_rendezvous(address);
+      }
       group_.reset();
       recover_group_member(failure, receivers);
       drain_attempt(attempt, receivers);
       continue;  // the whole sync again, in a new group
     }
     std::error_code ignored;
-    if (!group_->used) fs::remove_all(group_->options.address, ignored);  // every rank has connected
+    if (!group_->used) {  // every rank has connected
+      for (const std::string& address : rendezvous_addresses(group_->options)) fs::remove_all(address, ignored);
+    }
     group_->used = true;
     weight_version_ = version;
     return;
@@ -134,10 +148,13 @@ void TrainingLoop::sync_through_group(int64_t version, bool rewind, const std::v
 
 void TrainingLoop::send_group_sync(int64_t version, bool rewind, bool local, std::vector<uint64_t>& ids) {
   WeightSyncOptions options = group_->options;
-  options.host = pool_.worker_status(learner_worker(c_, 0)).address;  // group rank 0 sends
-  const std::string publish = learner_client::publish_body(version, local, &options);
   // All at once: the publish returns only when every receiver has checked every bucket.
-  for (const WorkerId& worker : learner_hosts()) ids.push_back(pool_.send(worker, "learner_publish", publish));
+  // Learner rank 0 sends (resharding: each learner shard sends its pairs' streams from its
+  // own address).
+  for (const WorkerId& worker : learner_hosts()) {
+    options.host = pool_.worker_status(worker).address;
+    ids.push_back(pool_.send(worker, "learner_publish", learner_client::publish_body(version, local, &options)));
+  }
   std::vector<std::pair<WorkerId, uint64_t>> loads;
   for (size_t i = 0; i < group_->receivers.size(); ++i) {
     options.rank = static_cast<int>(i) + 1;
@@ -158,6 +175,14 @@ void TrainingLoop::send_group_sync(int64_t version, bool rewind, bool local, std
   for (const auto& [worker, id] : loads) check_loaded(worker, replies.at(id), version);
   last_sync_bytes_ = 0;
   for (size_t i = 0; i < learner_hosts().size(); ++i) last_sync_bytes_ += learner_client::published_bytes(replies.at(ids[i]));
+}
+
+std::vector<std::string> TrainingLoop::rendezvous_addresses(const WeightSyncOptions& options) {
+  std::vector<std::string> addresses{options.address};
+  for (int s = 0; s < options.reshard_sources; ++s) {
+    for (int d = 0; d < options.reshard_destinations; ++d) addresses.push_back(reshard_segment_name(options.address, s, d));
+  }
+  return addresses;
 }
 
 void TrainingLoop::drain_attempt(const std::vector<uint64_t>& ids, const std::vector<int64_t>& group_members) {

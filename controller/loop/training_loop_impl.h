@@ -326,6 +326,8 @@ class TrainingLoop {
   // Waits out the commands of a failed try (they fail once the group is abandoned or its
   // sender gone), so that the next try's commands do not queue behind them in the workers.
   void drain_attempt(const std::vector<uint64_t>& ids, const std::vector<int64_t>& group_members);
+  // A collective group's rendezvous directories: its own, and with resharding every pair's.
+  static std::vector<std::string> rendezvous_addresses(const WeightSyncOptions& options);
   // A failure during a group sync to rollout ranks `group_members`: restarts the dead
   // rollout worker behind it (or throws LearnerLost, or the failure itself when no worker died).
   void recover_group_member(const WorkerFailure& failure, const std::vector<int64_t>& group_members);

@@ -203,6 +203,30 @@ TEST_CASE("rollout engines split over 2 ranks take the weights as slices and sam
     CHECK(diff <= bound);
   }
   CHECK(read_text(run + "/logs/controller-0.log").find("1 learner shards -> 2 per engine") != std::string::npos);
+
+  // Across hosts the same slices travel over Gloo, a group per (learner shard, engine rank)
+  // pair (weight_sync.method: collective; here on loopback), from both learner shards.
+  // Disaggregated: colocated, a learner shard's process would also be a receiver.
+  TempDir collective_dir;
+  const std::string over_gloo =
+      run_config(collective_dir, kShortRun,
+                 {"experiment.steps=2", "experiment.checkpoint_every=2", "rollout.tensor_parallel=2",
+                  "learner.workers=2", "learner.tensor_parallel=2", "weight_sync.method=collective",
+                  "placement=disaggregated", "weight_sync.probe_every=1"},
+                 0);
+  const auto gloo_lines = metric_lines(over_gloo);
+  REQUIRE(gloo_lines.size() == 2);
+  const double gloo_bound = probe_bound(over_gloo, kLongestShortRunSequence, 1.0);
+  for (const nlohmann::json& line : gloo_lines) {
+    const double diff = line.at("sync/probe_logprob_max_diff").get<double>();
+    CHECK(std::isfinite(diff));
+    CHECK(diff <= gloo_bound);
+    CHECK(line.at("sync/bytes").get<double>() > 0);
+  }
+  const std::string gloo_log = read_text(over_gloo + "/logs/controller-0.log");
+  CHECK(gloo_log.find("collective between tensor-parallel layouts, 2 learner shards -> 2 per engine") !=
+        std::string::npos);
+  CHECK_FALSE(fs::exists(over_gloo + "/weight_sync/group-1.s0.d0"));  // rendezvous directories go once used
   // A split CUDA engine needs 2 GPUs and NCCL here: where they are missing (CI has no GPU),
   // refused before anything starts, naming the key.
   const ExitStatus checked = run_tandem({"validate", dir.path() + "/run.yaml", "--set", "rollout.tensor_parallel=2",

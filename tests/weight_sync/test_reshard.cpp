@@ -1,9 +1,10 @@
 // Weight sync between tensor-parallel layouts (actor/tensor_parallel_slices.h,
 // weight_sync/reshard.h): the plan's geometry, canonical checksums that do not depend on
 // the layout, and real transfers over the shm transport (one segment per source and
-// destination pair) that must equal loading the destination's shards directly, bit for
-// bit, moving exactly the destination's values. Then the faults: a slice dropped from a
-// stream, slices swapped, a corrupted bucket, a stale version.
+// destination pair) and the collective one (a Gloo group per pair, on loopback) that must
+// equal loading the destination's shards directly, bit for bit, moving exactly the
+// destination's values. Then the faults: a slice dropped from a stream, slices swapped, a
+// corrupted bucket, a stale version.
 #include "actor/model_weights.h"
 #include "actor/tensor_parallel_slices.h"
 #include "core/error.h"
@@ -14,9 +15,11 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
+#include <thread>
 
 using namespace tandem;
 
@@ -220,6 +223,87 @@ TEST_CASE("learner tensor_parallel 2 -> engine 1 and 1 -> 2 over shm: bitwise a 
     }
     // Bytes moved: the destinations' shards, padding excluded; nothing twice.
     CHECK(slice_bytes == destination_bytes);
+  }
+}
+
+TEST_CASE("learner tensor_parallel 2 -> two engines of 2 and of 1 over collective: a Gloo group per pair, kept across versions") {
+  // As in a run: each learner shard (a thread here) publishes its pairs' streams in
+  // destination order, each rollout worker (a thread) receives every engine rank's streams
+  // in that order; the groups made for the first version carry the second.
+  const ModelConfig c = split_model();
+  for (const int to : {2, 1}) {
+    INFO("tensor_parallel 2 -> " << to);
+    const ReshardPlan plan = plan_reshard(c, 2, to);
+    char pattern[] = "/tmp/tandem-reshard-collective-XXXXXX";
+    REQUIRE(::mkdtemp(pattern) != nullptr);
+    const std::string base = std::string(pattern) + "/group";
+    constexpr int kReceivers = 2;
+    auto options = [&](int source, int destination, int rank) {
+      WeightSyncOptions o;
+      o.method = "collective";
+      o.address = reshard_segment_name(base, source, destination);
+      o.rank = rank;
+      o.world_size = kReceivers + 1;
+      o.bucket_bytes = 1024;
+      o.timeout_s = 30;
+      return o;
+    };
+    std::map<std::pair<int, int>, std::unique_ptr<WeightSender>> senders;
+    std::vector<std::map<std::pair<int, int>, std::unique_ptr<WeightReceiver>>> receivers(kReceivers);
+    for (const int64_t version : {3, 4}) {
+      const ModelWeights canonical = random_model_weights(c, seed() + 10 + version, 0.5, true);
+      const std::vector<ModelWeights> sources = shards_of(c, canonical, 2);
+      std::vector<std::string> errors(2 + kReceivers);
+      std::vector<int64_t> sent_bytes(2, 0);
+      std::vector<std::vector<ModelWeights>> got(kReceivers);
+      std::vector<std::thread> threads;
+      for (int s = 0; s < 2; ++s) {
+        threads.emplace_back([&, s] {
+          try {
+            for (int d = 0; d < to; ++d) {
+              ReshardStream stream = pack_reshard_stream(plan, s, d, local_of(sources[s]));
+              if (stream.tensors.empty()) continue;
+              auto& sender = senders[{s, d}];
+              if (!sender) sender = make_weight_sender(options(s, d, 0));
+              sender->publish(version, stream.tensors);
+              sent_bytes[s] += stream.slice_bytes;
+            }
+          } catch (const std::exception& e) {
+            errors[s] = e.what();
+          }
+        });
+      }
+      for (int w = 0; w < kReceivers; ++w) {
+        threads.emplace_back([&, w] {
+          try {
+            for (int d = 0; d < to; ++d) {
+              got[w].push_back(receive_reshard(plan, d, version, [&](int source, const std::vector<ExpectedTensor>& want,
+                                                                     const WeightSink& sink) {
+                auto& receiver = receivers[w][{source, d}];
+                if (!receiver) receiver = make_weight_receiver(options(source, d, w + 1));
+                return receiver->receive(want, sink);
+              }));
+            }
+          } catch (const std::exception& e) {
+            errors[2 + w] = e.what();
+          }
+        });
+      }
+      for (std::thread& t : threads) t.join();
+      for (const std::string& e : errors) CHECK(e == "");
+      const std::vector<ModelWeights> direct = shards_of(c, canonical, to);
+      int64_t destination_bytes = 0;
+      for (int d = 0; d < to; ++d) destination_bytes += plan.values_to(d) * static_cast<int64_t>(sizeof(float));
+      CHECK(sent_bytes[0] + sent_bytes[1] == destination_bytes);
+      for (int w = 0; w < kReceivers; ++w) {
+        INFO("receiver " << w + 1 << ", version " << version);
+        REQUIRE(got[w].size() == static_cast<size_t>(to));
+        for (int d = 0; d < to; ++d) check_equal(got[w][d], direct[d]);
+      }
+    }
+    senders.clear();
+    receivers.clear();
+    std::filesystem::remove_all(pattern);
   }
 }
 
