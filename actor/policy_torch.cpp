@@ -1,5 +1,7 @@
 #include "actor/policy_torch.h"
 
+#include "actor/fused_attention.h"
+
 #include "core/error.h"
 
 #include <ATen/ATen.h>
@@ -259,15 +261,20 @@ at::Tensor PolicyModel::attention(const at::Tensor& x, int64_t layer, const at::
   q = apply_rope(q.transpose(1, 2), cos, sin);
   k = apply_rope(k.transpose(1, 2), cos, sin);
   v = v.transpose(1, 2);
-  const int64_t group = heads / kv_heads;
-  if (group > 1) {  // query head h reads key/value head h / group
-    k = k.repeat_interleave(group, 1);
-    v = v.repeat_interleave(group, 1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  at::Tensor out;
+  if (fused_attention_applies(q, k, v, bias)) {
+    out = fused_attention(q, k, v, bias, scale);  // the CPU's float32 learner (actor/fused_attention.h)
+  } else {  // CUDA learners, float64 reference models: the composite ops
+    const int64_t group = heads / kv_heads;
+    if (group > 1) {  // query head h reads key/value head h / group
+      k = k.repeat_interleave(group, 1);
+      v = v.repeat_interleave(group, 1);
+    }
+    at::Tensor scores = matmul(q, k.transpose(-2, -1)).to(at::kFloat).mul_(scale).add_(bias);
+    at::Tensor probs = at::softmax(scores, -1).to(v.scalar_type());
+    out = matmul(probs, v).transpose(1, 2).reshape({batch, length, heads * c.head_dim});
   }
-  at::Tensor scores =
-      matmul(q, k.transpose(-2, -1)).to(at::kFloat).mul_(1.0 / std::sqrt(static_cast<double>(c.head_dim))).add_(bias);
-  at::Tensor probs = at::softmax(scores, -1).to(v.scalar_type());
-  at::Tensor out = matmul(probs, v).transpose(1, 2).reshape({batch, length, heads * c.head_dim});
   // Split, o_proj's bias is added once, after the ranks' partial sums meet (layer()).
   const bool bias_here = c.o_proj_bias() && !tensor_parallel_;
   return linear(out, p + "o_proj.weight", bias_here ? p + "o_proj.bias" : "");
