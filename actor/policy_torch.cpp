@@ -1,6 +1,7 @@
 #include "actor/policy_torch.h"
 
 #include "actor/fused_attention.h"
+#include "actor/fused_layer_ops.h"
 
 #include "core/error.h"
 
@@ -21,6 +22,7 @@ at::Tensor int64_tensor(const std::vector<int64_t>& values, int64_t rows, int64_
 
 // RMSNorm over the last dimension, computed in float32 (as Hugging Face does for bf16).
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (fused_layer_ops_apply(x, weight)) return fused_rms_norm(x, weight, eps);  // actor/fused_layer_ops.h
   at::Tensor x32 = x.to(at::kFloat);
   at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return normed.to(x.scalar_type()) * weight;
@@ -360,7 +362,8 @@ at::Tensor PolicyModel::layer(int64_t layer, const at::Tensor& x, const LayerCon
   if (tensor_parallel_ && c.o_proj_bias()) attended = attended + param(p + "self_attn.o_proj.bias");
   at::Tensor y = x + attended;
   at::Tensor h = enter_split(rms_norm(y, param(p + "post_attention_layernorm.weight"), c.rms_norm_eps));
-  at::Tensor gated = at::silu(linear(h, p + "mlp.gate_proj.weight")) * linear(h, p + "mlp.up_proj.weight");
+  const at::Tensor gate = linear(h, p + "mlp.gate_proj.weight"), up = linear(h, p + "mlp.up_proj.weight");
+  const at::Tensor gated = fused_layer_ops_apply(gate, up) ? fused_swiglu(gate, up) : at::silu(gate) * up;
   return y + leave_split(linear(gated, p + "mlp.down_proj.weight"));
 }
 

@@ -1,0 +1,151 @@
+#include "actor/fused_layer_ops.h"
+
+#include "core/error.h"
+
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace tandem {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Rows in chunks a few per thread; each chunk's weight-gradient partial is summed in chunk
+// order afterwards, so the result does not depend on which thread ran what.
+int64_t row_chunks(int64_t rows) { return std::max<int64_t>(1, std::min<int64_t>(rows, 4 * at::get_num_threads())); }
+
+// Σ a[j] · b[j] · c[j] in float64 (c null: Σ a[j] · b[j]), in 8 lanes so that the compiler
+// vectorises it (float products widened to float64 are exact; the sum's rounding is float64's).
+double sum_of_products(const float* a, const float* b, const float* c, int64_t n) {
+  double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (int l = 0; l < 8; ++l) {
+      const float ab = c ? a[j + l] * b[j + l] : a[j + l];
+      lanes[l] += static_cast<double>(ab) * (c ? c[j + l] : b[j + l]);
+    }
+  }
+  double total = 0;
+  for (int l = 0; l < 8; ++l) total += lanes[l];
+  for (; j < n; ++j) total += static_cast<double>(c ? a[j] * b[j] : a[j]) * (c ? c[j] : b[j]);
+  return total;
+}
+
+struct FusedRmsNorm : public torch::autograd::Function<FusedRmsNorm> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, double eps) {
+    const at::Tensor xc = x.contiguous(), w = weight.contiguous();
+    const int64_t dim = x.size(-1), rows = x.numel() / dim;
+    at::Tensor y = at::empty_like(xc), rstd = at::empty({rows}, xc.options());
+    const float *in = xc.data_ptr<float>(), *scale = w.data_ptr<float>();
+    float *out = y.data_ptr<float>(), *r = rstd.data_ptr<float>();
+    at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const float* row = in + i * dim;
+        const double squares = sum_of_products(row, row, nullptr, dim);
+        const float ri = static_cast<float>(1.0 / std::sqrt(squares / static_cast<double>(dim) + eps));
+        r[i] = ri;
+        float* o = out + i * dim;
+        for (int64_t j = 0; j < dim; ++j) o[j] = (row[j] * ri) * scale[j];
+      }
+    });
+    ctx->save_for_backward({xc, w, rstd});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1], &rstd = saved[2];
+    const at::Tensor dy = grads[0].contiguous();
+    const int64_t dim = x.size(-1), rows = x.numel() / dim, chunks = row_chunks(rows);
+    at::Tensor dx = at::empty_like(x);
+    std::vector<float> partial(static_cast<size_t>(chunks * dim), 0.0f);
+    const float *in = x.data_ptr<float>(), *scale = w.data_ptr<float>(), *r = rstd.data_ptr<float>(),
+                *g = dy.data_ptr<float>();
+    float* out = dx.data_ptr<float>();
+    at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
+      for (int64_t c = chunk_begin; c < chunk_end; ++c) {
+        float* dw = partial.data() + c * dim;
+        for (int64_t i = c * rows / chunks; i < (c + 1) * rows / chunks; ++i) {
+          const float *row = in + i * dim, *grow = g + i * dim;
+          const float ri = r[i];
+          const double dot = sum_of_products(grow, scale, row, dim);  // Σ (dy · weight) · x
+          const float k = static_cast<float>(dot / static_cast<double>(dim)) * ri * ri;
+          float* o = out + i * dim;
+          for (int64_t j = 0; j < dim; ++j) {
+            o[j] = ri * (grow[j] * scale[j] - row[j] * k);
+            dw[j] += grow[j] * (row[j] * ri);
+          }
+        }
+      }
+    });
+    at::Tensor dweight = at::zeros_like(w);
+    float* dw = dweight.data_ptr<float>();
+    for (int64_t c = 0; c < chunks; ++c) {
+      for (int64_t j = 0; j < dim; ++j) dw[j] += partial[static_cast<size_t>(c * dim + j)];
+    }
+    return {dx, dweight, at::Tensor()};
+  }
+};
+
+// The sigmoid comes from libtorch's vectorised kernel (one pass, kept for backward); the
+// rest is one vectorisable loop each way.
+struct FusedSwiglu : public torch::autograd::Function<FusedSwiglu> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {
+    const at::Tensor gc = gate.contiguous(), uc = up.contiguous(), sig = at::sigmoid(gc);
+    at::Tensor y = at::empty_like(gc);
+    const float *a = gc.data_ptr<float>(), *b = uc.data_ptr<float>(), *s = sig.data_ptr<float>();
+    float* out = y.data_ptr<float>();
+    at::parallel_for(0, gc.numel(), 16384, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) out[i] = a[i] * s[i] * b[i];
+    });
+    ctx->save_for_backward({gc, uc, sig});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &gate = saved[0], &up = saved[1], &sig = saved[2];
+    const at::Tensor dy = grads[0].contiguous();
+    at::Tensor dgate = at::empty_like(gate), dup = at::empty_like(up);
+    const float *a = gate.data_ptr<float>(), *b = up.data_ptr<float>(), *s = sig.data_ptr<float>(),
+                *g = dy.data_ptr<float>();
+    float *da = dgate.data_ptr<float>(), *db = dup.data_ptr<float>();
+    at::parallel_for(0, gate.numel(), 16384, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        da[i] = g[i] * b[i] * s[i] * (1.0f + a[i] * (1.0f - s[i]));
+        db[i] = g[i] * a[i] * s[i];
+      }
+    });
+    return {dgate, dup};
+  }
+};
+
+}  // namespace
+
+bool fused_layer_ops_apply(const at::Tensor& a, const at::Tensor& b) {
+  return a.device().is_cpu() && b.device().is_cpu() && a.scalar_type() == at::kFloat &&
+         b.scalar_type() == at::kFloat;
+}
+
+at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  TANDEM_CHECK(fused_layer_ops_apply(x, weight), "fused_rms_norm: float32 CPU tensors only");
+  TANDEM_CHECK(x.dim() >= 1 && weight.dim() == 1 && weight.size(0) == x.size(-1),
+               "fused_rms_norm: weight [{}] does not match the last dimension of x [{}]",
+               fmt::join(weight.sizes(), ", "), fmt::join(x.sizes(), ", "));
+  return FusedRmsNorm::apply(x, weight, eps);
+}
+
+at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up) {
+  TANDEM_CHECK(fused_layer_ops_apply(gate, up), "fused_swiglu: float32 CPU tensors only");
+  TANDEM_CHECK(gate.sizes() == up.sizes(), "fused_swiglu: gate [{}] and up [{}] differ", fmt::join(gate.sizes(), ", "),
+               fmt::join(up.sizes(), ", "));
+  return FusedSwiglu::apply(gate, up);
+}
+
+}  // namespace tandem

@@ -1,0 +1,26 @@
+// The learner's per-token layer ops on the CPU, each one autograd node with a hand-written
+// backward: RMSNorm and SwiGLU. As libtorch composites they were ~10 elementwise kernels
+// each way (pow, mean, rsqrt, mul, and the backward's muls and sums), each a pass over the
+// activations: with bench/learner_cpu --profile, aten::mul alone was 14-16% of the small
+// preset's step. Here each is one pass forward and one backward, parallel over rows, in
+// float32 (the formulas below), whatever learner.precision is (these ops never ran in bf16).
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace tandem {
+
+// y = x · rsqrt(mean(x²) + eps) · weight over the last dimension. x float32 [..., H] on
+// the CPU, weight float32 [H]. Backward, with r = rsqrt(mean(x²) + eps) and g = dy · weight:
+// dx = r · (g - x · r² · mean(g · x)), dweight = Σ_rows dy · x · r.
+at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// silu(gate) · up, elementwise. gate and up float32 of one shape on the CPU. Backward,
+// with s = sigmoid(gate): dgate = dy · up · s · (1 + gate · (1 - s)), dup = dy · gate · s.
+at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up);
+
+// Whether the fused ops take these tensors (float32 on the CPU); callers use the composite
+// ops otherwise (CUDA learners, float64 reference models).
+bool fused_layer_ops_apply(const at::Tensor& a, const at::Tensor& b);
+
+}  // namespace tandem
