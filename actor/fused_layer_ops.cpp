@@ -126,6 +126,55 @@ struct FusedSwiglu : public torch::autograd::Function<FusedSwiglu> {
   }
 };
 
+// y = rotate(x) over [B, H, L, D] rows; `sign` -1 rotates back (backward). x's rows at
+// strides (b, h, l), its last dimension contiguous; y contiguous.
+void rotate_rows(const float* x, int64_t sb, int64_t sh, int64_t sl, const float* cos, const float* sin, int64_t B,
+                 int64_t H, int64_t L, int64_t D, float sign, float* y) {
+  const int64_t half = D / 2;
+  at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
+      for (int64_t l = 0; l < L; ++l) {
+        const float* in = x + b * sb + h * sh + l * sl;
+        const float *c = cos + (b * L + l) * D, *s = sin + (b * L + l) * D;
+        float* out = y + (bh * L + l) * D;
+        if (sign > 0) {
+          for (int64_t j = 0; j < half; ++j) {
+            out[j] = in[j] * c[j] - in[j + half] * s[j];
+            out[j + half] = in[j + half] * c[j + half] + in[j] * s[j + half];
+          }
+        } else {
+          for (int64_t j = 0; j < half; ++j) {
+            out[j] = in[j] * c[j] + in[j + half] * s[j + half];
+            out[j + half] = in[j + half] * c[j + half] - in[j] * s[j];
+          }
+        }
+      }
+    }
+  });
+}
+
+struct FusedRope : public torch::autograd::Function<FusedRope> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+    const at::Tensor xs = x.stride(3) == 1 ? x : x.contiguous();
+    const at::Tensor c = cos.contiguous(), s = sin.contiguous();
+    at::Tensor y = at::empty(x.sizes(), x.options());
+    rotate_rows(xs.data_ptr<float>(), xs.stride(0), xs.stride(1), xs.stride(2), c.data_ptr<float>(), s.data_ptr<float>(),
+                x.size(0), x.size(1), x.size(2), x.size(3), 1.0f, y.data_ptr<float>());
+    ctx->save_for_backward({c, s});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor dy = grads[0].contiguous();
+    at::Tensor dx = at::empty(dy.sizes(), dy.options());
+    rotate_rows(dy.data_ptr<float>(), dy.stride(0), dy.stride(1), dy.stride(2), saved[0].data_ptr<float>(),
+                saved[1].data_ptr<float>(), dy.size(0), dy.size(1), dy.size(2), dy.size(3), -1.0f, dx.data_ptr<float>());
+    return {dx, at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 bool fused_layer_ops_apply(const at::Tensor& a, const at::Tensor& b) {
@@ -139,6 +188,16 @@ at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double 
                "fused_rms_norm: weight [{}] does not match the last dimension of x [{}]",
                fmt::join(weight.sizes(), ", "), fmt::join(x.sizes(), ", "));
   return FusedRmsNorm::apply(x, weight, eps);
+}
+
+at::Tensor fused_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  TANDEM_CHECK(fused_layer_ops_apply(x, cos) && fused_layer_ops_apply(sin, x), "fused_rope: float32 CPU tensors only");
+  const bool shapes = x.dim() == 4 && x.size(3) % 2 == 0 && cos.dim() == 4 && cos.sizes() == sin.sizes() &&
+                      cos.size(0) == x.size(0) && cos.size(1) == 1 && cos.size(2) == x.size(2) &&
+                      cos.size(3) == x.size(3);
+  TANDEM_CHECK(shapes, "fused_rope: x [B, H, L, D] (D even) with cos and sin [B, 1, L, D]; got x [{}], cos [{}], sin [{}]",
+               fmt::join(x.sizes(), ", "), fmt::join(cos.sizes(), ", "), fmt::join(sin.sizes(), ", "));
+  return FusedRope::apply(x, cos, sin);
 }
 
 at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up) {

@@ -31,6 +31,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 // Hugging Face's rotate_half convention: the head is split into two halves (x1, x2)
 // and rotated as (x1 cos - x2 sin, x2 cos + x1 sin).
 at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  if (fused_layer_ops_apply(x, cos) && cos.dim() == 4 && cos.size(0) == x.size(0)) return fused_rope(x, cos, sin);
   int64_t half = x.size(-1) / 2;
   at::Tensor x1 = x.narrow(-1, 0, half);
   at::Tensor x2 = x.narrow(-1, half, half);

@@ -6,7 +6,8 @@
 // and r's own rounding): within 8u of |x|·r·|w|; dx = r·(g - x·r²·mean(g·x)) within 8u of
 // r·(|g| + |x|·r²·mean(|g·x|)), g = dy·w; the weight's gradient sums `rows` float32 terms:
 // within (rows + 8)·u of Σ|dy·x|·r. SwiGLU is elementwise: exp, the division and at most 5
-// products, each within a few u: 16u of the magnitude of each formula's terms.
+// products, each within a few u: 16u of the magnitude of each formula's terms. RoPE's
+// outputs (and its gradient's) are two products and a sum: within 4u of |a·c| + |b·s|.
 #include "actor/fused_layer_ops.h"
 
 #include <ATen/ATen.h>
@@ -85,8 +86,38 @@ TEST_CASE("fused SwiGLU matches float64 silu(gate) * up and its gradients") {
   CHECK(worst(up.grad(), ud.grad(), 16 * u * g * a.abs() * s + 1e-300) <= 1);
 }
 
+TEST_CASE("fused RoPE matches float64 rotate-half RoPE and its gradient, reading a transposed view in place") {
+  std::mt19937_64 rng(seed() + 2);
+  const double u = std::ldexp(1.0, -24);
+  at::manual_seed(static_cast<int64_t>(rng() >> 1));
+  const int64_t B = 3, L = 9, H = 5, D = 12, half = D / 2;
+  // cos and sin need not repeat their halves here: the formula must hold for any.
+  const at::Tensor x32 = at::randn({B, L, H, D}) * 2, cos32 = at::randn({B, 1, L, D}), sin32 = at::randn({B, 1, L, D});
+  const at::Tensor dy32 = at::randn({B, H, L, D});
+  at::Tensor x = x32.clone().requires_grad_(true);
+  const at::Tensor y = fused_rope(x.transpose(1, 2), cos32, sin32);
+  CHECK(y.is_contiguous());
+  y.backward(dy32);
+  at::Tensor xd = x32.to(at::kDouble).requires_grad_(true);
+  const at::Tensor xt = xd.transpose(1, 2), c = cos32.to(at::kDouble), s = sin32.to(at::kDouble);
+  const at::Tensor rotated = at::cat({-xt.narrow(-1, half, half), xt.narrow(-1, 0, half)}, -1);
+  const at::Tensor ref = xt * c + rotated * s;
+  const at::Tensor dy = dy32.to(at::kDouble);
+  ref.backward(dy);
+  const at::Tensor y_bound = 4 * u * ((xt * c).abs() + (rotated * s).abs()) + 1e-300;
+  // dx = rotate back: the same two-term sums of |dy|·|cos| and |dy|·|sin|.
+  const at::Tensor dy_rotated = at::cat({dy.narrow(-1, half, half), -dy.narrow(-1, 0, half)}, -1);
+  const at::Tensor s_swapped = at::cat({s.narrow(-1, half, half), s.narrow(-1, 0, half)}, -1);
+  const at::Tensor dx_bound = (4 * u * ((dy * c).abs() + (dy_rotated * s_swapped).abs()) + 1e-300).transpose(1, 2);
+  CHECK(worst(y, ref.detach(), y_bound) <= 1);
+  CHECK(worst(x.grad(), xd.grad(), dx_bound) <= 1);
+  CHECK(x.grad().abs().max().item<double>() > 0);
+}
+
 TEST_CASE("fused layer ops refuse shapes that do not match, naming them") {
   CHECK_THROWS_WITH(fused_rms_norm(at::randn({4, 8}), at::randn({7}), 1e-6), doctest::Contains("weight [7]"));
   CHECK_THROWS_WITH(fused_swiglu(at::randn({4, 8}), at::randn({4, 9})), doctest::Contains("gate [4, 8] and up [4, 9]"));
   CHECK_FALSE(fused_layer_ops_apply(at::randn({2}).to(at::kDouble), at::randn({2})));
+  CHECK_THROWS_WITH(fused_rope(at::randn({2, 3, 4, 6}), at::randn({2, 1, 5, 6}), at::randn({2, 1, 5, 6})),
+                    doctest::Contains("cos [2, 1, 5, 6]"));
 }
