@@ -10,6 +10,8 @@
 // outputs (and its gradient's) are two products and a sum: within 4u of |a·c| + |b·s|.
 #include "actor/fused_layer_ops.h"
 
+#include "tests/support/kernel_checks.h"
+
 #include <ATen/ATen.h>
 #include <doctest/doctest.h>
 
@@ -20,15 +22,6 @@ using namespace tandem;
 
 namespace {
 
-uint64_t seed() {
-  static const uint64_t s = [] {
-    const uint64_t v = std::random_device()();
-    MESSAGE("seed " << v);
-    return v;
-  }();
-  return s;
-}
-
 // max over elements of |got - want| / bound (each elementwise); <= 1 passes.
 double worst(const at::Tensor& got, const at::Tensor& want, const at::Tensor& bound) {
   return ((got.to(at::kDouble) - want).abs() / bound).max().item<double>();
@@ -37,7 +30,7 @@ double worst(const at::Tensor& got, const at::Tensor& want, const at::Tensor& bo
 }  // namespace
 
 TEST_CASE("fused RMSNorm matches float64 RMSNorm and its gradients") {
-  std::mt19937_64 rng(seed());
+  std::mt19937_64 rng = testing::kernel_test_rng(1);  // TANDEM_TEST_SEED replays a run
   const double u = std::ldexp(1.0, -24), eps = 1e-6;
   for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{3, 7, 64}, {5, 11, 4, 32}, {200, 96}}) {
     INFO("shape " << at::IntArrayRef(shape));
@@ -70,7 +63,7 @@ TEST_CASE("fused RMSNorm matches float64 RMSNorm and its gradients") {
 }
 
 TEST_CASE("fused SwiGLU matches float64 silu(gate) * up and its gradients") {
-  std::mt19937_64 rng(seed() + 1);
+  std::mt19937_64 rng = testing::kernel_test_rng(2);
   const double u = std::ldexp(1.0, -24);
   at::manual_seed(static_cast<int64_t>(rng() >> 1));
   const at::Tensor gate32 = at::randn({37, 300}) * 4, up32 = at::randn({37, 300}), dy32 = at::randn({37, 300});
@@ -87,7 +80,7 @@ TEST_CASE("fused SwiGLU matches float64 silu(gate) * up and its gradients") {
 }
 
 TEST_CASE("fused RoPE matches float64 rotate-half RoPE and its gradient, reading a transposed view in place") {
-  std::mt19937_64 rng(seed() + 2);
+  std::mt19937_64 rng = testing::kernel_test_rng(3);
   const double u = std::ldexp(1.0, -24);
   at::manual_seed(static_cast<int64_t>(rng() >> 1));
   const int64_t B = 3, L = 9, H = 5, D = 12, half = D / 2;
