@@ -124,7 +124,8 @@ class CudaTensorParallelBackend final : public ModelBackend {
       for (size_t i = 0; i < found.size(); ++i) {
         const size_t index = static_cast<size_t>(found[i] - layouts_[0].data());
         const ParameterShard& shard = layouts_[r][index];
-        WeightTensor t{shard.name, shard.local_shape, std::vector<float>(static_cast<size_t>(numel(shard.local_shape)))};
+        WeightTensor t{shard.name, shard.local_shape, {}};
+        t.data.resize(static_cast<size_t>(t.numel()));
         copy_from_canonical(shard, update.tensors()[i].data.data(), t.data.data());
         local.push_back(std::move(t));
       }
@@ -165,12 +166,6 @@ class CudaTensorParallelBackend final : public ModelBackend {
   }
 
  private:
-  static int64_t numel(const std::vector<int64_t>& shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
-
   // Ends every collective a peer may wait in (ncclCommAbort is safe from any thread).
   void abort_group(const std::string& error) {
     std::lock_guard<std::mutex> lock(abort_mutex_);

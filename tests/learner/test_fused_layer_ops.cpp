@@ -49,6 +49,7 @@ TEST_CASE("fused RMSNorm matches float64 RMSNorm and its gradients") {
     ref.backward(dy);
 
     const at::Tensor rd = r.detach(), xa = xd.detach().abs(), g = (dy * wd.detach()).abs();
+    // Derived from u and the sums' lengths (the file's top), so they hold on any x86 CPU.
     const at::Tensor y_bound = 8 * u * xa * rd * wd.detach().abs() + 1e-300;
     const at::Tensor dx_bound = 8 * u * rd * (g + xa * rd * rd * (g * xa).mean(-1, true)) + 1e-300;
     const int64_t rows = x32.numel() / dim;
@@ -74,6 +75,7 @@ TEST_CASE("fused SwiGLU matches float64 silu(gate) * up and its gradients") {
   const at::Tensor ref = at::silu(gd) * ud;
   ref.backward(dy32.to(at::kDouble));
   const at::Tensor a = gd.detach(), s = at::sigmoid(a), b = ud.detach().abs(), g = dy32.to(at::kDouble).abs();
+  // 16u of each formula's terms: exp, a division and at most 5 products (the file's top).
   CHECK(worst(y, ref.detach(), 16 * u * a.abs() * s * b + 1e-300) <= 1);
   CHECK(worst(gate.grad(), gd.grad(), 16 * u * g * b * s * (1 + a.abs() * (1 - s)) + 1e-300) <= 1);
   CHECK(worst(up.grad(), ud.grad(), 16 * u * g * a.abs() * s + 1e-300) <= 1);
@@ -97,6 +99,7 @@ TEST_CASE("fused RoPE matches float64 rotate-half RoPE and its gradient, reading
   const at::Tensor ref = xt * c + rotated * s;
   const at::Tensor dy = dy32.to(at::kDouble);
   ref.backward(dy);
+  // Two products and a sum per output (either way): 4u of the terms' magnitudes.
   const at::Tensor y_bound = 4 * u * ((xt * c).abs() + (rotated * s).abs()) + 1e-300;
   // dx = rotate back: the same two-term sums of |dy|·|cos| and |dy|·|sin|.
   const at::Tensor dy_rotated = at::cat({dy.narrow(-1, half, half), -dy.narrow(-1, 0, half)}, -1);
