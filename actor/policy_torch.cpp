@@ -2,6 +2,7 @@
 
 #include "actor/fused_attention.h"
 #include "actor/fused_layer_ops.h"
+#include "actor/fused_linear.h"
 
 #include "core/error.h"
 
@@ -137,10 +138,16 @@ const at::Tensor& PolicyModel::param(const std::string& name) const {
 }
 
 at::Tensor PolicyModel::linear(const at::Tensor& x, const std::string& name, const std::string& bias_name) const {
-  const at::Tensor bias = bias_name.empty() ? at::Tensor() : param(bias_name).to(compute_);
-  at::Tensor y = at::linear(x.to(compute_), param(name).to(compute_), bias).to(x.scalar_type());
+  at::Tensor y = product(x, param(name));
+  if (!bias_name.empty()) y = y + param(bias_name).to(y.scalar_type());
   const at::Tensor adapted = adapter_term(x, name);
   return adapted.defined() ? y + adapted : y;
+}
+
+at::Tensor PolicyModel::product(const at::Tensor& x, const at::Tensor& weight) const {
+  // The CPU's float32 activations: one node, oneDNN products (actor/fused_linear.h).
+  if (fused_linear_applies(x, weight, compute_)) return fused_linear(x, weight, compute_);
+  return at::linear(x.to(compute_), weight.to(compute_)).to(x.scalar_type());
 }
 
 at::Tensor PolicyModel::adapter_term(const at::Tensor& x, const std::string& weight_name) const {
@@ -149,7 +156,7 @@ at::Tensor PolicyModel::adapter_term(const at::Tensor& x, const std::string& wei
   if (it == adapter_of_.end()) return at::Tensor();
   const at::Tensor& a = adapters_[2 * it->second].second;
   const at::Tensor& b = adapters_[2 * it->second + 1].second;
-  at::Tensor input = x.to(compute_);
+  at::Tensor input = x;
   if (lora_.dropout > 0 && at::GradMode::is_enabled()) {
     // The mask comes from this model's own generator: the ranks of a tensor-parallel group
     // make the same calls in the same order, so they draw the same masks where their inputs
@@ -157,8 +164,7 @@ at::Tensor PolicyModel::adapter_term(const at::Tensor& x, const std::string& wei
     const at::Tensor keep = at::bernoulli(at::full(x.sizes(), 1.0 - lora_.dropout, at::kFloat), dropout_generator_);
     input = input * keep.to(input.device(), input.scalar_type()) * (1.0 / (1.0 - lora_.dropout));
   }
-  const at::Tensor low = at::linear(input, a.to(compute_));
-  return at::linear(low, b.to(compute_)).mul(lora_.scale()).to(x.scalar_type());
+  return product(product(input, a), b).mul(lora_.scale());
 }
 
 void PolicyModel::add_adapters(const LoraSpec& spec) {
@@ -387,7 +393,7 @@ at::Tensor PolicyModel::head_weight() const {
 }
 
 at::Tensor PolicyModel::lm_head(const at::Tensor& normed) const {
-  if (!tensor_parallel_) return at::linear(normed.to(compute_), head_weight().to(compute_)).to(at::kFloat);
+  if (!tensor_parallel_) return product(normed, head_weight()).to(at::kFloat);
   // Every rank's padded rows (equal counts), gathered in rank order: canonical id order,
   // then cut to the sampled ids.
   const at::Tensor& weight =

@@ -136,8 +136,11 @@ class PolicyModel {
 
  private:
   const at::Tensor& param(const std::string& name) const;
-  // x · weight(name)ᵀ (+ bias(bias_name)) computed in the compute dtype, returned in x's dtype.
+  // x · weight(name)ᵀ (+ bias(bias_name)): products in the compute dtype, returned in x's
+  // dtype, the bias added there.
   at::Tensor linear(const at::Tensor& x, const std::string& name, const std::string& bias_name = "") const;
+  // x · weightᵀ, the product in the compute dtype, returned in x's dtype.
+  at::Tensor product(const at::Tensor& x, const at::Tensor& weight) const;
   // a · b (batched) in the compute dtype, returned in a's dtype.
   at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) const;
   // Self-attention over the heads this rank holds, o_proj applied: under tensor

@@ -1,0 +1,120 @@
+// actor/fused_linear.h and actor/onednn_matmul.h against float64 products of the same
+// rounded operands, on fresh random inputs.
+//
+// Tolerances from float32's unit roundoff u = 2^-24. Each output is a sum of K products of
+// operands the kernel rounded to the compute dtype first (bfloat16 products are exact in
+// float32): accumulated in float32 in any order, the sum is within (K - 1)·u·Σ|a·b| of the
+// exact one, and writing it adds u·|sum|: (K + 1)·u·Σ|a·b| bounds both. The reference is
+// the float64 product of the same rounded operands, so the bound holds on any x86 CPU and
+// whichever kernel oneDNN picks. bfloat16 dot-product instructions flush subnormals to
+// zero, which can lose at most K products of magnitude below 2^-126 each: K·2^-126 more.
+#include "actor/fused_linear.h"
+#include "actor/onednn_matmul.h"
+
+#include "core/error.h"
+#include "tests/support/kernel_checks.h"
+
+#include <ATen/ATen.h>
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+
+using namespace tandem;
+
+namespace {
+
+const double u = std::ldexp(1.0, -24);
+
+// max over elements of |got - want| / bound; <= 1 passes (NaN fails: the max is NaN).
+double worst(const at::Tensor& got, const at::Tensor& want, const at::Tensor& bound) {
+  const double w = ((got.to(at::kDouble) - want).abs() / bound).max().item<double>();
+  return std::isnan(w) ? INFINITY : w;
+}
+
+// The operand as the kernel sees it: rounded to the compute dtype, then float64 (exactly).
+at::Tensor rounded(const at::Tensor& t, at::ScalarType compute) { return t.to(compute).to(at::kDouble); }
+
+// (K + 1)·u·|a|·|b| + K·2^-126, elementwise over the product a · b (the file's top).
+at::Tensor product_bound(const at::Tensor& a, const at::Tensor& b) {
+  const int64_t k = a.size(-1);
+  return (k + 1) * u * at::matmul(a.abs(), b.abs()) + k * std::ldexp(1.0, -126) + 1e-300;
+}
+
+}  // namespace
+
+TEST_CASE("fused linear matches float64 products of its rounded operands, and their gradients") {
+  std::mt19937_64 rng = testing::kernel_test_rng(11);  // TANDEM_TEST_SEED replays a run
+  struct Case {
+    std::vector<int64_t> x_shape;
+    int64_t out;
+  };
+  for (const at::ScalarType compute : {at::kFloat, at::kBFloat16}) {
+    for (const Case& c : std::vector<Case>{{{3, 5, 64}, 48}, {{200, 96}, 10}, {{2, 33, 256}, 768}}) {
+      INFO("compute " << c10::toString(compute) << ", x " << at::IntArrayRef(c.x_shape) << ", out " << c.out);
+      at::manual_seed(static_cast<int64_t>(rng() >> 1));
+      const int64_t k = c.x_shape.back();
+      std::vector<int64_t> y_shape = c.x_shape;
+      y_shape.back() = c.out;
+      const at::Tensor x32 = at::randn(c.x_shape) * 2, w32 = at::randn({c.out, k}) * 0.5, dy32 = at::randn(y_shape);
+      at::Tensor x = x32.clone().requires_grad_(true), w = w32.clone().requires_grad_(true);
+      REQUIRE(fused_linear_applies(x, w, compute));
+      const at::Tensor y = fused_linear(x, w, compute);
+      REQUIRE((y.scalar_type() == at::kFloat));
+      REQUIRE(y.sizes() == at::IntArrayRef(y_shape));
+      y.backward(dy32);
+
+      const at::Tensor xr = rounded(x32, compute).reshape({-1, k}), wr = rounded(w32, compute);
+      const at::Tensor gr = rounded(dy32, compute).reshape({-1, c.out});
+      CHECK(worst(y.reshape({-1, c.out}), at::matmul(xr, wr.t()), product_bound(xr, wr.t())) <= 1);
+      CHECK(worst(x.grad().reshape({-1, k}), at::matmul(gr, wr), product_bound(gr, wr)) <= 1);
+      CHECK(worst(w.grad(), at::matmul(gr.t(), xr), product_bound(gr.t(), xr)) <= 1);
+      CHECK(w.grad().abs().max().item<double>() > 0);
+    }
+  }
+}
+
+TEST_CASE("fused linear with a frozen bfloat16 weight (a LoRA base) and a strided input") {
+  std::mt19937_64 rng = testing::kernel_test_rng(12);
+  at::manual_seed(static_cast<int64_t>(rng() >> 1));
+  const at::Tensor base = at::randn({40, 6, 64});
+  const at::Tensor x32 = base.transpose(0, 1);  // [6, 40, 64], not contiguous
+  const at::Tensor w = (at::randn({24, 64}) * 0.3).to(at::kBFloat16);
+  const at::Tensor dy32 = at::randn({6, 40, 24});
+  for (const at::ScalarType compute : {at::kFloat, at::kBFloat16}) {
+    INFO("compute " << c10::toString(compute));
+    at::Tensor x = x32.clone().requires_grad_(true);
+    const at::Tensor y = fused_linear(x, w, compute);
+    y.backward(dy32);
+    CHECK_FALSE(w.grad().defined());
+    const at::Tensor xr = rounded(x32, compute).reshape({-1, 64}), wr = rounded(w, compute);
+    const at::Tensor gr = rounded(dy32, compute).reshape({-1, 24});
+    CHECK(worst(y.reshape({-1, 24}), at::matmul(xr, wr.t()), product_bound(xr, wr.t())) <= 1);
+    CHECK(worst(x.grad().reshape({-1, 64}), at::matmul(gr, wr), product_bound(gr, wr)) <= 1);
+  }
+}
+
+TEST_CASE("oneDNN matrix product reads transposed views in place and names bad shapes") {
+  std::mt19937_64 rng = testing::kernel_test_rng(13);
+  at::manual_seed(static_cast<int64_t>(rng() >> 1));
+  for (const at::ScalarType type : {at::kFloat, at::kBFloat16}) {
+    INFO("operands " << c10::toString(type));
+    const at::Tensor a = at::randn({70, 33}).to(type), b = at::randn({50, 70}).to(type);
+    const at::Tensor out = at::empty({33, 50});
+    onednn_matmul(a.t(), b.t(), out);
+    const at::Tensor ad = a.t().to(at::kDouble), bd = b.t().to(at::kDouble);
+    CHECK(worst(out, at::matmul(ad, bd), product_bound(ad, bd)) <= 1);
+  }
+  const at::Tensor out = at::empty({4, 5});
+  try {
+    onednn_matmul(at::randn({4, 3}), at::randn({2, 5}), out);
+    FAIL("a [4, 3] · b [2, 5] should not run");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("a [4, 3] · b [2, 5] -> out [4, 5] do not chain") != std::string::npos);
+  }
+  CHECK_THROWS_AS(onednn_matmul(at::randn({4, 3}), at::randn({3, 5}).to(at::kBFloat16), out), Error);
+  // An empty inner dimension is a product of zeros.
+  const at::Tensor zeros = at::full({4, 5}, 7.0f);
+  onednn_matmul(at::empty({4, 0}), at::empty({0, 5}), zeros);
+  CHECK(zeros.abs().max().item<double>() == 0);
+}
