@@ -20,11 +20,11 @@ using Dims = dnnl::memory::dims;
 // a kernel (tens of microseconds to milliseconds), so each thread keeps the ones it built.
 // A training step repeats the same few dozen shapes.
 struct PrimitiveKey {
-  int64_t m, k, n, a_rows, a_cols, b_rows, b_cols;
-  bool bf16;
+  int64_t m, k, n, a_rows, a_cols, b_rows, b_cols, out_rows;
+  bool bf16, accumulate;
   bool operator<(const PrimitiveKey& o) const {
-    return std::tie(m, k, n, a_rows, a_cols, b_rows, b_cols, bf16) <
-           std::tie(o.m, o.k, o.n, o.a_rows, o.a_cols, o.b_rows, o.b_cols, o.bf16);
+    return std::tie(m, k, n, a_rows, a_cols, b_rows, b_cols, out_rows, bf16, accumulate) <
+           std::tie(o.m, o.k, o.n, o.a_rows, o.a_cols, o.b_rows, o.b_cols, o.out_rows, o.bf16, o.accumulate);
   }
 };
 
@@ -50,36 +50,42 @@ const std::pair<dnnl::matmul, dnnl::matmul::primitive_desc>& primitive_for(Conte
   const auto type = key.bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
   const dnnl::memory::desc a({key.m, key.k}, type, Dims{key.a_rows, key.a_cols});
   const dnnl::memory::desc b({key.k, key.n}, type, Dims{key.b_rows, key.b_cols});
-  const dnnl::memory::desc c({key.m, key.n}, dnnl::memory::data_type::f32, Dims{key.n, 1});
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), context.engine);
+  const dnnl::memory::desc c({key.m, key.n}, dnnl::memory::data_type::f32, Dims{key.out_rows, 1});
+  dnnl::primitive_attr attributes;
+  if (key.accumulate) {  // out = 1·out + a·b, in the same pass
+    dnnl::post_ops sum;
+    sum.append_sum(1.0f);
+    attributes.set_post_ops(sum);
+  }
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attributes, context.engine);
   return context.primitives.emplace(key, std::make_pair(dnnl::matmul(pd), pd)).first->second;
 }
 
 }  // namespace
 
-void onednn_matmul(const at::Tensor& a_in, const at::Tensor& b_in, const at::Tensor& out) {
+void onednn_matmul(const at::Tensor& a_in, const at::Tensor& b_in, const at::Tensor& out, bool accumulate) {
   const bool bf16 = a_in.scalar_type() == at::kBFloat16;
   TANDEM_CHECK(a_in.dim() == 2 && b_in.dim() == 2 && out.dim() == 2 && a_in.size(1) == b_in.size(0) &&
                    out.size(0) == a_in.size(0) && out.size(1) == b_in.size(1),
                "onednn_matmul: shapes a [{}] · b [{}] -> out [{}] do not chain", fmt::join(a_in.sizes(), ", "),
                fmt::join(b_in.sizes(), ", "), fmt::join(out.sizes(), ", "));
   TANDEM_CHECK((bf16 || a_in.scalar_type() == at::kFloat) && b_in.scalar_type() == a_in.scalar_type() &&
-                   out.scalar_type() == at::kFloat && out.is_contiguous(),
-               "onednn_matmul: a and b both float32 or both bfloat16, out contiguous float32; got {}, {}, {}",
+                   out.scalar_type() == at::kFloat && out.stride(1) == 1 && out.stride(0) >= out.size(1),
+               "onednn_matmul: a and b both float32 or both bfloat16, out float32 with contiguous rows; got {}, {}, {}",
                c10::toString(a_in.scalar_type()), c10::toString(b_in.scalar_type()), c10::toString(out.scalar_type()));
   TANDEM_CHECK(a_in.device().is_cpu() && b_in.device().is_cpu() && out.device().is_cpu(),
                "onednn_matmul: CPU tensors only");
   const int64_t m = a_in.size(0), k = a_in.size(1), n = b_in.size(1);
   if (m == 0 || n == 0) return;
   if (k == 0) {
-    out.zero_();
+    if (!accumulate) out.zero_();
     return;
   }
   const at::Tensor a = with_unit_stride(a_in), b = with_unit_stride(b_in);
   Context& context = thread_context();
   try {
     const auto& [primitive, pd] =
-        primitive_for(context, {m, k, n, a.stride(0), a.stride(1), b.stride(0), b.stride(1), bf16});
+        primitive_for(context, {m, k, n, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), bf16, accumulate});
     dnnl::memory a_memory(pd.src_desc(), context.engine, a.data_ptr());
     dnnl::memory b_memory(pd.weights_desc(), context.engine, b.data_ptr());
     dnnl::memory c_memory(pd.dst_desc(), context.engine, out.data_ptr());

@@ -14,9 +14,10 @@
 
 namespace tandem {
 
-// out[M, N] = a[M, K] · b[K, N]. a and b: both float32 or both bfloat16, 2-D, on the CPU,
-// any strides (a transposed view is read in place); out: float32 [M, N], contiguous. The
-// products accumulate in float32. Writes out (never reads it).
-void onednn_matmul(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out);
+// out[M, N] = a[M, K] · b[K, N] (accumulate: out += a · b). a and b: both float32 or both
+// bfloat16, 2-D, on the CPU, any strides (a transposed view is read in place); out: float32
+// [M, N], rows contiguous (a row slice of a larger matrix is fine). The products accumulate
+// in float32. Without accumulate, out is written, never read.
+void onednn_matmul(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out, bool accumulate = false);
 
 }  // namespace tandem

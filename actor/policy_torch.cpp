@@ -317,7 +317,16 @@ at::Tensor PolicyModel::embed(const TokenLayout& layout) const {
                "input_ids, position_ids and segment_ids must have the same shape");
   TANDEM_CHECK(layout.input_ids.device() == device_, "the layout is on {}, the model on {}: move it with TokenLayout::to",
                layout.input_ids.device().str(), device_.str());
-  if (!tensor_parallel_) return at::embedding(param("model.embed_tokens.weight"), layout.input_ids);
+  if (!tensor_parallel_) {
+    const at::Tensor& table = param("model.embed_tokens.weight");
+    // A sparse gradient (the looked-up rows only) where a dense gradient buffer already
+    // exists to add it into in place (the trainer's flat gradients): otherwise each
+    // micro-batch's backward fills and adds a whole [vocab, hidden] gradient (155 MB on a
+    // 151k vocabulary; zero fills and adds were 20% of a Qwen3-shape step). Without a
+    // buffer the first backward would leave a sparse .grad, so the dense gradient is kept.
+    const bool sparse = table.device().is_cpu() && table.grad().defined() && !table.grad().is_sparse();
+    return at::embedding(table, layout.input_ids, /*padding_idx=*/-1, /*scale_grad_by_freq=*/false, sparse);
+  }
   // Vocabulary-parallel: each rank looks up the ids in its rows, zeros for the others, and
   // the ranks' rows are summed (each id's row is on exactly one rank).
   const TensorParallelSpec& spec = tensor_parallel_->spec();
