@@ -1,137 +1,13 @@
 #include "rollout/cpu_gemm.h"
 
+#include "rollout/cpu_gemm_variants.h"
 #include "rollout/thread_pool.h"
 
 #include <algorithm>
-#include <cstring>
-
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#include <immintrin.h>
-#endif
 
 namespace tandem::cpu {
 
 namespace {
-
-// One accumulator's operations, per instruction set. The set is fixed at compile time by
-// the build's -march (rollout/meson.build), so it is the same for every call.
-#if defined(__AVX512F__)
-constexpr const char* kIsa = "avx512f";
-// 32 vector registers: 4 x 6 accumulators, 4 row vectors and one weight vector.
-constexpr int kTileRows = 4;
-constexpr int kTileColumns = 6;
-struct Lanes {
-  using Vec = __m512;
-  static constexpr int kWidth = 16;
-  static Vec zero() { return _mm512_setzero_ps(); }
-  static Vec load(const float* p) { return _mm512_loadu_ps(p); }
-  // p[0..n) and zeros, n < kWidth; reads nothing past p + n.
-  static Vec load_first(const float* p, int64_t n) {
-    return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
-  }
-  static Vec multiply_add(Vec a, Vec b, Vec acc) { return _mm512_fmadd_ps(a, b, acc); }
-  // Lanes 0-7 + 8-15, then 0-3 + 4-7, then 0-1 + 2-3, then 0 + 1.
-  static float sum(Vec v) {
-    // The zero-masked extracts: GCC 12 warns of an uninitialised operand inside the plain
-    // ones (and inside _mm512_castps512_ps256).
-    const __m512d d = _mm512_castps_pd(v);
-    return sum8(_mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, d, 0)),
-                              _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, d, 1))));
-  }
-  static float sum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    return _mm_cvtss_f32(s);
-  }
-  // sums[i] = sum(v[i]) for 16 accumulators at once: each level adds the same two values
-  // of the same accumulator as sum() does (in the same operand order), only several
-  // accumulators share a register, so it is ~3x fewer instructions and bit-identical.
-  static constexpr int kSumGroup = 16;
-  // Two 128-bit quarters of a, then two of b, picked by `order` (as vshuff32x4); the
-  // zero-masked form because GCC 12 warns of an uninitialised operand inside the plain one.
-  template <int order>
-  static Vec quarters(Vec a, Vec b) { return _mm512_maskz_shuffle_f32x4(0xFFFF, a, b, order); }
-  static void sum_group(const Vec (&v)[16], float (&sums)[16]) {
-    Vec s8[8], s4[4], s2[2];
-    // Lanes i + 8 onto i: [v[2a] 0-3 + 8-11, v[2a] 4-7 + 12-15, the same for v[2a + 1]].
-    for (int a = 0; a < 8; ++a) {
-      s8[a] = _mm512_add_ps(quarters<0x44>(v[2 * a], v[2 * a + 1]),
-                            quarters<0xEE>(v[2 * a], v[2 * a + 1]));
-    }
-    // Lanes i + 4 onto i: quarter j of s4[b] is accumulator 4b + j.
-    for (int b = 0; b < 4; ++b) {
-      s4[b] = _mm512_add_ps(quarters<0x88>(s8[2 * b], s8[2 * b + 1]),
-                            quarters<0xDD>(s8[2 * b], s8[2 * b + 1]));
-    }
-    // Lanes i + 2 onto i, within each quarter: quarter j of s2[c] holds accumulators
-    // 8c + j (lanes 0-1) and 8c + 4 + j (lanes 2-3).
-    for (int c = 0; c < 2; ++c) {
-      s2[c] = _mm512_add_ps(_mm512_shuffle_ps(s4[2 * c], s4[2 * c + 1], 0x44),
-                            _mm512_shuffle_ps(s4[2 * c], s4[2 * c + 1], 0xEE));
-    }
-    // Lane 1 onto lane 0: lane 4j + p is accumulator 4p + j.
-    const Vec s1 = _mm512_add_ps(_mm512_shuffle_ps(s2[0], s2[1], 0x88), _mm512_shuffle_ps(s2[0], s2[1], 0xDD));
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, s1);
-    for (int j = 0; j < 4; ++j) {
-      for (int p = 0; p < 4; ++p) sums[4 * p + j] = lanes[4 * j + p];
-    }
-  }
-};
-#elif defined(__AVX2__) && defined(__FMA__)
-constexpr const char* kIsa = "avx2+fma";
-// 16 vector registers: 3 x 4 accumulators, 3 row vectors and one weight vector.
-constexpr int kTileRows = 3;
-constexpr int kTileColumns = 4;
-struct Lanes {
-  using Vec = __m256;
-  static constexpr int kWidth = 8;
-  static Vec zero() { return _mm256_setzero_ps(); }
-  static Vec load(const float* p) { return _mm256_loadu_ps(p); }
-  // p[0..n) and zeros, n < kWidth; masked lanes are not read.
-  static Vec load_first(const float* p, int64_t n) {
-    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    return _mm256_maskload_ps(p, mask);
-  }
-  static Vec multiply_add(Vec a, Vec b, Vec acc) { return _mm256_fmadd_ps(a, b, acc); }
-  // Lanes 0-3 + 4-7, then 0-1 + 2-3, then 0 + 1.
-  static float sum(Vec v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    return _mm_cvtss_f32(s);
-  }
-  static constexpr int kSumGroup = 1;
-  static void sum_group(const Vec (&v)[1], float (&sums)[1]) { sums[0] = sum(v[0]); }
-};
-#else
-constexpr const char* kIsa = "generic";
-// SSE2's 16 registers on x86-64: 2 x 4 accumulators.
-constexpr int kTileRows = 2;
-constexpr int kTileColumns = 4;
-struct Lanes {
-  typedef float Vec __attribute__((vector_size(16)));
-  static constexpr int kWidth = 4;
-  static Vec zero() { return Vec{0, 0, 0, 0}; }
-  static Vec load(const float* p) {
-    Vec v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  }
-  static Vec load_first(const float* p, int64_t n) {
-    Vec v = zero();
-    std::memcpy(&v, p, static_cast<size_t>(n) * sizeof(float));
-    return v;
-  }
-  // Whether the compiler fuses this into one FMA depends only on the target and
-  // -ffp-contract, both fixed for the build, so it is the same in every tile shape.
-  static Vec multiply_add(Vec a, Vec b, Vec acc) { return acc + a * b; }
-  static float sum(Vec v) { return (v[0] + v[2]) + (v[1] + v[3]); }
-  static constexpr int kSumGroup = 1;
-  static void sum_group(const Vec (&v)[1], float (&sums)[1]) { sums[0] = sum(v[0]); }
-};
-#endif
 
 // Rows per pass over the weights: a block of x up to this many bytes stays in L2 while
 // every weight panel streams past it once.
@@ -139,133 +15,52 @@ constexpr int64_t kRowBlockBytes = int64_t{1} << 20;
 // Below this many multiply-adds one thread is faster than handing out chunks.
 constexpr int64_t kParallelMultiplyAdds = int64_t{1} << 19;
 
-// dots[r][c] = x_rows[r] · w_rows[c] over `in`, each by the fixed chain gemm_nt documents.
-template <int R, int C>
-inline void tile_dots(const float* const* x_rows, const float* const* w_rows, int64_t in, float (&dots)[R][C]) {
-  using Vec = Lanes::Vec;
-  Vec acc[R][C];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) acc[r][c] = Lanes::zero();
-  }
-  int64_t k = 0;
-  for (; k + Lanes::kWidth <= in; k += Lanes::kWidth) {
-    Vec xv[R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) xv[r] = Lanes::load(x_rows[r] + k);
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) {
-      const Vec wv = Lanes::load(w_rows[c] + k);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[r][c] = Lanes::multiply_add(xv[r], wv, acc[r][c]);
-    }
-  }
-  if (k < in) {
-    const int64_t tail = in - k;
-    Vec xv[R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) xv[r] = Lanes::load_first(x_rows[r] + k, tail);
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) {
-      const Vec wv = Lanes::load_first(w_rows[c] + k, tail);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[r][c] = Lanes::multiply_add(xv[r], wv, acc[r][c]);
-    }
-  }
-  // The lane sums, Lanes::kSumGroup accumulators at a time (zeros fill the last group).
-  constexpr int kCount = R * C, kGroup = Lanes::kSumGroup;
-#pragma GCC unroll 4
-  for (int first = 0; first < kCount; first += kGroup) {
-    Vec group[kGroup];
-    float sums[kGroup];
-#pragma GCC unroll 16
-    for (int i = 0; i < kGroup; ++i) group[i] = first + i < kCount ? acc[(first + i) / C][(first + i) % C] : Lanes::zero();
-    Lanes::sum_group(group, sums);
-#pragma GCC unroll 16
-    for (int i = 0; i < kGroup; ++i) {
-      if (first + i < kCount) dots[(first + i) / C][(first + i) % C] = sums[i];
-    }
-  }
-}
-
-struct Problem {
-  const float* x;     // [rows, in]
-  int64_t in;
-  const float* w;     // [out, in]
-  const float* bias;  // [out], or null
-  int64_t out;
-  float* y;           // [rows, out]
-};
-
-// Rows [row, row + R) by the `valid` outputs from `first`, whose weight rows are w_rows.
-template <int R>
-void run_tile(const Problem& p, int64_t row, int64_t first, int valid, const float* const* w_rows) {
-  const float* x_rows[R];
-  for (int r = 0; r < R; ++r) x_rows[r] = p.x + (row + r) * p.in;
-  float dots[R][kTileColumns];
-  tile_dots<R, kTileColumns>(x_rows, w_rows, p.in, dots);
-  for (int r = 0; r < R; ++r) {
-    float* y_row = p.y + (row + r) * p.out + first;
-    for (int c = 0; c < valid; ++c) y_row[c] = p.bias ? dots[r][c] + p.bias[first + c] : dots[r][c];
-  }
-}
-
-// The last rows % kTileRows rows, in a tile of exactly that many rows.
-template <int R>
-void run_remainder_tile(const Problem& p, int64_t remainder, int64_t row, int64_t first, int valid,
-                        const float* const* w_rows) {
-  if constexpr (R > 0) {
-    if (remainder == R) {
-      run_tile<R>(p, row, first, valid, w_rows);
-    } else {
-      run_remainder_tile<R - 1>(p, remainder, row, first, valid, w_rows);
-    }
-  }
-}
-
-// Outputs [begin, end) of rows [row_begin, row_end).
-void run_block(const Problem& p, int64_t row_begin, int64_t row_end, int64_t begin, int64_t end) {
-  for (int64_t first = begin; first < end; first += kTileColumns) {
-    // A partial panel repeats its last weight row and drops those results: each output's
-    // chain is the same as in a full panel.
-    const int valid = static_cast<int>(std::min<int64_t>(kTileColumns, end - first));
-    const float* w_rows[kTileColumns];
-    for (int c = 0; c < kTileColumns; ++c) w_rows[c] = p.w + (first + std::min(c, valid - 1)) * p.in;
-    int64_t row = row_begin;
-    for (; row + kTileRows <= row_end; row += kTileRows) run_tile<kTileRows>(p, row, first, valid, w_rows);
-    run_remainder_tile<kTileRows - 1>(p, row_end - row, row, first, valid, w_rows);
-  }
+// Chosen once, so every call in a process rounds the same way.
+const GemmVariant& this_cpu_variant() {
+  static const GemmVariant& variant = *gemm_variants_supported().front();
+  return variant;
 }
 
 }  // namespace
 
-void gemm_nt(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const float* w, const float* bias, int64_t out,
-             float* y) {
+std::vector<const GemmVariant*> gemm_variants_supported() {
+  __builtin_cpu_init();
+  std::vector<const GemmVariant*> out;
+  if (__builtin_cpu_supports("x86-64-v4")) out.push_back(&gemm_variant_avx512());
+  if (__builtin_cpu_supports("x86-64-v3")) out.push_back(&gemm_variant_avx2());
+  out.push_back(&gemm_variant_generic());
+  return out;
+}
+
+void gemm_nt_with(const GemmVariant& v, ThreadPool& pool, const float* x, int64_t rows, int64_t in, const float* w,
+                  const float* bias, int64_t out, float* y) {
   if (rows <= 0 || out <= 0) return;
-  const Problem p{x, in, w, bias, out, y};
-  const int64_t block_rows =
-      std::max<int64_t>(kTileRows, kRowBlockBytes / (std::max<int64_t>(in, 1) * int64_t{sizeof(float)}) / kTileRows * kTileRows);
-  auto run_columns = [&](int64_t begin, int64_t end) {
-    for (int64_t row = 0; row < rows; row += block_rows) run_block(p, row, std::min(rows, row + block_rows), begin, end);
-  };
+  const GemmProblem p{x, rows, in, w, bias, out, y};
+  const int64_t tile_rows = v.tile_rows, tile_columns = v.tile_columns;
+  const int64_t block_rows = std::max<int64_t>(
+      tile_rows, kRowBlockBytes / (std::max<int64_t>(in, 1) * int64_t{sizeof(float)}) / tile_rows * tile_rows);
   // Threads split the outputs in whole panels (several chunks per thread, for balance when
   // a core is busy elsewhere); a chunk's results do not depend on who runs it.
-  const int64_t panels = (out + kTileColumns - 1) / kTileColumns;
+  const int64_t panels = (out + tile_columns - 1) / tile_columns;
   const int64_t threads = rows * in * out >= kParallelMultiplyAdds ? pool.threads() : 1;
   const int64_t chunks = threads == 1 ? 1 : std::min<int64_t>(panels, 4 * threads);
   if (chunks <= 1) {
-    run_columns(0, out);
+    v.run_columns(p, block_rows, 0, out);
     return;
   }
-  const int64_t chunk_columns = (panels + chunks - 1) / chunks * kTileColumns;
+  const int64_t chunk_columns = (panels + chunks - 1) / chunks * tile_columns;
   pool.run((out + chunk_columns - 1) / chunk_columns, [&](int64_t chunk) {
-    run_columns(chunk * chunk_columns, std::min(out, (chunk + 1) * chunk_columns));
+    v.run_columns(p, block_rows, chunk * chunk_columns, std::min(out, (chunk + 1) * chunk_columns));
   });
 }
 
-const char* gemm_nt_isa() { return kIsa; }
+void gemm_nt(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const float* w, const float* bias, int64_t out,
+             float* y) {
+  gemm_nt_with(this_cpu_variant(), pool, x, rows, in, w, bias, out, y);
+}
 
-int gemm_nt_lanes() { return Lanes::kWidth; }
+const char* gemm_nt_isa() { return this_cpu_variant().isa; }
+
+int gemm_nt_lanes() { return this_cpu_variant().lanes; }
 
 }  // namespace tandem::cpu

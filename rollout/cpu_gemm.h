@@ -37,9 +37,9 @@ void gemm_nt(ThreadPool& pool,
              int64_t out,
              float* y);          // [rows, out], row-major; must not overlap x, w or bias
 
-// The instruction set gemm_nt was compiled for ("avx512f", "avx2+fma" or "generic", chosen
-// from the build's -march once, so every call in a process rounds the same way) and its
-// accumulator width in floats.
+// The instruction set gemm_nt runs ("avx512f", "avx2+fma" or "generic": the widest build
+// of its tiles this CPU supports, rollout/cpu_gemm_variants.h, chosen once per process so
+// every call rounds the same way) and its accumulator width in floats.
 const char* gemm_nt_isa();
 int gemm_nt_lanes();
 

@@ -4,6 +4,8 @@
 #   scripts/build.sh                       everything (tests and benchmarks included)
 #   scripts/build.sh controller/tandem     only the named ninja targets (the quickstart's)
 #   scripts/build.sh -Dcuda=disabled ...   arguments starting with - go to meson
+# TANDEM_CPU_ARCH=portable (or another -march value) sets meson's cpu_arch when it configures
+# (CI builds portable: binaries that run on any x86-64 CPU, tests/kernels/check_portable.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +19,7 @@ if command -v ccache >/dev/null; then
 fi
 
 meson_args=()
+if [ -n "${TANDEM_CPU_ARCH:-}" ]; then meson_args+=("-Dcpu_arch=$TANDEM_CPU_ARCH"); fi
 targets=()
 for arg in "$@"; do
   if [[ "$arg" == -* ]]; then meson_args+=("$arg"); else targets+=("$arg"); fi

@@ -9,6 +9,7 @@ packages=(
   libeigen3-dev doctest-dev libcli11-dev libfmt-dev nlohmann-json3-dev libpcre2-dev
   libopenblas0-openmp libicu-dev libgloo-dev
   libdnnl-dev  # oneDNN: the CPU learner's matrix products (actor/onednn_matmul.h)
+  qemu-user  # older CPUs emulated for the portable build's test (tests/kernels/check_portable.py)
   python3-dev pybind11-dev python3-jinja2 python3-numpy libcurl4-openssl-dev
   libboost-context-dev
   bubblewrap libseccomp-dev  # the sandbox for the model's code (agent/sandbox.h)

@@ -2,8 +2,11 @@
 // odd shapes (rows not a multiple of the tile, in not a multiple of the vector width, out
 // not a multiple of the panel), and its batch invariance: every row's outputs from a
 // many-row call are bit-identical to those of the row alone, to those of any sub-batch
-// holding it, and to those of the same call on another number of threads.
+// holding it, and to those of the same call on another number of threads. Each case runs
+// every instruction-set build of the tiles this CPU supports (rollout/cpu_gemm_variants.h),
+// so a machine with AVX-512 checks the AVX2 and generic builds as well.
 #include "rollout/cpu_gemm.h"
+#include "rollout/cpu_gemm_variants.h"
 #include "rollout/thread_pool.h"
 #include "tests/support/kernel_checks.h"
 
@@ -32,10 +35,11 @@ struct Shape {
   int64_t rows, in, out;
 };
 
-std::vector<float> gemm(ThreadPool& pool, const std::vector<float>& x, int64_t row_begin, int64_t row_end, int64_t in,
-                        const std::vector<float>& w, const float* bias, int64_t out) {
+std::vector<float> gemm(const cpu::GemmVariant& variant, ThreadPool& pool, const std::vector<float>& x,
+                        int64_t row_begin, int64_t row_end, int64_t in, const std::vector<float>& w, const float* bias,
+                        int64_t out) {
   std::vector<float> y((row_end - row_begin) * out, NAN);
-  cpu::gemm_nt(pool, x.data() + row_begin * in, row_end - row_begin, in, w.data(), bias, out, y.data());
+  cpu::gemm_nt_with(variant, pool, x.data() + row_begin * in, row_end - row_begin, in, w.data(), bias, out, y.data());
   return y;
 }
 
@@ -43,8 +47,29 @@ bool same_bits(const float* a, const float* b, int64_t n) { return std::memcmp(a
 
 }  // namespace
 
-TEST_CASE("gemm_nt agrees with a float64 reference on odd shapes") {
-  MESSAGE("gemm_nt: " << std::string(cpu::gemm_nt_isa()) << ", " << cpu::gemm_nt_lanes() << " lanes");
+TEST_CASE("gemm_nt runs the widest build of its tiles this CPU supports") {
+  const std::vector<const cpu::GemmVariant*> variants = cpu::gemm_variants_supported();
+  REQUIRE(!variants.empty());
+  CHECK(std::string(variants.back()->isa) == "generic");  // every x86-64 CPU runs it
+  CHECK(std::string(cpu::gemm_nt_isa()) == variants.front()->isa);
+  CHECK(cpu::gemm_nt_lanes() == variants.front()->lanes);
+  std::string names;
+  for (const cpu::GemmVariant* v : variants) names += std::string(names.empty() ? "" : ", ") + v->isa;
+  MESSAGE("gemm_nt: " << std::string(cpu::gemm_nt_isa()) << ", " << cpu::gemm_nt_lanes() << " lanes; this CPU runs " << names);
+  // gemm_nt itself is the first variant, bit for bit.
+  auto rng = kernel_test_rng(40);
+  ThreadPool pool(2);
+  const std::vector<float> x = random_floats(rng, 9 * 70), w = random_floats(rng, 31 * 70);
+  std::vector<float> direct(9 * 31, NAN);
+  cpu::gemm_nt(pool, x.data(), 9, 70, w.data(), nullptr, 31, direct.data());
+  CHECK(same_bits(direct.data(), gemm(*variants.front(), pool, x, 0, 9, 70, w, nullptr, 31).data(), 9 * 31));
+}
+
+namespace {
+
+// One variant against the float64 reference.
+void check_against_reference(const cpu::GemmVariant* variant) {
+  CAPTURE(std::string(variant->isa));
   auto rng = kernel_test_rng(41);
   std::uniform_int_distribution<int64_t> pick_rows(1, 37);
   ThreadPool pool(2);
@@ -55,7 +80,7 @@ TEST_CASE("gemm_nt agrees with a float64 reference on odd shapes") {
       const std::vector<float> w = random_floats(rng, out * in);
       const std::vector<float> bias = random_floats(rng, out);
       for (const bool with_bias : {false, true}) {
-        const std::vector<float> y = gemm(pool, x, 0, rows, in, w, with_bias ? bias.data() : nullptr, out);
+        const std::vector<float> y = gemm(*variant, pool, x, 0, rows, in, w, with_bias ? bias.data() : nullptr, out);
         int64_t bad = 0;
         for (int64_t r = 0; r < rows; ++r) {
           for (int64_t o = 0; o < out; ++o) {
@@ -84,7 +109,16 @@ TEST_CASE("gemm_nt agrees with a float64 reference on odd shapes") {
   }
 }
 
-TEST_CASE("gemm_nt is batch-invariant: a row's outputs never depend on the other rows or the threads") {
+}  // namespace
+
+TEST_CASE("gemm_nt agrees with a float64 reference on odd shapes") {
+  for (const cpu::GemmVariant* variant : cpu::gemm_variants_supported()) check_against_reference(variant);
+}
+
+namespace {
+
+// One variant's outputs alone, in batches and sub-batches, on 1-3 threads.
+void check_batch_invariance(const cpu::GemmVariant* variant) {
   auto rng = kernel_test_rng(42);
   // Small ones run on one thread; the large ones split over the pool (at least 2^19
   // multiply-adds), so a row alone (inline) and in a batch (split) take both paths.
@@ -95,12 +129,13 @@ TEST_CASE("gemm_nt is batch-invariant: a row's outputs never depend on the other
   };
   std::uniform_int_distribution<int> coin(0, 1);
   for (const Shape& s : shapes) {
+    CAPTURE(std::string(variant->isa));
     const std::vector<float> x = random_floats(rng, s.rows * s.in);
     const std::vector<float> w = random_floats(rng, s.out * s.in);
     const std::vector<float> bias_values = random_floats(rng, s.out);
     const float* bias = coin(rng) ? bias_values.data() : nullptr;
     ThreadPool solo(1);
-    const std::vector<float> reference = gemm(solo, x, 0, s.rows, s.in, w, bias, s.out);
+    const std::vector<float> reference = gemm(*variant, solo, x, 0, s.rows, s.in, w, bias, s.out);
     for (float v : reference) REQUIRE_MESSAGE(std::isfinite(v), "non-finite output for rows " << s.rows);
     for (int threads : {1, 2, 3}) {
       CAPTURE(s.rows);
@@ -108,18 +143,24 @@ TEST_CASE("gemm_nt is batch-invariant: a row's outputs never depend on the other
       CAPTURE(s.out);
       CAPTURE(threads);
       ThreadPool pool(threads);
-      const std::vector<float> all = gemm(pool, x, 0, s.rows, s.in, w, bias, s.out);
+      const std::vector<float> all = gemm(*variant, pool, x, 0, s.rows, s.in, w, bias, s.out);
       CHECK(same_bits(all.data(), reference.data(), s.rows * s.out));
       int64_t mismatched_rows = 0;
       for (int64_t r = 0; r < s.rows; ++r) {
-        const std::vector<float> alone = gemm(pool, x, r, r + 1, s.in, w, bias, s.out);
+        const std::vector<float> alone = gemm(*variant, pool, x, r, r + 1, s.in, w, bias, s.out);
         if (!same_bits(alone.data(), &reference[r * s.out], s.out)) ++mismatched_rows;
       }
       CHECK_MESSAGE(mismatched_rows == 0, mismatched_rows << " rows differ alone and in the batch");
       // A sub-batch starting mid-tile: each row lands at another place in the tiles.
       const int64_t begin = s.rows / 3, end = std::max(begin + 1, s.rows - 1);
-      const std::vector<float> middle = gemm(pool, x, begin, end, s.in, w, bias, s.out);
+      const std::vector<float> middle = gemm(*variant, pool, x, begin, end, s.in, w, bias, s.out);
       CHECK(same_bits(middle.data(), &reference[begin * s.out], (end - begin) * s.out));
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("gemm_nt is batch-invariant: a row's outputs never depend on the other rows or the threads") {
+  for (const cpu::GemmVariant* variant : cpu::gemm_variants_supported()) check_batch_invariance(variant);
 }

@@ -1,0 +1,51 @@
+// The instruction-set builds of gemm_nt's tiles (rollout/cpu_gemm.h), and which one this
+// CPU runs. Each variant is the same source (rollout/cpu_gemm_variant.cpp) compiled with
+// its own -march; gemm_nt picks the widest the CPU supports once per process, so the
+// binary runs on any x86-64 CPU whatever machine built it (meson -Dcpu_arch=portable
+// builds the rest of the CPU code for x86-64-v2: README.md, For contributors).
+//
+// Results differ between variants (their accumulators have different widths), never
+// between calls of one variant: batch invariance is a property of each.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace tandem {
+class ThreadPool;
+}
+
+namespace tandem::cpu {
+
+struct GemmProblem {
+  const float* x;     // [rows, in], row-major
+  int64_t rows;
+  int64_t in;
+  const float* w;     // [out, in], row-major
+  const float* bias;  // [out], or null
+  int64_t out;
+  float* y;           // [rows, out], row-major
+};
+
+struct GemmVariant {
+  const char* isa;    // "avx512f", "avx2+fma" or "generic"
+  int lanes;          // floats per accumulator
+  int tile_rows;      // rows that share each loaded weight vector
+  int tile_columns;   // outputs per panel (threads split the outputs in whole panels)
+  // Outputs [begin, end) (panel-aligned begin) of every row, block_rows rows at a time.
+  void (*run_columns)(const GemmProblem& p, int64_t block_rows, int64_t begin, int64_t end);
+};
+
+// The variants, each compiled for its instruction set (call only those the CPU supports).
+const GemmVariant& gemm_variant_avx512();   // x86-64-v4: AVX-512 F, BW, CD, DQ, VL
+const GemmVariant& gemm_variant_avx2();     // x86-64-v3: AVX2, FMA
+const GemmVariant& gemm_variant_generic();  // x86-64: SSE2
+
+// The variants this CPU runs, widest first; the first is what gemm_nt uses.
+std::vector<const GemmVariant*> gemm_variants_supported();
+
+// gemm_nt with a given variant (tests run each one the CPU supports).
+void gemm_nt_with(const GemmVariant& variant, ThreadPool& pool, const float* x, int64_t rows, int64_t in,
+                  const float* w, const float* bias, int64_t out, float* y);
+
+}  // namespace tandem::cpu
