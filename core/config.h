@@ -176,6 +176,7 @@ struct RolloutConfig {
   int64_t threads = 0;  // 0: all cores
   bool score_while_generating = true;  // stream finished samples to the rewards during generation
   std::string dtype = "bf16";        // cuda: weights, activations and KV cache ("bf16" | "fp32")
+  std::string cpu_weights = "fp32";  // cpu: the weights the products read ("fp32" | "bf16")
   double gpu_memory_fraction = 0.85;  // cuda: share of the GPU memory free after weights and workspace for the KV cache
   bool prefix_sharing = true;  // the samples of a prompt prefill it once and share its KV blocks
   // Ranks each worker's engine is split over (actor/tensor_parallel_layout.h, the learner's

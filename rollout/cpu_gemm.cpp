@@ -32,10 +32,9 @@ std::vector<const GemmVariant*> gemm_variants_supported() {
   return out;
 }
 
-void gemm_nt_with(const GemmVariant& v, ThreadPool& pool, const float* x, int64_t rows, int64_t in, const float* w,
-                  const float* bias, int64_t out, float* y) {
+void gemm_nt_with(const GemmVariant& v, ThreadPool& pool, const GemmProblem& p) {
+  const int64_t rows = p.rows, in = p.in, out = p.out;
   if (rows <= 0 || out <= 0) return;
-  const GemmProblem p{x, rows, in, w, bias, out, y};
   const int64_t tile_rows = v.tile_rows, tile_columns = v.tile_columns;
   const int64_t block_rows = std::max<int64_t>(
       tile_rows, kRowBlockBytes / (std::max<int64_t>(in, 1) * int64_t{sizeof(float)}) / tile_rows * tile_rows);
@@ -56,7 +55,12 @@ void gemm_nt_with(const GemmVariant& v, ThreadPool& pool, const float* x, int64_
 
 void gemm_nt(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const float* w, const float* bias, int64_t out,
              float* y) {
-  gemm_nt_with(this_cpu_variant(), pool, x, rows, in, w, bias, out, y);
+  gemm_nt_with(this_cpu_variant(), pool, GemmProblem{x, rows, in, w, nullptr, bias, out, y});
+}
+
+void gemm_nt_bf16(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const uint16_t* w, const float* bias,
+                  int64_t out, float* y) {
+  gemm_nt_with(this_cpu_variant(), pool, GemmProblem{x, rows, in, nullptr, w, bias, out, y});
 }
 
 const char* gemm_nt_isa() { return this_cpu_variant().isa; }

@@ -37,6 +37,20 @@ void gemm_nt(ThreadPool& pool,
              int64_t out,
              float* y);          // [rows, out], row-major; must not overlap x, w or bias
 
+// gemm_nt with bfloat16 weights (w: their bits, [out, in] row-major): each weight is
+// widened to float32 exactly as it is loaded, and every output's chain is gemm_nt's, so the
+// result is gemm_nt's on float32 weights holding the same values, bit for bit, and batch-
+// invariant the same way. Half the bytes per weight: decode at small batches, bound by
+// reading the weights from memory, runs up to twice as fast.
+void gemm_nt_bf16(ThreadPool& pool,
+                  const float* x,     // [rows, in], row-major
+                  int64_t rows,
+                  int64_t in,
+                  const uint16_t* w,  // [out, in], row-major bfloat16 bits
+                  const float* bias,  // [out], or null
+                  int64_t out,
+                  float* y);          // [rows, out], row-major
+
 // The instruction set gemm_nt runs ("avx512f", "avx2+fma" or "generic": the widest build
 // of its tiles this CPU supports, rollout/cpu_gemm_variants.h, chosen once per process so
 // every call rounds the same way) and its accumulator width in floats.

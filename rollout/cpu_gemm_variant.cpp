@@ -9,6 +9,7 @@
 // caller, and run AVX-512 on a CPU without it.
 #include "rollout/cpu_gemm_variants.h"
 
+#include <cstdint>
 #include <cstring>
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
@@ -40,6 +41,14 @@ struct Lanes {
   // p[0..n) and zeros, n < kWidth; reads nothing past p + n.
   static Vec load_first(const float* p, int64_t n) {
     return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
+  }
+  // bfloat16 weights widened to float32 exactly (the upper 16 bits of a float).
+  static Vec load(const uint16_t* p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+  }
+  static Vec load_first(const uint16_t* p, int64_t n) {
+    const __m256i bits = _mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << n) - 1), p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
   }
   static Vec multiply_add(Vec a, Vec b, Vec acc) { return _mm512_fmadd_ps(a, b, acc); }
   // Lanes 0-7 + 8-15, then 0-3 + 4-7, then 0-1 + 2-3, then 0 + 1.
@@ -106,6 +115,14 @@ struct Lanes {
     const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     return _mm256_maskload_ps(p, mask);
   }
+  static Vec load(const uint16_t* p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+  }
+  static Vec load_first(const uint16_t* p, int64_t n) {
+    uint16_t part[kWidth] = {};
+    std::memcpy(part, p, static_cast<size_t>(n) * sizeof(uint16_t));
+    return load(part);
+  }
   static Vec multiply_add(Vec a, Vec b, Vec acc) { return _mm256_fmadd_ps(a, b, acc); }
   // Lanes 0-3 + 4-7, then 0-1 + 2-3, then 0 + 1.
   static float sum(Vec v) {
@@ -136,6 +153,17 @@ struct Lanes {
     std::memcpy(&v, p, static_cast<size_t>(n) * sizeof(float));
     return v;
   }
+  static Vec load(const uint16_t* p) { return load_first(p, kWidth); }
+  static Vec load_first(const uint16_t* p, int64_t n) {
+    Vec v = zero();
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
+      float f;
+      std::memcpy(&f, &bits, sizeof f);
+      v[i] = f;
+    }
+    return v;
+  }
   // Whether the compiler fuses this into one FMA depends only on the target and
   // -ffp-contract, both fixed for the build, so it is the same in every tile shape.
   static Vec multiply_add(Vec a, Vec b, Vec acc) { return acc + a * b; }
@@ -148,8 +176,10 @@ struct Lanes {
 int64_t smaller(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // dots[r][c] = x_rows[r] · w_rows[c] over `in`, each by the fixed chain gemm_nt documents.
-template <int R, int C>
-inline void tile_dots(const float* const* x_rows, const float* const* w_rows, int64_t in, float (&dots)[R][C]) {
+// W: float, or uint16_t for bfloat16 weights (widened exactly, so the chain is the same
+// as on float32 weights holding the same values).
+template <int R, int C, class W>
+inline void tile_dots(const float* const* x_rows, const W* const* w_rows, int64_t in, float (&dots)[R][C]) {
   using Vec = Lanes::Vec;
   Vec acc[R][C];
 #pragma GCC unroll 8
@@ -198,12 +228,12 @@ inline void tile_dots(const float* const* x_rows, const float* const* w_rows, in
 }
 
 // Rows [row, row + R) by the `valid` outputs from `first`, whose weight rows are w_rows.
-template <int R>
-void run_tile(const GemmProblem& p, int64_t row, int64_t first, int valid, const float* const* w_rows) {
+template <int R, class W>
+void run_tile(const GemmProblem& p, int64_t row, int64_t first, int valid, const W* const* w_rows) {
   const float* x_rows[R];
   for (int r = 0; r < R; ++r) x_rows[r] = p.x + (row + r) * p.in;
   float dots[R][kTileColumns];
-  tile_dots<R, kTileColumns>(x_rows, w_rows, p.in, dots);
+  tile_dots<R, kTileColumns, W>(x_rows, w_rows, p.in, dots);
   for (int r = 0; r < R; ++r) {
     float* y_row = p.y + (row + r) * p.out + first;
     for (int c = 0; c < valid; ++c) y_row[c] = p.bias ? dots[r][c] + p.bias[first + c] : dots[r][c];
@@ -211,35 +241,40 @@ void run_tile(const GemmProblem& p, int64_t row, int64_t first, int valid, const
 }
 
 // The last rows % kTileRows rows, in a tile of exactly that many rows.
-template <int R>
+template <int R, class W>
 void run_remainder_tile(const GemmProblem& p, int64_t remainder, int64_t row, int64_t first, int valid,
-                        const float* const* w_rows) {
+                        const W* const* w_rows) {
   if constexpr (R > 0) {
     if (remainder == R) {
-      run_tile<R>(p, row, first, valid, w_rows);
+      run_tile<R, W>(p, row, first, valid, w_rows);
     } else {
-      run_remainder_tile<R - 1>(p, remainder, row, first, valid, w_rows);
+      run_remainder_tile<R - 1, W>(p, remainder, row, first, valid, w_rows);
     }
   }
 }
 
 // Outputs [begin, end) of rows [row_begin, row_end).
-void run_block(const GemmProblem& p, int64_t row_begin, int64_t row_end, int64_t begin, int64_t end) {
+template <class W>
+void run_block(const GemmProblem& p, const W* w, int64_t row_begin, int64_t row_end, int64_t begin, int64_t end) {
   for (int64_t first = begin; first < end; first += kTileColumns) {
     // A partial panel repeats its last weight row and drops those results: each output's
     // chain is the same as in a full panel.
     const int valid = static_cast<int>(smaller(kTileColumns, end - first));
-    const float* w_rows[kTileColumns];
-    for (int c = 0; c < kTileColumns; ++c) w_rows[c] = p.w + (first + (c < valid ? c : valid - 1)) * p.in;
+    const W* w_rows[kTileColumns];
+    for (int c = 0; c < kTileColumns; ++c) w_rows[c] = w + (first + (c < valid ? c : valid - 1)) * p.in;
     int64_t row = row_begin;
-    for (; row + kTileRows <= row_end; row += kTileRows) run_tile<kTileRows>(p, row, first, valid, w_rows);
-    run_remainder_tile<kTileRows - 1>(p, row_end - row, row, first, valid, w_rows);
+    for (; row + kTileRows <= row_end; row += kTileRows) run_tile<kTileRows, W>(p, row, first, valid, w_rows);
+    run_remainder_tile<kTileRows - 1, W>(p, row_end - row, row, first, valid, w_rows);
   }
 }
 
-// Outputs [begin, end) of every row, a block of rows at a time.
+// Outputs [begin, end) of every row, a block of rows at a time, from whichever weights p has.
 void run_columns(const GemmProblem& p, int64_t block_rows, int64_t begin, int64_t end) {
-  for (int64_t row = 0; row < p.rows; row += block_rows) run_block(p, row, smaller(p.rows, row + block_rows), begin, end);
+  for (int64_t row = 0; row < p.rows; row += block_rows) {
+    const int64_t row_end = smaller(p.rows, row + block_rows);
+    if (p.w_bf16) run_block(p, p.w_bf16, row, row_end, begin, end);
+    else run_block(p, p.w, row, row_end, begin, end);
+  }
 }
 
 }  // namespace

@@ -21,8 +21,9 @@ struct GemmProblem {
   const float* x;     // [rows, in], row-major
   int64_t rows;
   int64_t in;
-  const float* w;     // [out, in], row-major
-  const float* bias;  // [out], or null
+  const float* w;           // [out, in], row-major; null when w_bf16 is set
+  const uint16_t* w_bf16;   // [out, in] bfloat16 bits, or null
+  const float* bias;        // [out], or null
   int64_t out;
   float* y;           // [rows, out], row-major
 };
@@ -44,8 +45,8 @@ const GemmVariant& gemm_variant_generic();  // x86-64: SSE2
 // The variants this CPU runs, widest first; the first is what gemm_nt uses.
 std::vector<const GemmVariant*> gemm_variants_supported();
 
-// gemm_nt with a given variant (tests run each one the CPU supports).
-void gemm_nt_with(const GemmVariant& variant, ThreadPool& pool, const float* x, int64_t rows, int64_t in,
-                  const float* w, const float* bias, int64_t out, float* y);
+// gemm_nt (w set) or gemm_nt_bf16 (w_bf16 set) with a given variant (tests run each one
+// the CPU supports). p.y is written.
+void gemm_nt_with(const GemmVariant& variant, ThreadPool& pool, const GemmProblem& p);
 
 }  // namespace tandem::cpu

@@ -2,6 +2,7 @@
 
 #include "actor/tensor_parallel_slices.h"
 #include "core/error.h"
+#include "core/half.h"
 #include "rollout/cpu_ops.h"
 #include "rollout/thread_pool.h"
 
@@ -13,8 +14,9 @@
 
 namespace tandem {
 
-CpuModel::CpuModel(const ModelConfig& config, const ModelWeights& weights, int threads, int tensor_parallel)
-    : config_(config), pool_(std::make_unique<ThreadPool>(threads)) {
+CpuModel::CpuModel(const ModelConfig& config, const ModelWeights& weights, int threads, int tensor_parallel,
+                   bool bf16_weights)
+    : config_(config), bf16_weights_(bf16_weights), pool_(std::make_unique<ThreadPool>(threads)) {
   check_weights(config_, weights, "rollout engine");
   check_tensor_parallel(config_, tensor_parallel, "rollout.tensor_parallel");
   inverse_frequencies_ = rope_inverse_frequencies(config_);
@@ -36,17 +38,35 @@ KvCacheShape CpuModel::rank_cache_shape(int64_t block_size, int64_t num_blocks) 
   return {config_.num_hidden_layers, ranks_[0].sizes.kv_heads, config_.head_dim, block_size, num_blocks};
 }
 
+void CpuModel::round_matrix(Rank& rank, const std::string& name) {
+  auto it = rank.rounded.find(name);
+  if (it == rank.rounded.end()) return;
+  const std::vector<float>& values = rank.weights.get(name).data;
+  it->second.resize(values.size());
+  for (size_t i = 0; i < values.size(); ++i) it->second[i] = float_to_bf16(values[i]);
+}
+
 void CpuModel::bind_weights(Rank& rank) {
   const ModelConfig& c = config_;
   auto w = [&](const std::string& name) { return rank.weights.get(name).data.data(); };
+  // A matrix the products read: float32, and its bfloat16 copy under bf16_weights.
+  auto matrix = [&](const std::string& name) {
+    cpu::LinearWeight m{w(name), nullptr};
+    if (bf16_weights_) {
+      rank.rounded.emplace(name, std::vector<uint16_t>());
+      round_matrix(rank, name);
+      m.bf16 = rank.rounded.at(name).data();
+    }
+    return m;
+  };
   rank.layers.clear();
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     const std::string p = "model.layers." + std::to_string(layer) + ".";
     LayerWeights l{};
     l.input_norm = w(p + "input_layernorm.weight");
-    l.q = w(p + "self_attn.q_proj.weight");
-    l.k = w(p + "self_attn.k_proj.weight");
-    l.v = w(p + "self_attn.v_proj.weight");
+    l.q = matrix(p + "self_attn.q_proj.weight");
+    l.k = matrix(p + "self_attn.k_proj.weight");
+    l.v = matrix(p + "self_attn.v_proj.weight");
     if (c.attention_bias) {
       l.q_bias = w(p + "self_attn.q_proj.bias");
       l.k_bias = w(p + "self_attn.k_proj.bias");
@@ -56,16 +76,18 @@ void CpuModel::bind_weights(Rank& rank) {
       l.q_norm = w(p + "self_attn.q_norm.weight");
       l.k_norm = w(p + "self_attn.k_norm.weight");
     }
-    l.o = w(p + "self_attn.o_proj.weight");
+    l.o = matrix(p + "self_attn.o_proj.weight");
     if (c.o_proj_bias()) l.o_bias = w(p + "self_attn.o_proj.bias");
     l.post_norm = w(p + "post_attention_layernorm.weight");
-    l.gate = w(p + "mlp.gate_proj.weight");
-    l.up = w(p + "mlp.up_proj.weight");
-    l.down = w(p + "mlp.down_proj.weight");
+    l.gate = matrix(p + "mlp.gate_proj.weight");
+    l.up = matrix(p + "mlp.up_proj.weight");
+    l.down = matrix(p + "mlp.down_proj.weight");
     rank.layers.push_back(l);
   }
-  rank.embed = w("model.embed_tokens.weight");
-  rank.lm_head = c.num_labels > 0 ? w("score.weight") : c.tie_word_embeddings ? rank.embed : w("lm_head.weight");
+  // The embedding table is rounded too (one tensor with the tied LM head: both read the same values).
+  rank.embed = matrix("model.embed_tokens.weight");
+  rank.lm_head = matrix(c.num_labels > 0 ? "score.weight" : c.tie_word_embeddings ? "model.embed_tokens.weight"
+                                                                                 : "lm_head.weight");
   // Without a split the head is whole (num_labels rows for a classifier); split, the
   // rank's real vocabulary rows (its padding rows get no logit).
   rank.head_rows = ranks_.size() == 1 ? c.head_rows()
@@ -100,6 +122,7 @@ void CpuModel::update_weights(const ModelWeights& update) {
       const ParameterShard& local = (targets[i].adapter ? rank.adapter_layout : rank.layout)[targets[i].index];
       ModelWeights& held = targets[i].adapter ? rank.adapters : rank.weights;
       copy_from_canonical(local, t.data.data(), held.get_mutable(t.name).data.data());
+      if (!targets[i].adapter) round_matrix(rank, t.name);
     }
   }
 }
@@ -171,6 +194,7 @@ void CpuModel::update_shards(const std::vector<ModelWeights>& shards) {
     for (const WeightTensor& t : shards[r].tensors()) {
       WeightTensor& current = ranks_[r].weights.get_mutable(t.name);
       std::memcpy(current.data.data(), t.data.data(), t.data.size() * sizeof(float));
+      round_matrix(ranks_[r], t.name);
     }
   }
 }
@@ -253,7 +277,12 @@ void CpuModel::forward(const ForwardBatch& batch, std::vector<KvCache>& caches, 
     TANDEM_CHECK(id >= 0 && id < c.vocab_size, "token id {} outside the vocabulary (0..{})", id, c.vocab_size - 1);
     // The row lives on the rank whose vocabulary block holds the id (the others add zeros).
     const Rank& holder = ranks_[id / local.vocab_rows];
-    std::memcpy(&x_[t * hidden], holder.embed + (id - holder.sizes.vocab_begin) * hidden, hidden * sizeof(float));
+    const int64_t row = (id - holder.sizes.vocab_begin) * hidden;
+    if (holder.embed.bf16) {
+      for (int64_t i = 0; i < hidden; ++i) x_[t * hidden + i] = bf16_to_float(holder.embed.bf16[row + i]);
+    } else {
+      std::memcpy(&x_[t * hidden], holder.embed.f32 + row, hidden * sizeof(float));
+    }
     // Angles in float64 (as the learner computes them), then rounded once.
     for (int64_t i = 0; i < half; ++i) {
       const double angle = static_cast<double>(positions_[t]) * inverse_frequencies_[i];

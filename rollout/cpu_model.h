@@ -15,12 +15,15 @@
 #include "actor/model_config.h"
 #include "actor/model_weights.h"
 #include "actor/tensor_parallel_layout.h"
+#include "rollout/cpu_ops.h"
 #include "rollout/kv_cache.h"
 #include "rollout/model_backend.h"
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace tandem {
@@ -30,7 +33,15 @@ class ThreadPool;
 class CpuModel {
  public:
   // `threads`: cores to use, 0 for all. `weights`: canonical (unsplit), sharded here.
-  CpuModel(const ModelConfig& config, const ModelWeights& weights, int threads = 0, int tensor_parallel = 1);
+  // `bf16_weights` (rollout.cpu_weights: bf16): the matrices (projections, embedding, LM
+  // head) are also held rounded to bfloat16, and the products and the embedding lookup
+  // read those (cpu::gemm_nt_bf16: half the bytes per weight, so decode at small batches,
+  // bound by memory bandwidth, runs up to 2x faster); activations, norms, biases and the
+  // KV cache stay float32. The float32 weights are kept: updates and resharding write
+  // them, then their rounded copies are refreshed.
+  CpuModel(const ModelConfig& config, const ModelWeights& weights, int threads = 0, int tensor_parallel = 1,
+           bool bf16_weights = false);
+  bool bf16_weights() const { return bf16_weights_; }
   ~CpuModel();
 
   const ModelConfig& config() const { return config_; }
@@ -62,20 +73,20 @@ class CpuModel {
  private:
   struct LayerWeights {
     const float* input_norm;
-    const float* q;
-    const float* k;
-    const float* v;
+    cpu::LinearWeight q;
+    cpu::LinearWeight k;
+    cpu::LinearWeight v;
     const float* q_bias = nullptr;
     const float* k_bias = nullptr;
     const float* v_bias = nullptr;
     const float* q_norm = nullptr;
     const float* k_norm = nullptr;
-    const float* o;
+    cpu::LinearWeight o;
     const float* o_bias = nullptr;
     const float* post_norm;
-    const float* gate;
-    const float* up;
-    const float* down;
+    cpu::LinearWeight gate;
+    cpu::LinearWeight up;
+    cpu::LinearWeight down;
   };
   // A projection's adapters on one rank (null: not targeted).
   struct Adapter {
@@ -91,11 +102,15 @@ class CpuModel {
     std::vector<ParameterShard> layout;
     ModelWeights weights;
     std::vector<LayerWeights> layers;
-    const float* embed = nullptr;
-    const float* lm_head = nullptr;
+    std::map<std::string, std::vector<uint16_t>> rounded;  // bf16_weights: the matrices' bfloat16 bits
+    cpu::LinearWeight embed;
+    cpu::LinearWeight lm_head;
     int64_t head_rows = 0;  // rows of lm_head with a logit (the real vocabulary rows, or num_labels)
   };
   void bind_weights(Rank& rank);
+  // bf16_weights: (re)rounds the rank's matrix `name` into rank.rounded (a no-op for
+  // tensors that have no rounded copy, or without bf16_weights).
+  void round_matrix(Rank& rank, const std::string& name);
   void attention(const ForwardBatch& batch, int64_t layer, const Rank& rank, const KvCache& cache);
   // The rank's attention block for this layer: h_ (normed input) in, its partial o_proj output in part_.
   void attention_block(const ForwardBatch& batch, int64_t layer, const Rank& rank, KvCache& cache);
@@ -106,6 +121,7 @@ class CpuModel {
   void accumulate_partial(int rank, int64_t count);
 
   ModelConfig config_;
+  bool bf16_weights_ = false;
   std::vector<Rank> ranks_;
   const float* final_norm_ = nullptr;
   std::vector<double> inverse_frequencies_;

@@ -35,6 +35,12 @@ void linear(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const fl
   gemm_nt(pool, x, rows, in, w, bias, out, y);
 }
 
+void linear(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const LinearWeight& w, const float* bias,
+            int64_t out, float* y) {
+  if (w.bf16) gemm_nt_bf16(pool, x, rows, in, w.bf16, bias, out, y);
+  else gemm_nt(pool, x, rows, in, w.f32, bias, out, y);
+}
+
 void rms_norm(ThreadPool& pool, const float* x, int64_t rows, int64_t dim, const float* weight, double eps, float* y) {
   parallel_ranges(pool, rows, 1, rows * dim >= kParallelElements, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {

@@ -17,6 +17,15 @@ namespace tandem::cpu {
 // uses every core too.
 void linear(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const float* w, const float* bias, int64_t out, float* y);
 
+// A weight matrix [out, in] as the engine holds it: float32, or bfloat16 bits as well
+// (rollout.cpu_weights: bf16), which linear() then reads instead.
+struct LinearWeight {
+  const float* f32 = nullptr;
+  const uint16_t* bf16 = nullptr;
+};
+void linear(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const LinearWeight& w, const float* bias,
+            int64_t out, float* y);
+
 // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, for `rows` rows of `dim` (in place allowed).
 void rms_norm(ThreadPool& pool, const float* x, int64_t rows, int64_t dim, const float* weight, double eps, float* y);
 

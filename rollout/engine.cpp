@@ -30,6 +30,7 @@ EngineOptions engine_options(const RolloutConfig& rollout) {
   o.threads = static_cast<int>(rollout.threads);
   o.device = rollout.device;
   o.dtype = rollout.dtype;
+  o.cpu_weights = rollout.cpu_weights;
   o.gpu_memory_fraction = rollout.gpu_memory_fraction;
   o.prefix_sharing = rollout.prefix_sharing;
   o.tensor_parallel = static_cast<int>(rollout.tensor_parallel);

@@ -31,6 +31,9 @@ struct EngineOptions {
   std::string device = "cpu";
   // cuda only: storage of weights, activations and the KV cache, "bf16" | "fp32" (rollout.dtype).
   std::string dtype = "bf16";
+  // cpu only: "fp32" | "bf16", the weights the products read (rollout.cpu_weights;
+  // rollout/cpu_model.h): bf16 halves the bytes decode streams per token.
+  std::string cpu_weights = "fp32";
   // cuda only: the KV cache gets this fraction of the GPU memory free once weights and
   // workspace are allocated, in (0, 1) (rollout.gpu_memory_fraction); kv_cache_bytes is
   // ignored on cuda.

@@ -16,10 +16,17 @@ namespace tandem {
 
 namespace {
 
+bool cpu_bf16_weights(const EngineOptions& options) {
+  if (options.cpu_weights != "fp32" && options.cpu_weights != "bf16") {
+    throw Error(fmt::format("rollout.cpu_weights: \"{}\" (allowed: fp32, bf16)", options.cpu_weights));
+  }
+  return options.cpu_weights == "bf16";
+}
+
 class CpuBackend final : public ModelBackend {
  public:
   CpuBackend(const ModelConfig& config, const ModelWeights& weights, const EngineOptions& options)
-      : model_(config, weights, options.threads, options.tensor_parallel) {
+      : model_(config, weights, options.threads, options.tensor_parallel, cpu_bf16_weights(options)) {
     // kv_cache_bytes is the worker's budget over all of its ranks: a block costs every
     // rank's KV heads (more than the model's when KV heads are replicated).
     const int ranks = model_.tensor_parallel();
@@ -43,7 +50,8 @@ class CpuBackend final : public ModelBackend {
     }
   }
   std::string name() const override {
-    return model_.tensor_parallel() == 1 ? "cpu" : fmt::format("cpu, tensor_parallel {}", model_.tensor_parallel());
+    std::string name = model_.tensor_parallel() == 1 ? "cpu" : fmt::format("cpu, tensor_parallel {}", model_.tensor_parallel());
+    return model_.bf16_weights() ? name + ", bf16 weights" : name;
   }
 
  private:

@@ -4,11 +4,13 @@
 // many-row call are bit-identical to those of the row alone, to those of any sub-batch
 // holding it, and to those of the same call on another number of threads. Each case runs
 // every instruction-set build of the tiles this CPU supports (rollout/cpu_gemm_variants.h),
-// so a machine with AVX-512 checks the AVX2 and generic builds as well.
+// so a machine with AVX-512 checks the AVX2 and generic builds as well, each on float32
+// and on bfloat16 weights (gemm_nt_bf16).
 #include "rollout/cpu_gemm.h"
 #include "rollout/cpu_gemm_variants.h"
 #include "rollout/thread_pool.h"
 #include "tests/support/kernel_checks.h"
+#include "core/half.h"
 
 #include <doctest/doctest.h>
 
@@ -35,13 +37,43 @@ struct Shape {
   int64_t rows, in, out;
 };
 
-std::vector<float> gemm(const cpu::GemmVariant& variant, ThreadPool& pool, const std::vector<float>& x,
-                        int64_t row_begin, int64_t row_end, int64_t in, const std::vector<float>& w, const float* bias,
-                        int64_t out) {
+// One build of the tiles, on float32 or bfloat16 weights.
+struct Kernel {
+  const cpu::GemmVariant* variant;
+  bool bf16;
+};
+
+std::vector<Kernel> kernels_supported() {
+  std::vector<Kernel> out;
+  for (const cpu::GemmVariant* v : cpu::gemm_variants_supported()) {
+    out.push_back({v, false});
+    out.push_back({v, true});
+  }
+  return out;
+}
+
+// bfloat16 kernels get weights bfloat16 holds exactly, so the float64 reference sees what they multiply.
+std::vector<float> weights_for(const Kernel& kernel, std::vector<float> w) {
+  if (kernel.bf16) {
+    for (float& v : w) v = bf16_to_float(float_to_bf16(v));
+  }
+  return w;
+}
+
+std::vector<float> gemm(const Kernel& kernel, ThreadPool& pool, const std::vector<float>& x, int64_t row_begin,
+                        int64_t row_end, int64_t in, const std::vector<float>& w, const float* bias, int64_t out) {
   std::vector<float> y((row_end - row_begin) * out, NAN);
-  cpu::gemm_nt_with(variant, pool, x.data() + row_begin * in, row_end - row_begin, in, w.data(), bias, out, y.data());
+  std::vector<uint16_t> bits;
+  if (kernel.bf16) {
+    for (float v : w) bits.push_back(float_to_bf16(v));
+  }
+  const cpu::GemmProblem p{x.data() + row_begin * in, row_end - row_begin, in, kernel.bf16 ? nullptr : w.data(),
+                           kernel.bf16 ? bits.data() : nullptr, bias, out, y.data()};
+  cpu::gemm_nt_with(*kernel.variant, pool, p);
   return y;
 }
+
+std::string name_of(const Kernel& k) { return std::string(k.variant->isa) + (k.bf16 ? " bf16 weights" : " fp32 weights"); }
 
 bool same_bits(const float* a, const float* b, int64_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 
@@ -62,14 +94,22 @@ TEST_CASE("gemm_nt runs the widest build of its tiles this CPU supports") {
   const std::vector<float> x = random_floats(rng, 9 * 70), w = random_floats(rng, 31 * 70);
   std::vector<float> direct(9 * 31, NAN);
   cpu::gemm_nt(pool, x.data(), 9, 70, w.data(), nullptr, 31, direct.data());
-  CHECK(same_bits(direct.data(), gemm(*variants.front(), pool, x, 0, 9, 70, w, nullptr, 31).data(), 9 * 31));
+  CHECK(same_bits(direct.data(), gemm({variants.front(), false}, pool, x, 0, 9, 70, w, nullptr, 31).data(), 9 * 31));
+  // gemm_nt_bf16 on bfloat16 weights is gemm_nt on float32 weights of the same values, bit for bit.
+  const std::vector<float> exact = weights_for({variants.front(), true}, w);
+  std::vector<uint16_t> bits;
+  for (float v : exact) bits.push_back(float_to_bf16(v));
+  std::vector<float> from_f32(9 * 31, NAN), from_bf16(9 * 31, NAN);
+  cpu::gemm_nt(pool, x.data(), 9, 70, exact.data(), nullptr, 31, from_f32.data());
+  cpu::gemm_nt_bf16(pool, x.data(), 9, 70, bits.data(), nullptr, 31, from_bf16.data());
+  CHECK(same_bits(from_f32.data(), from_bf16.data(), 9 * 31));
 }
 
 namespace {
 
 // One variant against the float64 reference.
-void check_against_reference(const cpu::GemmVariant* variant) {
-  CAPTURE(std::string(variant->isa));
+void check_against_reference(const Kernel& kernel) {
+  CAPTURE(name_of(kernel));
   auto rng = kernel_test_rng(41);
   std::uniform_int_distribution<int64_t> pick_rows(1, 37);
   ThreadPool pool(2);
@@ -77,10 +117,10 @@ void check_against_reference(const cpu::GemmVariant* variant) {
     for (int64_t out : {1, 5, 7, 13, 67, 203}) {
       const int64_t rows = pick_rows(rng);
       const std::vector<float> x = random_floats(rng, rows * in);
-      const std::vector<float> w = random_floats(rng, out * in);
+      const std::vector<float> w = weights_for(kernel, random_floats(rng, out * in));
       const std::vector<float> bias = random_floats(rng, out);
       for (const bool with_bias : {false, true}) {
-        const std::vector<float> y = gemm(*variant, pool, x, 0, rows, in, w, with_bias ? bias.data() : nullptr, out);
+        const std::vector<float> y = gemm(kernel, pool, x, 0, rows, in, w, with_bias ? bias.data() : nullptr, out);
         int64_t bad = 0;
         for (int64_t r = 0; r < rows; ++r) {
           for (int64_t o = 0; o < out; ++o) {
@@ -112,13 +152,13 @@ void check_against_reference(const cpu::GemmVariant* variant) {
 }  // namespace
 
 TEST_CASE("gemm_nt agrees with a float64 reference on odd shapes") {
-  for (const cpu::GemmVariant* variant : cpu::gemm_variants_supported()) check_against_reference(variant);
+  for (const Kernel& kernel : kernels_supported()) check_against_reference(kernel);
 }
 
 namespace {
 
 // One variant's outputs alone, in batches and sub-batches, on 1-3 threads.
-void check_batch_invariance(const cpu::GemmVariant* variant) {
+void check_batch_invariance(const Kernel& kernel) {
   auto rng = kernel_test_rng(42);
   // Small ones run on one thread; the large ones split over the pool (at least 2^19
   // multiply-adds), so a row alone (inline) and in a batch (split) take both paths.
@@ -129,13 +169,13 @@ void check_batch_invariance(const cpu::GemmVariant* variant) {
   };
   std::uniform_int_distribution<int> coin(0, 1);
   for (const Shape& s : shapes) {
-    CAPTURE(std::string(variant->isa));
+    CAPTURE(name_of(kernel));
     const std::vector<float> x = random_floats(rng, s.rows * s.in);
-    const std::vector<float> w = random_floats(rng, s.out * s.in);
+    const std::vector<float> w = weights_for(kernel, random_floats(rng, s.out * s.in));
     const std::vector<float> bias_values = random_floats(rng, s.out);
     const float* bias = coin(rng) ? bias_values.data() : nullptr;
     ThreadPool solo(1);
-    const std::vector<float> reference = gemm(*variant, solo, x, 0, s.rows, s.in, w, bias, s.out);
+    const std::vector<float> reference = gemm(kernel, solo, x, 0, s.rows, s.in, w, bias, s.out);
     for (float v : reference) REQUIRE_MESSAGE(std::isfinite(v), "non-finite output for rows " << s.rows);
     for (int threads : {1, 2, 3}) {
       CAPTURE(s.rows);
@@ -143,17 +183,17 @@ void check_batch_invariance(const cpu::GemmVariant* variant) {
       CAPTURE(s.out);
       CAPTURE(threads);
       ThreadPool pool(threads);
-      const std::vector<float> all = gemm(*variant, pool, x, 0, s.rows, s.in, w, bias, s.out);
+      const std::vector<float> all = gemm(kernel, pool, x, 0, s.rows, s.in, w, bias, s.out);
       CHECK(same_bits(all.data(), reference.data(), s.rows * s.out));
       int64_t mismatched_rows = 0;
       for (int64_t r = 0; r < s.rows; ++r) {
-        const std::vector<float> alone = gemm(*variant, pool, x, r, r + 1, s.in, w, bias, s.out);
+        const std::vector<float> alone = gemm(kernel, pool, x, r, r + 1, s.in, w, bias, s.out);
         if (!same_bits(alone.data(), &reference[r * s.out], s.out)) ++mismatched_rows;
       }
       CHECK_MESSAGE(mismatched_rows == 0, mismatched_rows << " rows differ alone and in the batch");
       // A sub-batch starting mid-tile: each row lands at another place in the tiles.
       const int64_t begin = s.rows / 3, end = std::max(begin + 1, s.rows - 1);
-      const std::vector<float> middle = gemm(*variant, pool, x, begin, end, s.in, w, bias, s.out);
+      const std::vector<float> middle = gemm(kernel, pool, x, begin, end, s.in, w, bias, s.out);
       CHECK(same_bits(middle.data(), &reference[begin * s.out], (end - begin) * s.out));
     }
   }
@@ -162,5 +202,5 @@ void check_batch_invariance(const cpu::GemmVariant* variant) {
 }  // namespace
 
 TEST_CASE("gemm_nt is batch-invariant: a row's outputs never depend on the other rows or the threads") {
-  for (const cpu::GemmVariant* variant : cpu::gemm_variants_supported()) check_batch_invariance(variant);
+  for (const Kernel& kernel : kernels_supported()) check_batch_invariance(kernel);
 }

@@ -67,6 +67,11 @@ const BackendUnderTest kCpu{"cpu", "cpu", "", {}, true};
 // added): a float32 sum in another order, inside the same bounds. Still row-wise, so still
 // batch-invariant.
 const BackendUnderTest kCpuSplit{"cpu tensor_parallel 2", "cpu", "", {}, true, 2};
+// CPU with bfloat16 weights (rollout.cpu_weights: bf16), on bf16-exact weights: widening
+// them is exact and every chain is fp32's, so the fp32 bounds hold (the outputs are fp32's
+// bit for bit: "bf16 weights compute what fp32 computes on the rounded values" below).
+const BackendUnderTest kCpuBf16Weights{"cpu bf16 weights", "cpu", "bf16", {}, true};
+const BackendUnderTest kCpuSplitBf16Weights{"cpu bf16 weights tensor_parallel 2", "cpu", "bf16", {}, true, 2};
 // CUDA fp32: the same math; cuBLAS picks kernels by problem size, so a token's logits may
 // differ in the last bits with the step's shape.
 const BackendUnderTest kCudaFp32{"cuda fp32", "cuda", "fp32", {}, false};
@@ -107,7 +112,7 @@ const std::vector<BackendUnderTest>& backends_under_test() {
     return backends;
   }();
 #else
-  static const std::vector<BackendUnderTest> here = {kCpu, kCpuSplit};
+  static const std::vector<BackendUnderTest> here = {kCpu, kCpuSplit, kCpuBf16Weights, kCpuSplitBf16Weights};
 #endif
   return here;
 }
@@ -116,6 +121,7 @@ EngineOptions options_for(const BackendUnderTest& b, int64_t block_size = 4) {
   EngineOptions o;
   o.device = b.device;
   o.dtype = b.dtype.empty() ? "bf16" : b.dtype;
+  if (b.device == "cpu" && b.dtype == "bf16") o.cpu_weights = "bf16";
   o.kv_cache_bytes = 8 << 20;  // cpu
   o.block_size = block_size;   // small blocks: sequences cross many block boundaries
   o.tensor_parallel = b.tensor_parallel;
@@ -125,7 +131,7 @@ EngineOptions options_for(const BackendUnderTest& b, int64_t block_size = 4) {
 // bf16 backends get weights that bf16 holds exactly: the reference then sees what they see.
 ModelWeights weights_for(const BackendUnderTest& b, const ModelConfig& config, uint64_t seed, double init_std) {
   ModelWeights w = random_model_weights(config, seed, init_std, true);
-  if (b.dtype == "bf16" && b.device == "cuda") {
+  if (b.dtype == "bf16") {
     std::vector<WeightTensor> tensors = w.tensors();
     for (WeightTensor& t : tensors) {
       for (float& x : t.data) x = bf16_to_float(float_to_bf16(x));
@@ -524,6 +530,35 @@ TEST_CASE("weight updates: full, partial and tied take effect; bad ones change n
 }
 
 #ifndef TANDEM_ROLLOUT_BACKENDS_GPU
+
+TEST_CASE("bf16 weights compute what fp32 computes on the rounded values") {
+  auto rng = kernel_test_rng(6);
+  for (const TestModel& m : test_models()) {
+    INFO(m.name);
+    const ModelWeights exact = random_model_weights(m.config, rng(), 0.3, true);
+    // The matrices are rounded (projections, embedding, LM head); norms and biases stay float32.
+    std::vector<WeightTensor> rounded = exact.tensors();
+    for (WeightTensor& t : rounded) {
+      if (t.shape.size() != 2) continue;
+      for (float& x : t.data) x = bf16_to_float(float_to_bf16(x));
+    }
+    EngineOptions fp32 = options_for(kCpu, 16), bf16 = options_for(kCpuBf16Weights, 16);
+    const std::vector<int32_t> tokens = prompt_tokens(rng, 40, m.config.vocab_size);
+    std::unique_ptr<ModelBackend> backend = make_model_backend(m.config, exact, bf16);
+    CHECK(backend->name() == "cpu, bf16 weights");
+    const std::vector<float> from_bf16 = prefill_logits(*backend, tokens, scattered_blocks(3, 5));
+    const std::vector<float> from_rounded =
+        prefill_logits(*make_model_backend(m.config, ModelWeights(rounded), fp32), tokens, scattered_blocks(3, 5));
+    const std::vector<float> from_exact = prefill_logits(*make_model_backend(m.config, exact, fp32), tokens, scattered_blocks(3, 5));
+    REQUIRE(from_bf16.size() == from_rounded.size());
+    CHECK(std::memcmp(from_bf16.data(), from_rounded.data(), from_bf16.size() * sizeof(float)) == 0);
+    CHECK(from_bf16 != from_exact);  // the rounding did happen
+  }
+  EngineOptions bad = options_for(kCpu);
+  bad.cpu_weights = "int8";
+  CHECK_THROWS_WITH_AS(make_model_backend(test_models()[0].config, random_model_weights(test_models()[0].config, 1), bad),
+                       doctest::Contains("rollout.cpu_weights: \"int8\" (allowed: fp32, bf16)"), tandem::Error);
+}
 
 TEST_CASE("devices: cpu and cuda only; cuda says why it cannot run") {
   const TestModel m = test_models()[0];
