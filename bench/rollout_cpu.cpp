@@ -1,5 +1,6 @@
 // bench/rollout_cpu: generation speed of the rollout engine's CPU backend against
-// llama.cpp's prebuilt CPU library on the same F32 weights, threads and batch sizes.
+// llama.cpp's prebuilt CPU library on the same weights (F32, or BF16 with --weights bf16),
+// threads and batch sizes.
 //
 // For each model and batch size B: B prompts of --prompt-tokens fixed pseudo-random ids
 // (bench_prompt_token, the same ids for both), --new-tokens new tokens each, greedy,
@@ -72,6 +73,8 @@ engine on CPU against llama.cpp's prebuilt CPU library, on the same F32 weights.
   --prompt-tokens N    prompt length (default 16)
   --new-tokens N       new tokens per sequence, at least 2 (default 64)
   --repeats N          timed runs per (model, batch), after one warm-up (default 3)
+  --weights W          fp32 | bf16: the weights both engines read (tandem: rollout.cpu_weights;
+                       llama.cpp: an F32 or BF16 GGUF of the same values) (default fp32)
   --llama-cpp DIR      llama.cpp's lib/ and src/ (default $TANDEM_LLAMA_CPP, else
                        build/test-assets/llama.cpp from scripts/fetch_llama_cpp.sh)
   --no-llama-cpp       time tandem only
@@ -96,6 +99,7 @@ struct Args {
   int64_t prompt_tokens = 16;
   int64_t new_tokens = 64;
   int repeats = 3;
+  std::string weights = "fp32";
   std::string llama_cpp;
   bool run_llama_cpp = true;
   bool torch = false;
@@ -110,7 +114,7 @@ Args parse(int argc, char** argv) {
     if (key == "--no-llama-cpp") { a.run_llama_cpp = false; continue; }
     if (key == "--torch") { a.torch = true; continue; }
     static const std::set<std::string> kValued = {"--model",      "--threads", "--batches",  "--prompt-tokens",
-                                                  "--new-tokens", "--repeats", "--llama-cpp"};
+                                                  "--new-tokens", "--repeats", "--llama-cpp", "--weights"};
     if (!kValued.count(key)) throw Error(fmt::format("unknown option {} (see --help)", key));
     if (i + 1 >= argc) throw Error(fmt::format("{} needs a value (see --help)", key));
     const std::string value = argv[++i];
@@ -121,6 +125,10 @@ Args parse(int argc, char** argv) {
       for (const std::string& b : split(value, ',')) a.batches.push_back(std::stoll(b));
     } else if (key == "--prompt-tokens") a.prompt_tokens = std::stoll(value);
     else if (key == "--new-tokens") a.new_tokens = std::stoll(value);
+    else if (key == "--weights") {
+      if (value != "fp32" && value != "bf16") throw Error(fmt::format("--weights {}: fp32 or bf16", value));
+      a.weights = value;
+    }
     else if (key == "--repeats") a.repeats = std::stoi(value);
     else a.llama_cpp = value;
   }
@@ -388,14 +396,14 @@ double measured_read_bandwidth(int threads) {
 }
 
 // Bytes of weights a decode step streams: every matrix the forward multiplies by (the LM
-// head once; an untied embedding table is only indexed), float32. At batch 1 each is read
+// head once; an untied embedding table is only indexed). At batch 1 each is read
 // once per token, so bandwidth / these bytes bounds the decode rate (the roofline).
-double decode_weight_bytes(const ModelConfig& config, const ModelWeights& weights) {
+double decode_weight_bytes(const ModelConfig& config, const ModelWeights& weights, double bytes_per_weight) {
   double bytes = 0;
   for (const WeightTensor& tensor : weights.tensors()) {
     if (tensor.shape.size() != 2) continue;  // norms and biases: negligible
     if (tensor.name == "model.embed_tokens.weight" && !config.tie_word_embeddings) continue;
-    bytes += 4.0 * static_cast<double>(tensor.data.size());
+    bytes += bytes_per_weight * static_cast<double>(tensor.data.size());
   }
   return bytes;
 }
@@ -405,7 +413,7 @@ double decode_weight_bytes(const ModelConfig& config, const ModelWeights& weight
 void emit_phase(const std::string& model, const char* impl, int64_t batch, const char* phase, int64_t tokens,
                 const std::vector<double>& seconds, const Args& args, Json extra = Json::object()) {
   Json line = {{"bench", "rollout_cpu"}, {"model", model},     {"impl", impl},
-               {"batch", batch},         {"phase", phase},     {"threads", args.threads},
+               {"batch", batch},         {"phase", phase},     {"threads", args.threads}, {"weights", args.weights},
                {"tokens", tokens},       {"repeats", args.repeats},
                {"tokens_per_s", rate_spread(static_cast<double>(tokens), seconds)}};
   line.update(extra);
@@ -422,17 +430,19 @@ void bench_model(const std::string& spec, const Args& args, const std::string& h
 
   std::map<int64_t, Timings> llama;
   if (!harness.empty()) {
-    const std::string gguf = work_dir + "/model-f32.gguf";
+    const std::string gguf = work_dir + "/model-" + args.weights + ".gguf";
     std::fprintf(stderr, "rollout_cpu: writing %s, running llama.cpp\n", gguf.c_str());
-    write_gguf_model(gguf, config, m.weights, "", GgufTensorType::gguf_f32);  // token ids only, no tokenizer
+    // Token ids only, no tokenizer. BF16: the same rounding tandem's bf16 weights make.
+    write_gguf_model(gguf, config, m.weights, "",
+                     args.weights == "bf16" ? GgufTensorType::gguf_bf16 : GgufTensorType::gguf_f32);
     llama = run_llama_cpp(harness, args.llama_cpp, gguf, args, work_dir);
     std::filesystem::remove(gguf);
   }
 
-  const double weight_bytes = decode_weight_bytes(config, m.weights);
+  const double weight_bytes = decode_weight_bytes(config, m.weights, args.weights == "bf16" ? 2.0 : 4.0);
   const double bandwidth = measured_read_bandwidth(args.threads);
   emit({{"bench", "rollout_cpu"}, {"model", m.name}, {"machine_read_bandwidth_gbs", rounded(bandwidth / 1e9, 2)},
-        {"decode_weight_mb", rounded(weight_bytes / 1e6, 1)}, {"threads", args.threads},
+        {"decode_weight_mb", rounded(weight_bytes / 1e6, 1)}, {"weights", args.weights}, {"threads", args.threads},
         {"decode_roofline_tokens_per_s_batch1", rounded(bandwidth / weight_bytes, 1)}});
   // At batch 1: the weight bytes streamed per second, and their share of the machine's bandwidth.
   auto roofline = [&](int64_t batch, const Timings& t) {
@@ -446,6 +456,7 @@ void bench_model(const std::string& spec, const Args& args, const std::string& h
   const int64_t max_batch = *std::max_element(args.batches.begin(), args.batches.end());
   EngineOptions options;
   options.threads = args.threads;
+  options.cpu_weights = args.weights;
   // Room for every sequence of the largest batch, and its whole prefill in one step, as
   // llama.cpp gets (its n_ubatch is sized the same way).
   const int64_t blocks_per_sequence = (args.prompt_tokens + args.new_tokens + options.block_size - 1) / options.block_size;
@@ -465,7 +476,8 @@ void bench_model(const std::string& spec, const Args& args, const std::string& h
                          {"sample_seconds_median", rounded(median_of(t.decode_sample_s), 6)}};
     if (batch == 1) decode_extra.update(roofline(batch, t));
     emit_phase(m.name, "tandem", batch, "decode", t.decode_tokens, t.decode_s, args, decode_extra);
-    Json ratio = {{"bench", "rollout_cpu"}, {"model", m.name}, {"batch", batch}, {"threads", args.threads}};
+    Json ratio = {{"bench", "rollout_cpu"}, {"model", m.name}, {"batch", batch}, {"threads", args.threads},
+                  {"weights", args.weights}};
     if (const auto it = llama.find(batch); it != llama.end()) {
       const Timings& l = it->second;
       emit_phase(m.name, "llama.cpp", batch, "prefill", l.prefill_tokens, l.prefill_s, args);

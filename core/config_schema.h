@@ -251,9 +251,9 @@ template <class V> void describe(V& v, RolloutConfig& c) {
   v.field("dtype", c.dtype, one_of({"bf16", "fp32"}),
           "CUDA backend storage of weights, activations and KV cache (fp32: for conformance checks)");
   v.field("cpu_weights", c.cpu_weights, one_of({"fp32", "bf16"}),
-          "CPU backend: the weights its matrix products read; bf16 rounds the projections and the LM head to "
-          "bfloat16 (half the bytes per token at decode, up to 2x faster at small batches; activations, the KV "
-          "cache and the sampled log-probs stay float32)");
+          "CPU backend: the weights its matrix products read; bf16 rounds its weight matrices (projections, "
+          "embedding, LM head) to bfloat16 (half the bytes per token at decode, up to 2x faster at small batches; "
+          "activations, the KV cache and the sampled log-probs stay float32)");
   v.field("gpu_memory_fraction", c.gpu_memory_fraction, strictly_between(0.0, 1.0),
           "CUDA backend: fraction of the GPU memory free after weights and workspace given to the KV cache "
           "(kv_cache_mb applies to the CPU backend only)");
