@@ -3,6 +3,7 @@
 #include "core/error.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -35,7 +36,13 @@ struct Context {
 };
 
 Context& thread_context() {
-  thread_local Context context;
+  thread_local Context context = [] {
+    // oneDNN runs on OpenMP with the calling thread's thread count, which libtorch's
+    // at::set_num_threads sets only on the thread that called it: take libtorch's count
+    // here too (a learner thread would otherwise use every core of the machine).
+    at::init_num_threads();
+    return Context{};
+  }();
   return context;
 }
 
