@@ -253,7 +253,8 @@ template <class V> void describe(V& v, RolloutConfig& c) {
   v.field("cpu_weights", c.cpu_weights, one_of({"fp32", "bf16"}),
           "CPU backend: the weights its matrix products read; bf16 rounds its weight matrices (projections, "
           "embedding, LM head) to bfloat16 (half the bytes per token at decode, up to 2x faster at small batches; "
-          "activations, the KV cache and the sampled log-probs stay float32)");
+          "activations, the KV cache and the sampled log-probs stay float32; the learner's float32 log-probs then "
+          "differ by bf16 rounding: algorithm.rollout_is corrects for it, weight_sync.probe_tolerance must allow it)");
   v.field("gpu_memory_fraction", c.gpu_memory_fraction, strictly_between(0.0, 1.0),
           "CUDA backend: fraction of the GPU memory free after weights and workspace given to the KV cache "
           "(kv_cache_mb applies to the CPU backend only)");
