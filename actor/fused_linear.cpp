@@ -56,8 +56,8 @@ class FusedLinear : public torch::autograd::Function<FusedLinear> {
 
 bool fused_linear_applies(const at::Tensor& x, const at::Tensor& weight, at::ScalarType compute) {
   const bool weight_type = weight.scalar_type() == at::kFloat || weight.scalar_type() == at::kBFloat16;
-  return x.device().is_cpu() && weight.device().is_cpu() && x.scalar_type() == at::kFloat && weight_type &&
-         (compute == at::kFloat || compute == at::kBFloat16);
+  return onednn_available() && x.device().is_cpu() && weight.device().is_cpu() && x.scalar_type() == at::kFloat &&
+         weight_type && (compute == at::kFloat || compute == at::kBFloat16);
 }
 
 at::Tensor fused_linear(const at::Tensor& x, const at::Tensor& weight, at::ScalarType compute) {

@@ -6,12 +6,16 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#if TANDEM_WITH_ONEDNN
 #include <oneapi/dnnl/dnnl.hpp>
+#endif
 
 #include <map>
 #include <tuple>
 
 namespace tandem {
+
+#if TANDEM_WITH_ONEDNN
 
 namespace {
 
@@ -103,5 +107,17 @@ void onednn_matmul(const at::Tensor& a_in, const at::Tensor& b_in, const at::Ten
                             bf16 ? "bfloat16" : "float32", e.what(), static_cast<int>(e.status)));
   }
 }
+
+bool onednn_available() { return true; }
+
+#else
+
+void onednn_matmul(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool) {
+  throw Error("onednn_matmul: this build has no oneDNN (another libtorch, torch_dir, brings its own)");
+}
+
+bool onednn_available() { return false; }
+
+#endif
 
 }  // namespace tandem

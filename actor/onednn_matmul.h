@@ -20,4 +20,8 @@ namespace tandem {
 // in float32. Without accumulate, out is written, never read.
 void onednn_matmul(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out, bool accumulate = false);
 
+// Whether this build has oneDNN (not with another libtorch: actor/meson.build). Without it
+// onednn_matmul throws, and callers use libtorch's products.
+bool onednn_available();
+
 }  // namespace tandem

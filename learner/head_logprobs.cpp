@@ -33,7 +33,7 @@ void for_each_tile(int64_t rows, int64_t vocab, const HeadTiles& tiles, const Vi
 // pass; libtorch's bfloat16 products return bfloat16 and need a cast pass each (on a
 // 151k vocabulary, 12% of a bf16 step in bench/learner_cpu --profile).
 bool onednn_products(const at::Tensor& t) {
-  return t.device().is_cpu() && (t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16);
+  return onednn_available() && t.device().is_cpu() && (t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16);
 }
 
 // The scaled logits of one tile, float32: hidden[r0 : r0+n] · weight[v0 : v0+m]ᵀ / T,
