@@ -144,3 +144,37 @@ TEST_CASE("to_weights round-trips the parameters") {
   REQUIRE(back.tensors().size() == weights.tensors().size());
   for (const WeightTensor& t : weights.tensors()) CHECK(back.get(t.name).data == t.data);
 }
+
+TEST_CASE("the embedding's sparse gradient into a gradient buffer equals its dense gradient") {
+  // With a dense .grad already there (the trainer's flat gradients), the embedding's
+  // backward is sparse rows added in place (PolicyModel::embed). Distinct token ids: no
+  // row is summed from two tokens in either path, so the two must agree bit for bit, the
+  // tied LM head's dense gradient added once to each.
+  std::mt19937_64 rng(std::random_device{}());
+  for (const TestModel& m : test_models()) {
+    INFO(m.name);
+    const ModelWeights weights = random_model_weights(m.config, rng(), 0.15, true);
+    std::vector<int32_t> tokens(static_cast<size_t>(std::min<int64_t>(20, m.config.vocab_size)));
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7) % tokens.size());
+    const at::Tensor mix = at::randn({1, static_cast<int64_t>(tokens.size()), m.config.head_rows()});
+    auto embedding_grad = [&](bool with_buffer) {
+      PolicyModel model(m.config, weights, at::kFloat);
+      std::vector<at::Tensor> params = model.parameters();
+      if (with_buffer) {
+        for (at::Tensor& p : params) p.mutable_grad() = at::zeros_like(p);
+      }
+      (model.forward(padded_layout({tokens})) * mix).sum().backward();
+      for (const auto& [name, p] : model.named_parameters()) {
+        if (name != "model.embed_tokens.weight") continue;
+        REQUIRE_FALSE(p.grad().is_sparse());
+        return p.grad().clone();
+      }
+      FAIL("no model.embed_tokens.weight among the parameters");
+      return at::Tensor();
+    };
+    const at::Tensor dense = embedding_grad(false), into_buffer = embedding_grad(true);
+    CHECK(at::isfinite(dense).all().item<bool>());
+    CHECK(dense.abs().sum().item<double>() > 0);
+    CHECK(at::equal(dense, into_buffer));
+  }
+}
