@@ -177,6 +177,8 @@ struct FusedRope : public torch::autograd::Function<FusedRope> {
 
 }  // namespace
 
+double float64_dot(const float* a, const float* b, int64_t n) { return sum_of_products(a, b, nullptr, n); }
+
 bool fused_layer_ops_apply(const at::Tensor& a, const at::Tensor& b) {
   return a.device().is_cpu() && b.device().is_cpu() && a.scalar_type() == at::kFloat &&
          b.scalar_type() == at::kFloat;

@@ -27,6 +27,10 @@ at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up);
 // dx1 = dy1·cos1 + dy2·sin2, dx2 = dy2·cos2 - dy1·sin1.
 at::Tensor fused_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
+// Σ a[i]·b[i] over n floats, in float64 (exact products, float64 sums in 8 vectorised
+// lanes): RMSNorm's sums, and the trainer's gradient norm.
+double float64_dot(const float* a, const float* b, int64_t n);
+
 // Whether the fused ops take these tensors (float32 on the CPU); callers use the composite
 // ops otherwise (CUDA learners, float64 reference models).
 bool fused_layer_ops_apply(const at::Tensor& a, const at::Tensor& b);

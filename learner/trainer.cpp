@@ -5,6 +5,7 @@
 // micro-batch in trainer_fsdp.cpp, checkpoints in trainer_checkpoint.cpp.
 #include "learner/trainer.h"
 
+#include "actor/fused_layer_ops.h"
 #include "actor/lora.h"
 #include "learner/head_logprobs.h"
 #include "learner/learner_device.h"
@@ -27,12 +28,6 @@ namespace tandem {
 
 namespace {
 
-// libtorch's CPU tensors come from malloc, and a training step frees and allocates the same
-// few hundred activation buffers each micro-batch. By default glibc gives large freed blocks
-// back to the kernel (munmap, or trimming the heap's top), so the next step's first write
-// to each page faults and zeroes it: ~12k page faults a step on the small preset (perf stat),
-// gone with these settings. Blocks up to 32 MB (glibc's largest mmap threshold) come from
-// the heap and stay there for reuse; the process keeps its peak, as a caching allocator would.
 // Σ x² in float64 over float32 CPU gradients, without the float64 copy and its square that
 // t.to(kDouble).pow(2) makes (2 x 384 MB for 48M parameters; aten::pow was 7% of a Qwen3-
 // shape step). Fixed chunks, summed in order: the same result at any thread count.
@@ -45,16 +40,8 @@ double square_sum(const at::Tensor& t) {
   const float* x = t.data_ptr<float>();
   at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
-      double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // 8 lanes: the compiler vectorises the loop
-      const int64_t from = c * chunk, to = std::min(n, from + chunk);
-      int64_t i = from;
-      for (; i + 8 <= to; i += 8) {
-        for (int l = 0; l < 8; ++l) lanes[l] += static_cast<double>(x[i + l]) * x[i + l];
-      }
-      for (; i < to; ++i) lanes[0] += static_cast<double>(x[i]) * x[i];
-      double sum = 0;
-      for (double lane : lanes) sum += lane;
-      partial[static_cast<size_t>(c)] = sum;
+      const int64_t from = c * chunk;
+      partial[static_cast<size_t>(c)] = float64_dot(x + from, x + from, std::min(n, from + chunk) - from);
     }
   });
   double total = 0;
@@ -62,6 +49,12 @@ double square_sum(const at::Tensor& t) {
   return total;
 }
 
+// libtorch's CPU tensors come from malloc, and a training step frees and allocates the same
+// few hundred activation buffers each micro-batch. By default glibc gives large freed blocks
+// back to the kernel (munmap, or trimming the heap's top), so the next step's first write
+// to each page faults and zeroes it: ~12k page faults a step on the small preset (perf stat),
+// gone with these settings. Blocks up to 32 MB (glibc's largest mmap threshold) come from
+// the heap and stay there for reuse; the process keeps its peak, as a caching allocator would.
 void keep_freed_memory_for_reuse() {
   static std::once_flag once;
   std::call_once(once, [] {

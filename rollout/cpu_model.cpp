@@ -53,8 +53,8 @@ void CpuModel::bind_weights(Rank& rank) {
   auto matrix = [&](const std::string& name) {
     cpu::LinearWeight m{w(name), nullptr};
     if (bf16_weights_) {
-      rank.rounded.emplace(name, std::vector<uint16_t>());
-      round_matrix(rank, name);
+      // The tied embedding is also the LM head: rounded once.
+      if (rank.rounded.emplace(name, std::vector<uint16_t>()).second) round_matrix(rank, name);
       m.bf16 = rank.rounded.at(name).data();
     }
     return m;
