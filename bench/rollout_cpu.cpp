@@ -32,6 +32,7 @@
 #include "core/files.h"
 #include "core/process.h"
 #include "core/text.h"
+#include "rollout/cpu_gemm.h"
 #include "rollout/cpu_ops.h"
 #include "rollout/engine.h"
 #include "rollout/thread_pool.h"
@@ -443,7 +444,12 @@ void bench_model(const std::string& spec, const Args& args, const std::string& h
   const double bandwidth = measured_read_bandwidth(args.threads);
   emit({{"bench", "rollout_cpu"}, {"model", m.name}, {"machine_read_bandwidth_gbs", rounded(bandwidth / 1e9, 2)},
         {"decode_weight_mb", rounded(weight_bytes / 1e6, 1)}, {"weights", args.weights}, {"threads", args.threads},
-        {"decode_roofline_tokens_per_s_batch1", rounded(bandwidth / weight_bytes, 1)}});
+        {"decode_roofline_tokens_per_s_batch1", rounded(bandwidth / weight_bytes, 1)},
+        // Which build of the CPU engine's tiles ran, and whether bf16 weights met bf16 rows
+        // (AVX512_BF16 products) or were widened to fp32 (rollout/cpu_gemm.h).
+        {"gemm_isa", cpu::gemm_nt_isa()},
+        {"bf16_weight_products", args.weights != "bf16" ? "none"
+                                 : cpu::gemm_nt_bf16_rounds_rows() ? "bf16 x bf16 (vdpbf16ps)" : "widened to fp32"}});
   // At batch 1: the weight bytes streamed per second, and their share of the machine's bandwidth.
   auto roofline = [&](int64_t batch, const Timings& t) {
     const double rate = median_rate(static_cast<double>(t.decode_tokens), t.decode_s) / static_cast<double>(batch);

@@ -4,6 +4,7 @@
 #include "rollout/thread_pool.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace tandem::cpu {
 
@@ -26,6 +27,9 @@ const GemmVariant& this_cpu_variant() {
 std::vector<const GemmVariant*> gemm_variants_supported() {
   __builtin_cpu_init();
   std::vector<const GemmVariant*> out;
+  if (__builtin_cpu_supports("x86-64-v4") && __builtin_cpu_supports("avx512bf16")) {
+    out.push_back(&gemm_variant_avx512bf16());
+  }
   if (__builtin_cpu_supports("x86-64-v4")) out.push_back(&gemm_variant_avx512());
   if (__builtin_cpu_supports("x86-64-v3")) out.push_back(&gemm_variant_avx2());
   out.push_back(&gemm_variant_generic());
@@ -35,6 +39,17 @@ std::vector<const GemmVariant*> gemm_variants_supported() {
 void gemm_nt_with(const GemmVariant& v, ThreadPool& pool, const GemmProblem& p) {
   const int64_t rows = p.rows, in = p.in, out = p.out;
   if (rows <= 0 || out <= 0) return;
+  if (p.w_bf16 && v.round_rows && !p.x_bf16) {
+    // The rows in bfloat16 once per call, not once per weight panel; each call's own
+    // buffer (one per thread: a tensor-parallel rank's calls run on its own thread).
+    thread_local std::vector<uint16_t> rounded;
+    rounded.resize(static_cast<size_t>(rows * in));
+    v.round_rows(p.x, rows * in, rounded.data());
+    GemmProblem with_rounded_rows = p;
+    with_rounded_rows.x_bf16 = rounded.data();
+    gemm_nt_with(v, pool, with_rounded_rows);
+    return;
+  }
   const int64_t tile_rows = v.tile_rows, tile_columns = v.tile_columns;
   const int64_t block_rows = std::max<int64_t>(
       tile_rows, kRowBlockBytes / (std::max<int64_t>(in, 1) * int64_t{sizeof(float)}) / tile_rows * tile_rows);
@@ -64,6 +79,8 @@ void gemm_nt_bf16(ThreadPool& pool, const float* x, int64_t rows, int64_t in, co
 }
 
 const char* gemm_nt_isa() { return this_cpu_variant().isa; }
+
+bool gemm_nt_bf16_rounds_rows() { return this_cpu_variant().round_rows != nullptr; }
 
 int gemm_nt_lanes() { return this_cpu_variant().lanes; }
 

@@ -37,11 +37,18 @@ void gemm_nt(ThreadPool& pool,
              int64_t out,
              float* y);          // [rows, out], row-major; must not overlap x, w or bias
 
-// gemm_nt with bfloat16 weights (w: their bits, [out, in] row-major): each weight is
-// widened to float32 exactly as it is loaded, and every output's chain is gemm_nt's, so the
-// result is gemm_nt's on float32 weights holding the same values, bit for bit, and batch-
-// invariant the same way. Half the bytes per weight: decode at small batches, bound by
-// reading the weights from memory, runs up to twice as fast.
+// gemm_nt with bfloat16 weights (w: their bits, [out, in] row-major). Half the bytes per
+// weight: decode at small batches, bound by reading the weights from memory, runs up to
+// twice as fast. Two ways, by CPU (gemm_nt_bf16_rounds_rows()):
+//   - widening: each weight is widened to float32 exactly as it is loaded and every
+//     output's chain is gemm_nt's, so the result is gemm_nt's on float32 weights holding
+//     the same values, bit for bit;
+//   - bfloat16 products (CPUs with AVX512_BF16): x is rounded to bfloat16 too (nearest
+//     even, subnormals to zero), and lane l of (r, o)'s 16-lane accumulator adds
+//     x[r, k] w[o, k] + x[r, k + 1] w[o, k + 1] for k = 2l, 2l + 32, ... (vdpbf16ps; each
+//     product exact in float32), then the lanes are summed in gemm_nt's tree. The learner's
+//     bf16 precision rounds a product's operands the same way.
+// Either way batch-invariant as gemm_nt is: the rounding of a row does not depend on the others.
 void gemm_nt_bf16(ThreadPool& pool,
                   const float* x,     // [rows, in], row-major
                   int64_t rows,
@@ -51,10 +58,12 @@ void gemm_nt_bf16(ThreadPool& pool,
                   int64_t out,
                   float* y);          // [rows, out], row-major
 
-// The instruction set gemm_nt runs ("avx512f", "avx2+fma" or "generic": the widest build
+// The instruction set gemm_nt runs ("avx512bf16", "avx512f", "avx2+fma" or "generic": the widest build
 // of its tiles this CPU supports, rollout/cpu_gemm_variants.h, chosen once per process so
 // every call rounds the same way) and its accumulator width in floats.
 const char* gemm_nt_isa();
 int gemm_nt_lanes();
+// Whether gemm_nt_bf16 rounds x to bfloat16 and multiplies bfloat16 pairs on this CPU.
+bool gemm_nt_bf16_rounds_rows();
 
 }  // namespace tandem::cpu

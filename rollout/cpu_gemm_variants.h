@@ -26,18 +26,26 @@ struct GemmProblem {
   const float* bias;        // [out], or null
   int64_t out;
   float* y;           // [rows, out], row-major
+  // x rounded to bfloat16 ([rows, in]), or null: gemm_nt_with sets it for bfloat16
+  // weights when the variant multiplies bfloat16 pairs (GemmVariant::round_rows).
+  const uint16_t* x_bf16 = nullptr;
 };
 
 struct GemmVariant {
-  const char* isa;    // "avx512f", "avx2+fma" or "generic"
+  const char* isa;    // "avx512bf16", "avx512f", "avx2+fma" or "generic"
   int lanes;          // floats per accumulator
   int tile_rows;      // rows that share each loaded weight vector
   int tile_columns;   // outputs per panel (threads split the outputs in whole panels)
   // Outputs [begin, end) (panel-aligned begin) of every row, block_rows rows at a time.
   void (*run_columns)(const GemmProblem& p, int64_t block_rows, int64_t begin, int64_t end);
+  // Null, or how this variant rounds rows to bfloat16 (out[i] = x[i], nearest even) before
+  // multiplying them with bfloat16 weights: set, gemm_nt_bf16 multiplies bfloat16 by
+  // bfloat16 instead of widening the weights (avx512bf16).
+  void (*round_rows)(const float* x, int64_t n, uint16_t* out);
 };
 
 // The variants, each compiled for its instruction set (call only those the CPU supports).
+const GemmVariant& gemm_variant_avx512bf16();  // x86-64-v4 and AVX512_BF16
 const GemmVariant& gemm_variant_avx512();   // x86-64-v4: AVX-512 F, BW, CD, DQ, VL
 const GemmVariant& gemm_variant_avx2();     // x86-64-v3: AVX2, FMA
 const GemmVariant& gemm_variant_generic();  // x86-64: SSE2

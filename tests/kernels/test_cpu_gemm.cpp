@@ -5,7 +5,8 @@
 // holding it, and to those of the same call on another number of threads. Each case runs
 // every instruction-set build of the tiles this CPU supports (rollout/cpu_gemm_variants.h),
 // so a machine with AVX-512 checks the AVX2 and generic builds as well, each on float32
-// and on bfloat16 weights (gemm_nt_bf16).
+// and on bfloat16 weights (gemm_nt_bf16); where the build rounds the rows to bfloat16
+// (avx512bf16), the reference multiplies the rounded rows.
 #include "rollout/cpu_gemm.h"
 #include "rollout/cpu_gemm_variants.h"
 #include "rollout/thread_pool.h"
@@ -41,7 +42,16 @@ struct Shape {
 struct Kernel {
   const cpu::GemmVariant* variant;
   bool bf16;
+  // Whether it rounds the rows to bfloat16 as well (avx512bf16 on bfloat16 weights).
+  bool rounds_rows() const { return bf16 && variant->round_rows; }
 };
+
+// What round_rows makes of finite float32 values outside the subnormal range: bfloat16,
+// nearest even (core/half.h's rounding, written independently of the kernels).
+std::vector<float> rounded_to_bf16(std::vector<float> x) {
+  for (float& v : x) v = bf16_to_float(float_to_bf16(v));
+  return x;
+}
 
 std::vector<Kernel> kernels_supported() {
   std::vector<Kernel> out;
@@ -95,14 +105,70 @@ TEST_CASE("gemm_nt runs the widest build of its tiles this CPU supports") {
   std::vector<float> direct(9 * 31, NAN);
   cpu::gemm_nt(pool, x.data(), 9, 70, w.data(), nullptr, 31, direct.data());
   CHECK(same_bits(direct.data(), gemm({variants.front(), false}, pool, x, 0, 9, 70, w, nullptr, 31).data(), 9 * 31));
-  // gemm_nt_bf16 on bfloat16 weights is gemm_nt on float32 weights of the same values, bit for bit.
   const std::vector<float> exact = weights_for({variants.front(), true}, w);
   std::vector<uint16_t> bits;
   for (float v : exact) bits.push_back(float_to_bf16(v));
-  std::vector<float> from_f32(9 * 31, NAN), from_bf16(9 * 31, NAN);
+  CHECK(cpu::gemm_nt_bf16_rounds_rows() == (variants.front()->round_rows != nullptr));
+  std::vector<float> from_f32(9 * 31, NAN), from_bf16(9 * 31, NAN), from_rounded_rows(9 * 31, NAN);
   cpu::gemm_nt(pool, x.data(), 9, 70, exact.data(), nullptr, 31, from_f32.data());
   cpu::gemm_nt_bf16(pool, x.data(), 9, 70, bits.data(), nullptr, 31, from_bf16.data());
-  CHECK(same_bits(from_f32.data(), from_bf16.data(), 9 * 31));
+  if (!cpu::gemm_nt_bf16_rounds_rows()) {
+    // gemm_nt_bf16 on bfloat16 weights is gemm_nt on float32 weights of the same values, bit for bit.
+    CHECK(same_bits(from_f32.data(), from_bf16.data(), 9 * 31));
+  } else {
+    // It rounds the rows: the same rows rounded beforehand give the same bits (rounding
+    // twice is rounding once), and the unrounded float32 product differs.
+    const std::vector<float> rounded_x = rounded_to_bf16(x);
+    cpu::gemm_nt_bf16(pool, rounded_x.data(), 9, 70, bits.data(), nullptr, 31, from_rounded_rows.data());
+    CHECK(same_bits(from_rounded_rows.data(), from_bf16.data(), 9 * 31));
+    CHECK(!same_bits(from_f32.data(), from_bf16.data(), 9 * 31));
+  }
+}
+
+TEST_CASE("round_rows rounds to the nearest bfloat16, ties to even, and flushes subnormals") {
+  bool any = false;
+  for (const cpu::GemmVariant* v : cpu::gemm_variants_supported()) {
+    if (!v->round_rows) continue;
+    any = true;
+    CAPTURE(std::string(v->isa));
+    auto rng = kernel_test_rng(43);
+    std::uniform_int_distribution<uint32_t> any_bits;
+    std::vector<float> x;
+    // Random bit patterns of normal floats, exact ties (low half 0x8000, both parities of
+    // the kept bit), values that round up into the next binade and to infinity; 37 of them
+    // past the last full vector.
+    for (int i = 0; i < 1000; ++i) {
+      uint32_t b = any_bits(rng);
+      const uint32_t exponent = (b >> 23) & 0xFFu;
+      if (exponent == 0 || exponent == 0xFFu) b ^= 0x40000000u;  // keep it normal
+      if (i % 5 == 1) b = (b & 0xFFFF0000u) | 0x8000u;
+      float f;
+      std::memcpy(&f, &b, sizeof f);
+      x.push_back(f);
+    }
+    x.push_back(3.4e38f);
+    x.push_back(-1.0f + 0x1p-24f);
+    x.push_back(0x1.ffffep0f);
+    std::vector<uint16_t> got(x.size(), 0xFFFF);
+    v->round_rows(x.data(), static_cast<int64_t>(x.size()), got.data());
+    int64_t bad = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (got[i] != float_to_bf16(x[i]) && bad++ == 0) {
+        FAIL_CHECK("x[" << i << "] = " << x[i] << ": got bits " << got[i] << ", want " << float_to_bf16(x[i]));
+      }
+    }
+    CHECK(bad == 0);
+    // Subnormals become zeros of their sign; a short call writes nothing past its end.
+    const std::vector<float> tiny = {0x1p-130f, -0x1p-140f, 0x1p-126f, 5.0f};
+    std::vector<uint16_t> small(5, 0xABCD);
+    v->round_rows(tiny.data(), 4, small.data());
+    CHECK(small[0] == 0x0000);
+    CHECK(small[1] == 0x8000);
+    CHECK(small[2] == float_to_bf16(0x1p-126f));
+    CHECK(small[3] == float_to_bf16(5.0f));
+    CHECK(small[4] == 0xABCD);
+  }
+  if (!any) MESSAGE("no build of the tiles this CPU runs rounds rows (no AVX512_BF16): nothing to check");
 }
 
 namespace {
@@ -117,6 +183,8 @@ void check_against_reference(const Kernel& kernel) {
     for (int64_t out : {1, 5, 7, 13, 67, 203}) {
       const int64_t rows = pick_rows(rng);
       const std::vector<float> x = random_floats(rng, rows * in);
+      // What the kernel multiplies: the rows as they are, or rounded to bfloat16.
+      const std::vector<float> x_used = kernel.rounds_rows() ? rounded_to_bf16(x) : x;
       const std::vector<float> w = weights_for(kernel, random_floats(rng, out * in));
       const std::vector<float> bias = random_floats(rng, out);
       for (const bool with_bias : {false, true}) {
@@ -126,12 +194,13 @@ void check_against_reference(const Kernel& kernel) {
           for (int64_t o = 0; o < out; ++o) {
             double want = with_bias ? bias[o] : 0.0, magnitude = with_bias ? std::abs(bias[o]) : 0.0;
             for (int64_t k = 0; k < in; ++k) {
-              const double term = static_cast<double>(x[r * in + k]) * w[o * in + k];
+              const double term = static_cast<double>(x_used[r * in + k]) * w[o * in + k];
               want += term;
               magnitude += std::abs(term);
             }
             // Higham's worst-case bound for a float sum of in + 1 terms, gamma_n * sum |term|
-            // with n = in + 8: no order of the additions can exceed it. Not atol + rtol * |want|:
+            // with n = in + 8: no order of the additions can exceed it (vdpbf16ps's products
+            // are exact, and it rounds at most twice per pair). Not atol + rtol * |want|:
             // a dot product's error scales with its terms, not its (possibly cancelled) result.
             const double limit = static_cast<double>(in + 8) * std::ldexp(1.0, -24) * magnitude;
             const double got = y[r * out + o];

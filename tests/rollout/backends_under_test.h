@@ -12,6 +12,7 @@
 #include "tests/support/kernel_checks.h"
 #include "kernels/device_probe.h"
 #include "tests/support/reference_model.h"
+#include "rollout/cpu_gemm.h"
 #include "rollout/cuda_step_plan.h"
 #include "rollout/engine.h"
 #include "rollout/kv_cache.h"
@@ -51,11 +52,19 @@ inline const BackendUnderTest kCpu{"cpu", "cpu", "", {}, true};
 // added): a float32 sum in another order, inside the same bounds. Still row-wise, so still
 // batch-invariant.
 inline const BackendUnderTest kCpuSplit{"cpu tensor_parallel 2", "cpu", "", {}, true, 2};
-// CPU with bfloat16 weights (rollout.cpu_weights: bf16), on bf16-exact weights: widening
-// them is exact and every chain is fp32's, so the fp32 bounds hold (the outputs are fp32's
-// bit for bit: "bf16 weights compute what fp32 computes on the rounded values" below).
-inline const BackendUnderTest kCpuBf16Weights{"cpu bf16 weights", "cpu", "bf16", {}, true};
-inline const BackendUnderTest kCpuSplitBf16Weights{"cpu bf16 weights tensor_parallel 2", "cpu", "bf16", {}, true, 2};
+// CPU with bfloat16 weights (rollout.cpu_weights: bf16), on bf16-exact weights. Where
+// gemm_nt_bf16 widens them, that is exact and every chain is fp32's, so the fp32 bounds
+// hold (the outputs are fp32's bit for bit: "bf16 weights compute what fp32 computes on
+// the rounded values"). Where it multiplies bfloat16 pairs (AVX512_BF16), each product's
+// input row is rounded to bf16 (relative error <= 2^-9): 4 per layer (the q/k/v input, the
+// attention output, the gate/up input, the down input), the LM head's input among the 2
+// the bound adds.
+inline ActivationStorage cpu_bf16_weights_storage() {
+  return cpu::gemm_nt_bf16_rounds_rows() ? ActivationStorage{0x1p-9, 4} : ActivationStorage{};
+}
+inline const BackendUnderTest kCpuBf16Weights{"cpu bf16 weights", "cpu", "bf16", cpu_bf16_weights_storage(), true};
+inline const BackendUnderTest kCpuSplitBf16Weights{"cpu bf16 weights tensor_parallel 2", "cpu", "bf16",
+                                                   cpu_bf16_weights_storage(), true, 2};
 // CUDA fp32: the same math; cuBLAS picks kernels by problem size, so a token's logits may
 // differ in the last bits with the step's shape.
 inline const BackendUnderTest kCudaFp32{"cuda fp32", "cuda", "fp32", {}, false};
