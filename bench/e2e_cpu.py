@@ -80,6 +80,9 @@ def parse_args():
     parser.add_argument("--micro-batch", type=int, default=32, help="torch: samples per forward/backward")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                         help="torch: training compute dtype of both sides (learner.precision; PyTorch: CPU autocast)")
+    parser.add_argument("--rollout-weights", choices=["fp32", "bf16"], default="fp32",
+                        help="torch: tandem's rollout.cpu_weights (bf16: half the bytes per decoded token, "
+                             "bf16 products on CPUs with AVX512_BF16); the Python loop samples in float32")
     parser.add_argument("--python", default="/usr/bin/python3", help="torch: interpreter with Debian's python3-torch")
     parser.add_argument("--qwen3-tokenizer", default=os.path.join(REPO_ROOT, "build/test-assets/qwen3"),
                         help="torch: directory with Qwen3's tokenizer.json (absent: byte-level)")
@@ -276,7 +279,7 @@ def torch_mode_settings(args, model_dir, config):
         "algorithm.clip.high=0.28", "algorithm.kl.coef=0", "algorithm.entropy_coef=0",
         "rollout.workers=1", "rollout.device=cpu", f"rollout.max_new_tokens={args.new_tokens}",
         "rollout.temperature=1", "rollout.top_p=1", "rollout.top_k=0", f"rollout.threads={args.threads}",
-        f"rollout.kv_cache_mb={kv_cache_mb}", f"rollout.max_running={max(256, samples)}",
+        f"rollout.kv_cache_mb={kv_cache_mb}", f"rollout.cpu_weights={args.rollout_weights}", f"rollout.max_running={max(256, samples)}",
         "learner.workers=1", "learner.device=cpu", f"learner.threads={args.threads}", "learner.epochs=1",
         "learner.mini_batches=1", f"learner.micro_batch_size={args.micro_batch}", f"learner.precision={args.precision}",
         "learner.optimizer.name=adamw", f"learner.optimizer.lr={LR}", "learner.optimizer.weight_decay=0",
@@ -304,7 +307,7 @@ def tandem_summary(args, name, rows, wall_s):
     line = {"bench": "e2e_cpu", "mode": "torch", "model": name, "runner": "tandem", "threads": args.threads,
             "prompts": args.prompts, "group_size": args.group_size, "prompt_len_mean": round(prompt_len_mean, 3),
             "new_tokens": args.new_tokens, "micro_batch": args.micro_batch, "precision": args.precision,
-            "steps_measured": args.steps, "wall_s": round(wall_s, 3)}
+            "rollout_weights": args.rollout_weights, "steps_measured": args.steps, "wall_s": round(wall_s, 3)}
     for phase in PHASES:
         line.update(spread([row["time/" + phase] for row in rows[args.warmup:]], phase))
     line["loadavg_1m"] = round(os.getloadavg()[0], 2)
@@ -382,7 +385,7 @@ def main_torch(args):
             theirs = run_torch_loop(args, name, model_dir, max(1, round(ours["prompt_len_mean"])))
             print(json.dumps(theirs), flush=True)
             ratio = {"bench": "e2e_cpu", "mode": "torch", "model": name, "ratio": "tandem / torch_grpo",
-                     "precision": args.precision}
+                     "precision": args.precision, "rollout_weights": args.rollout_weights}
             for phase in TORCH_PHASES:
                 ratio[f"median_{phase}"] = round(ours[f"median_{phase}"] / theirs[f"median_{phase}"], 3)
             ratio["goal_step_ratio_at_most"] = round(GOAL_RATIO, 3)
