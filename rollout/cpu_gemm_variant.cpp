@@ -1,7 +1,8 @@
 // One instruction set's build of gemm_nt's tiles (rollout/cpu_gemm_variants.h). Meson
 // compiles this file once per variant, each with its own -march and TANDEM_GEMM_VARIANT
-// (avx512, avx2 or generic); rollout/cpu_gemm.cpp picks one at run time from the CPU's
-// features. The vector type follows from the variant's -march through the macros below.
+// (avx512bf16, avx512, avx2 or generic); rollout/cpu_gemm.cpp picks one at run time from
+// the CPU's features. The vector type follows from the variant's -march through the
+// macros below.
 //
 // The avx512bf16 variant is avx512's with one difference: on bfloat16 weights it rounds
 // the rows to bfloat16 too (once per call, round_rows) and multiplies pairs of bfloat16
