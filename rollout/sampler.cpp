@@ -40,8 +40,14 @@ SampledToken Sampler::sample(const float* logits, int64_t vocab, const SamplingP
       argmax = static_cast<int32_t>(i);
     }
   }
+  // exp(z - max_z) once per token, kept for the inverse-CDF pass below (the exponentials
+  // are most of a 151k-id row's sampling time).
+  weights_.resize(static_cast<size_t>(vocab));
   double sum = 0;  // of exp(z - max_z) over the whole vocabulary
-  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(scaled_[i] - max_z);
+  for (int64_t i = 0; i < vocab; ++i) {
+    weights_[i] = std::exp(scaled_[i] - max_z);
+    sum += weights_[i];
+  }
   const double log_z = max_z + std::log(sum);
   auto full_logprob = [&](int32_t t) { return static_cast<float>(scaled_[t] - log_z); };
 
@@ -53,7 +59,7 @@ SampledToken Sampler::sample(const float* logits, int64_t vocab, const SamplingP
     double cumulative = 0;
     int32_t last_possible = argmax;
     for (int64_t i = 0; i < vocab; ++i) {
-      double w = std::exp(scaled_[i] - max_z);
+      const double w = weights_[i];
       if (w == 0) continue;
       last_possible = static_cast<int32_t>(i);
       cumulative += w;
@@ -74,14 +80,14 @@ SampledToken Sampler::sample(const float* logits, int64_t vocab, const SamplingP
     std::sort(candidates_.begin(), candidates_.end(), by_probability);
   }
   double kept_mass = 0;
-  for (size_t i = 0; i < kept; ++i) kept_mass += std::exp(scaled_[candidates_[i]] - max_z);
+  for (size_t i = 0; i < kept; ++i) kept_mass += weights_[candidates_[i]];
   if (params.top_p < 1) {
     // The smallest prefix whose mass reaches top_p of the (top-k renormalised) mass.
     const double threshold = params.top_p * kept_mass;
     double cumulative = 0;
     size_t prefix = 0;
     while (prefix < kept) {
-      cumulative += std::exp(scaled_[candidates_[prefix]] - max_z);
+      cumulative += weights_[candidates_[prefix]];
       ++prefix;
       if (cumulative >= threshold) break;
     }
@@ -92,7 +98,7 @@ SampledToken Sampler::sample(const float* logits, int64_t vocab, const SamplingP
   double cumulative = 0;
   size_t chosen = kept - 1;
   for (size_t i = 0; i < kept; ++i) {
-    cumulative += std::exp(scaled_[candidates_[i]] - max_z);
+    cumulative += weights_[candidates_[i]];
     if (cumulative > target) {
       chosen = i;
       break;

@@ -41,6 +41,7 @@ class Sampler {
 
  private:
   std::vector<double> scaled_;      // logits / temperature
+  std::vector<double> weights_;     // exp(scaled_ - its maximum)
   std::vector<int32_t> candidates_;  // token ids, sorted when truncating
 };
 
