@@ -36,19 +36,17 @@ std::vector<const GemmVariant*> gemm_variants_supported() {
   return out;
 }
 
-void gemm_nt_with(const GemmVariant& v, ThreadPool& pool, const GemmProblem& p) {
-  const int64_t rows = p.rows, in = p.in, out = p.out;
+void gemm_nt_with(const GemmVariant& v, ThreadPool& pool, const GemmProblem& problem) {
+  const int64_t rows = problem.rows, in = problem.in, out = problem.out;
   if (rows <= 0 || out <= 0) return;
+  GemmProblem p = problem;
   if (p.w_bf16 && v.round_rows && !p.x_bf16) {
     // The rows in bfloat16 once per call, not once per weight panel; each call's own
     // buffer (one per thread: a tensor-parallel rank's calls run on its own thread).
     thread_local std::vector<uint16_t> rounded;
     rounded.resize(static_cast<size_t>(rows * in));
     v.round_rows(p.x, rows * in, rounded.data());
-    GemmProblem with_rounded_rows = p;
-    with_rounded_rows.x_bf16 = rounded.data();
-    gemm_nt_with(v, pool, with_rounded_rows);
-    return;
+    p.x_bf16 = rounded.data();
   }
   const int64_t tile_rows = v.tile_rows, tile_columns = v.tile_columns;
   const int64_t block_rows = std::max<int64_t>(
