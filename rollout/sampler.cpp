@@ -1,10 +1,10 @@
 #include "rollout/sampler.h"
 
 #include "core/error.h"
+#include "rollout/sampler_rows.h"
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 namespace tandem {
 
@@ -27,34 +27,26 @@ double uniform_from_counter(uint64_t seed, uint64_t counter) {
 
 SampledToken Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& params, double uniform) {
   TANDEM_CHECK(vocab > 0, "empty logits row");
+  const sampler_rows::RowMaximum top = sampler_rows::maximum(logits, vocab);
+  TANDEM_CHECK(top.first_nan < 0, "logit {} is NaN", top.first_nan);
+  TANDEM_CHECK(std::isfinite(top.value), "the largest logit is {} (id {}): a row needs a finite maximum", top.value,
+               top.index);
   const bool greedy = params.temperature == 0;
   const double inv_t = greedy ? 1.0 : 1.0 / params.temperature;
-  scaled_.resize(static_cast<size_t>(vocab));
-  double max_z = -INFINITY;
-  int32_t argmax = 0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    TANDEM_CHECK(!std::isnan(logits[i]), "logit {} is NaN", i);
-    scaled_[i] = static_cast<double>(logits[i]) * inv_t;
-    if (scaled_[i] > max_z) {
-      max_z = scaled_[i];
-      argmax = static_cast<int32_t>(i);
-    }
-  }
-  // exp(z - max_z) once per token, kept for the inverse-CDF pass below (the exponentials
-  // are most of a 151k-id row's sampling time).
+  // Scaling by 1/T > 0 keeps the order, so the largest logit gives the largest scaled value.
+  const double max_z = static_cast<double>(top.value) * inv_t;
+  const int32_t argmax = static_cast<int32_t>(top.index);
+  auto scaled = [&](int32_t t) { return static_cast<double>(logits[t]) * inv_t; };
+  // exp(z - max_z) once per token, kept for the inverse-CDF and truncation passes below.
   weights_.resize(static_cast<size_t>(vocab));
-  double sum = 0;  // of exp(z - max_z) over the whole vocabulary
-  for (int64_t i = 0; i < vocab; ++i) {
-    weights_[i] = std::exp(scaled_[i] - max_z);
-    sum += weights_[i];
-  }
+  const double sum = sampler_rows::shifted_exps(logits, vocab, inv_t, max_z, weights_.data());
   const double log_z = max_z + std::log(sum);
-  auto full_logprob = [&](int32_t t) { return static_cast<float>(scaled_[t] - log_z); };
+  auto full_logprob = [&](int32_t t) { return static_cast<float>(scaled(t) - log_z); };
 
   if (greedy) return {argmax, full_logprob(argmax), 0.0f};
 
-  const bool truncate = (params.top_k > 0 && params.top_k < vocab) || params.top_p < 1;
-  if (!truncate) {
+  const bool top_k_on = params.top_k > 0 && params.top_k < vocab;
+  if (!top_k_on && params.top_p >= 1) {
     const double target = uniform * sum;
     double cumulative = 0;
     int32_t last_possible = argmax;
@@ -69,44 +61,56 @@ SampledToken Sampler::sample(const float* logits, int64_t vocab, const SamplingP
     return {last_possible, full_logprob(last_possible), full_logprob(last_possible)};
   }
 
-  candidates_.resize(static_cast<size_t>(vocab));
-  std::iota(candidates_.begin(), candidates_.end(), 0);
-  auto by_probability = [&](int32_t a, int32_t b) { return scaled_[a] > scaled_[b] || (scaled_[a] == scaled_[b] && a < b); };
-  size_t kept = candidates_.size();
-  if (params.top_k > 0 && params.top_k < vocab) {
-    kept = static_cast<size_t>(params.top_k);
-    std::partial_sort(candidates_.begin(), candidates_.begin() + kept, candidates_.end(), by_probability);
-  } else {
-    std::sort(candidates_.begin(), candidates_.end(), by_probability);
-  }
-  double kept_mass = 0;
-  for (size_t i = 0; i < kept; ++i) kept_mass += weights_[candidates_[i]];
-  if (params.top_p < 1) {
-    // The smallest prefix whose mass reaches top_p of the (top-k renormalised) mass.
-    const double threshold = params.top_p * kept_mass;
+  // Truncation looks at the tokens in order of decreasing probability (ties: lower id
+  // first). Sorting a 151k-id row costs milliseconds, so only the tokens whose weight
+  // reaches a cut are sorted: they are a prefix of that order (exp keeps the order), and
+  // when they hold the top-k and reach top_p of the mass the rest cannot matter. A cut
+  // that falls short is lowered, down to every token.
+  auto by_probability = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  const size_t top_k = top_k_on ? static_cast<size_t>(params.top_k) : static_cast<size_t>(vocab);
+  for (const double cut : {0x1p-16, 0x1p-48, -1.0}) {
+    candidates_.clear();
+    for (int64_t i = 0; i < vocab; ++i)
+      if (weights_[i] >= cut) candidates_.push_back(static_cast<int32_t>(i));
+    const bool everything = cut < 0;
+    if (!everything && candidates_.size() < top_k && top_k_on) continue;  // the cut splits the top-k
+    size_t kept = std::min(top_k, candidates_.size());
+    if (kept == candidates_.size()) {
+      std::sort(candidates_.begin(), candidates_.end(), by_probability);
+    } else {
+      std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(kept),
+                        candidates_.end(), by_probability);
+    }
+    double kept_mass = sum;  // without top-k: the whole row's
+    if (top_k_on) {
+      kept_mass = 0;
+      for (size_t i = 0; i < kept; ++i) kept_mass += weights_[candidates_[i]];
+    }
+    if (params.top_p < 1) {
+      // The smallest prefix whose mass reaches top_p of the (top-k renormalised) mass.
+      const double threshold = params.top_p * kept_mass;
+      double cumulative = 0;
+      size_t prefix = 0;
+      while (prefix < kept && cumulative < threshold) cumulative += weights_[candidates_[prefix++]];
+      if (cumulative < threshold && !everything && kept < top_k) continue;  // the nucleus reaches past the cut
+      kept = prefix;
+      kept_mass = cumulative;
+    }
+    const double target = uniform * kept_mass;
     double cumulative = 0;
-    size_t prefix = 0;
-    while (prefix < kept) {
-      cumulative += weights_[candidates_[prefix]];
-      ++prefix;
-      if (cumulative >= threshold) break;
+    size_t chosen = kept - 1;
+    for (size_t i = 0; i < kept; ++i) {
+      cumulative += weights_[candidates_[i]];
+      if (cumulative > target) {
+        chosen = i;
+        break;
+      }
     }
-    kept = prefix;
-    kept_mass = cumulative;
+    const int32_t token = candidates_[chosen];
+    const double log_kept = max_z + std::log(kept_mass);
+    return {token, full_logprob(token), static_cast<float>(scaled(token) - log_kept)};
   }
-  const double target = uniform * kept_mass;
-  double cumulative = 0;
-  size_t chosen = kept - 1;
-  for (size_t i = 0; i < kept; ++i) {
-    cumulative += weights_[candidates_[i]];
-    if (cumulative > target) {
-      chosen = i;
-      break;
-    }
-  }
-  const int32_t token = candidates_[chosen];
-  const double log_kept = max_z + std::log(kept_mass);
-  return {token, full_logprob(token), static_cast<float>(scaled_[token] - log_kept)};
+  throw_check_failure(__FILE__, __LINE__, "cut < 0", "the last cut keeps every token");  // not reached
 }
 
 }  // namespace tandem

@@ -40,8 +40,7 @@ class Sampler {
   SampledToken sample(const float* logits, int64_t vocab_size, const SamplingParams& params, double uniform);
 
  private:
-  std::vector<double> scaled_;      // logits / temperature
-  std::vector<double> weights_;     // exp(scaled_ - its maximum)
+  std::vector<double> weights_;      // exp(logits / temperature - their maximum)
   std::vector<int32_t> candidates_;  // token ids, sorted when truncating
 };
 

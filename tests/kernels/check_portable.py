@@ -8,8 +8,10 @@
    build of the tiles that CPU supports: Westmere (x86-64-v2: SSE4.2, no AVX) the generic
    one, Haswell (x86-64-v3) the AVX2 one. Only a portable build is expected to pass this:
    with -march=native the rest of the CPU code uses the building machine's instructions.
+3. On the same emulated CPUs, the sampler's row passes (rollout/sampler_rows.h, copies
+   picked at load time by GCC's target_clones) give the same bits as the plain build.
 
-usage: check_portable.py CPU_ARCH NM TEST_BINARY VARIANT_LIB...
+usage: check_portable.py CPU_ARCH NM GEMM_TEST SAMPLER_TEST VARIANT_LIB...
 Exit 77 (skipped) with the reason where a part cannot run here.
 """
 import os
@@ -49,8 +51,20 @@ def run_on(cpu, binary, want_isa):
     return True
 
 
+def sampler_rows_on(cpu, binary):
+    done = subprocess.run(["qemu-x86_64", "-cpu", cpu, binary, "-tc=shifted_exps gives the same bits*", "--no-colors"],
+                          capture_output=True, text=True, timeout=600)
+    passed = re.search(r"test cases:\s+1 \|\s+1 passed", done.stdout)
+    if done.returncode != 0 or not passed:
+        print(f"check_portable: the sampler's row passes on an emulated {cpu}: exit {done.returncode}\n"
+              f"{done.stdout[-3000:]}{done.stderr[-2000:]}", file=sys.stderr)
+        return False
+    print(f"check_portable: the sampler's row passes give the plain build's bits on an emulated {cpu}")
+    return True
+
+
 def main():
-    cpu_arch, nm, binary, libraries = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    cpu_arch, nm, binary, sampler_binary, libraries = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
     if not check_symbols(nm, libraries):
         return 1
     print(f"check_portable: {len(libraries)} instruction-set builds each define only their getter")
@@ -62,6 +76,7 @@ def main():
         print("check_portable: skipping the older CPUs: qemu-x86_64 is missing (Debian: qemu-user; scripts/install_deps.sh)")
         return SKIP
     ok = run_on("Westmere", binary, "generic") and run_on("Haswell", binary, "avx2+fma")
+    ok = ok and sampler_rows_on("Westmere", sampler_binary) and sampler_rows_on("Haswell", sampler_binary)
     return 0 if ok else 1
 
 

@@ -1,12 +1,16 @@
 // The sampler: empirical frequencies against the exact distribution (chi-square),
-// truncation never emitting a disallowed token, log-probs against float64.
+// truncation never emitting a disallowed token, log-probs against float64; its vectorised
+// row passes (rollout/sampler_rows.h) against long double, and inverse-CDF draws on
+// 151,936-id rows against a long double cumulative sum.
 #include "rollout/sampler.h"
+#include "rollout/sampler_rows.h"
 #include "tests/support/chi_square.h"
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -54,11 +58,16 @@ TEST_CASE("sampled frequencies match the temperature, top-k and top-p distributi
   std::normal_distribution<float> normal(0.0f, 2.0f);
   std::vector<SamplingParams> cases = {
       {1.0, 0, 1.0}, {0.5, 0, 1.0}, {1.7, 0, 1.0}, {1.0, 5, 1.0}, {1.0, 0, 0.8}, {0.8, 12, 0.9}, {1.0, 1, 1.0},
+      // Logits spread so widely that some weights fall below the sampler's first cut
+      // (2^-16): a nucleus past it, one within it, and a top-k larger than it holds.
+      {1.0, 0, 0.9999999}, {1.0, 0, 0.9}, {1.0, 30, 1.0}, {0.7, 25, 0.999},
   };
   Sampler sampler;
-  for (const SamplingParams& p : cases) {
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const SamplingParams& p = cases[c];
+    const float spread = c >= 7 ? 5.0f : 1.0f;
     std::vector<float> logits(40);
-    for (float& l : logits) l = normal(rng);
+    for (float& l : logits) l = spread * normal(rng);
     std::vector<double> want = expected_distribution(logits, p);
     const int64_t draws = 200000;
     std::vector<int64_t> counts(logits.size(), 0);
@@ -130,4 +139,227 @@ TEST_CASE("invalid sampling parameters are named") {
   CHECK_THROWS_WITH(check_sampling_params({1.0, -2, 1.0}), doctest::Contains("top_k must be >= 0"));
   CHECK_THROWS_WITH(check_sampling_params({1.0, 0, 1.5}), doctest::Contains("top_p must be in (0, 1]"));
   CHECK_THROWS_WITH(check_sampling_params({NAN, 0, 1.0}), doctest::Contains("temperature"));
+}
+
+namespace {
+
+// |got - want| / want, with NaN (or a wrong zero) as infinitely wrong.
+double relative_error(double got, long double want) {
+  if (want == 0) return got == 0 ? 0 : INFINITY;
+  const long double e = std::fabs((static_cast<long double>(got) - want) / want);
+  return std::isnan(static_cast<double>(e)) ? INFINITY : static_cast<double>(e);
+}
+
+}  // namespace
+
+TEST_CASE("the vectorised exp against long double, over its whole range") {
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<double> x = {0.0, -0.0, -1e-300, -0x1p-60, -0.34657359027997264, -0.3465735902799727,
+                           -1.0397207708399179, -1.0, -2.0, -700.0, -708.0, -707.9999999999999};
+  std::uniform_real_distribution<double> wide(-708.0, 0.0), narrow(-2.0, 0.0), exponent(-60, 9.46);  // 2^9.46 < 708
+  for (int i = 0; i < 100000; ++i) x.push_back(wide(rng));
+  for (int i = 0; i < 100000; ++i) x.push_back(narrow(rng));
+  for (int i = 0; i < 100000; ++i) x.push_back(-std::exp2(exponent(rng)));  // magnitudes 2^-60 .. 708
+  std::vector<double> got(x.size());
+  sampler_rows::exp_nonpositive(x.data(), static_cast<int64_t>(x.size()), got.data());
+  double worst = 0;
+  size_t worst_at = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double e = relative_error(got[i], std::exp(static_cast<long double>(x[i])));
+    if (!(e <= worst)) worst = e, worst_at = i;
+  }
+  INFO("worst x " << x[worst_at] << ": " << worst / 0x1p-53 << " units of 2^-53");
+  CHECK(worst <= sampler_rows::kExpRelativeError);
+  // Below -708, and -inf (a masked logit), give exactly 0.
+  std::vector<double> low = {-708.0000001, -745.2, -1e300, -INFINITY}, zero(low.size(), 1.0);
+  sampler_rows::exp_nonpositive(low.data(), static_cast<int64_t>(low.size()), zero.data());
+  for (double z : zero) CHECK(z == 0.0);
+}
+
+TEST_CASE("shifted_exps: each weight and their sum against long double, every tail length") {
+  std::mt19937_64 rng(std::random_device{}());
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<int64_t> sizes = {151936};
+  for (int64_t n = 1; n <= 17; ++n) sizes.push_back(n);
+  for (int64_t n : sizes) {
+    std::vector<float> logits(static_cast<size_t>(n));
+    for (float& l : logits) l = normal(rng);
+    if (n > 3) logits[1] = -INFINITY;  // a masked id
+    const double scale = 1.0 / (0.3 + static_cast<double>(rng() % 100) / 40.0);
+    const sampler_rows::RowMaximum top = sampler_rows::maximum(logits.data(), n);
+    REQUIRE(top.first_nan < 0);
+    const double shift = static_cast<double>(top.value) * scale;
+    std::vector<double> w(static_cast<size_t>(n), -1.0);
+    const double sum = sampler_rows::shifted_exps(logits.data(), n, scale, shift, w.data());
+    long double want_sum = 0;
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      // The argument is computed in float64 on both sides, as the sampler defines it.
+      const long double want = std::exp(static_cast<long double>(static_cast<double>(logits[i]) * scale - shift));
+      worst = std::max(worst, relative_error(w[i], want));
+      want_sum += want;
+    }
+    INFO("n " << n << " scale " << scale);
+    CHECK(worst <= sampler_rows::kExpRelativeError);
+    // Each weight within kExpRelativeError; 8 running sums of n/8 terms then 3 pairwise levels
+    // and the <= 7-term tail: within (n/8 + 10)u of the sum of positive terms more.
+    const double bound = sampler_rows::kExpRelativeError + (static_cast<double>(n) / 8 + 10) * 0x1p-53;
+    CHECK(relative_error(sum, want_sum) <= bound);
+  }
+}
+
+TEST_CASE("maximum: the lowest id of the largest logit, and the first NaN") {
+  std::mt19937_64 rng(std::random_device{}());
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t n : {1, 5, 16, 17, 33, 1000, 151936}) {
+    std::vector<float> logits(static_cast<size_t>(n));
+    for (float& l : logits) l = normal(rng);
+    const int64_t a = static_cast<int64_t>(rng() % static_cast<uint64_t>(n));
+    const int64_t b = static_cast<int64_t>(rng() % static_cast<uint64_t>(n));
+    logits[static_cast<size_t>(a)] = logits[static_cast<size_t>(b)] = 9.5f;  // a tie (or one id)
+    sampler_rows::RowMaximum top = sampler_rows::maximum(logits.data(), n);
+    CHECK(top.first_nan == -1);
+    CHECK(top.value == 9.5f);
+    CHECK(top.index == std::min(a, b));
+    logits[static_cast<size_t>(n - 1)] = NAN;  // in the tail past the 16-wide blocks, or in a block
+    logits[static_cast<size_t>(b)] = NAN;
+    top = sampler_rows::maximum(logits.data(), n);
+    CHECK(top.first_nan == std::min(b, n - 1));
+  }
+  std::vector<float> masked(40, -INFINITY);
+  const sampler_rows::RowMaximum top = sampler_rows::maximum(masked.data(), 40);
+  CHECK(top.value == -INFINITY);
+  CHECK(top.index == 0);
+}
+
+TEST_CASE("a row with no finite maximum, or a NaN, is named") {
+  Sampler sampler;
+  std::vector<float> logits(40, -INFINITY);
+  CHECK_THROWS_WITH(sampler.sample(logits.data(), 40, {1.0, 0, 1.0}, 0.5), doctest::Contains("finite maximum"));
+  logits[7] = INFINITY;
+  CHECK_THROWS_WITH(sampler.sample(logits.data(), 40, {1.0, 0, 1.0}, 0.5), doctest::Contains("finite maximum"));
+  logits[3] = NAN;
+  CHECK_THROWS_WITH(sampler.sample(logits.data(), 40, {1.0, 0, 1.0}, 0.5), doctest::Contains("logit 3 is NaN"));
+}
+
+TEST_CASE("151,936-id rows: each draw is the inverse CDF of a long double cumulative sum") {
+  // The sampler takes the first id whose running sum of weights exceeds uniform * total.
+  // Against the exact weights, its running sums are off by the weights' error
+  // (kExpRelativeError) plus float64 summation (<= n u of the running sum), and its total
+  // by the same: the drawn id t must have exact C(t) >= target (1 - d) and
+  // C(t - 1) <= target (1 + d), with d = 2 (kExpRelativeError + (n + 10) u).
+  const int64_t n = 151936;
+  std::mt19937_64 rng(std::random_device{}());
+  Sampler sampler;
+  for (const double temperature : {1.0, 0.6}) {
+    for (const float spread : {2.0f, 8.0f}) {  // flat, and peaked enough that a few ids hold most mass
+      std::normal_distribution<float> normal(0.0f, spread);
+      std::vector<float> logits(static_cast<size_t>(n));
+      for (float& l : logits) l = normal(rng);
+      const sampler_rows::RowMaximum top = sampler_rows::maximum(logits.data(), n);
+      const double inv_t = 1.0 / temperature, max_z = static_cast<double>(top.value) * inv_t;
+      std::vector<long double> cumulative(static_cast<size_t>(n));
+      long double running = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        running += std::exp(static_cast<long double>(static_cast<double>(logits[i]) * inv_t - max_z));
+        cumulative[static_cast<size_t>(i)] = running;
+      }
+      const double d = 2 * (sampler_rows::kExpRelativeError + (static_cast<double>(n) + 10) * 0x1p-53);
+      const uint64_t seed = rng();
+      for (uint64_t draw = 0; draw < 40; ++draw) {
+        const double u = uniform_from_counter(seed, draw);
+        const SampledToken t = sampler.sample(logits.data(), n, {temperature, 0, 1.0}, u);
+        REQUIRE(t.token >= 0);
+        REQUIRE(t.token < n);
+        const long double target = static_cast<long double>(u) * running;
+        INFO("temperature " << temperature << " spread " << spread << " u " << u << " token " << t.token);
+        CHECK(cumulative[static_cast<size_t>(t.token)] >= target * (1 - d));
+        if (t.token > 0) CHECK(cumulative[static_cast<size_t>(t.token) - 1] <= target * (1 + d));
+        // Its log-prob: log(w_t / total) in long double; float32 rounding of a value of size
+        // |log-prob| plus the total's relative error.
+        const long double exact = std::log(std::exp(static_cast<long double>(
+                                               static_cast<double>(logits[t.token]) * inv_t - max_z)) / running);
+        CHECK(std::fabs(static_cast<long double>(t.logprob) - exact) <=
+              std::fabs(exact) * 0x1p-24 + 2 * (sampler_rows::kExpRelativeError + (n / 8.0 + 10) * 0x1p-53));
+      }
+    }
+  }
+}
+
+TEST_CASE("151,936-id rows: top-k and top-p keep exactly the long double reference's tokens") {
+  // The truncated set from the exact probabilities sorted in long double; the sampler sorts
+  // only the ids above a cut. Every draw must come from the set, and over many draws
+  // (uniform spaced over [0, 1)) the smallest and largest drawn probabilities must match
+  // the set's ends: the set's last id is drawn at u -> 1, its first at u -> 0.
+  const int64_t n = 151936;
+  std::mt19937_64 rng(std::random_device{}());
+  Sampler sampler;
+  const std::vector<SamplingParams> cases = {{1.0, 0, 0.9}, {1.0, 0, 0.5}, {0.7, 50, 1.0}, {1.0, 40, 0.95},
+                                             {1.0, 0, 0.999}, {1.0, 2000, 0.99}};
+  for (const SamplingParams& p : cases) {
+    for (const float spread : {2.0f, 6.0f}) {
+      std::normal_distribution<float> normal(0.0f, spread);
+      std::vector<float> logits(static_cast<size_t>(n));
+      for (float& l : logits) l = normal(rng);
+      std::vector<int32_t> order(static_cast<size_t>(n));
+      std::iota(order.begin(), order.end(), 0);
+      std::sort(order.begin(), order.end(),
+                [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+      const double inv_t = 1.0 / p.temperature;
+      const double max_z = static_cast<double>(logits[order[0]]) * inv_t;
+      auto weight = [&](int32_t t) {
+        return std::exp(static_cast<long double>(static_cast<double>(logits[t]) * inv_t - max_z));
+      };
+      size_t kept = p.top_k > 0 ? static_cast<size_t>(p.top_k) : static_cast<size_t>(n);
+      long double kept_mass = 0;
+      for (size_t i = 0; i < kept; ++i) kept_mass += weight(order[i]);
+      if (p.top_p < 1) {
+        long double cumulative = 0;
+        size_t prefix = 0;
+        while (prefix < kept && cumulative < p.top_p * kept_mass) cumulative += weight(order[prefix++]);
+        kept = prefix;
+      }
+      std::vector<int32_t> rank(static_cast<size_t>(n));
+      for (size_t i = 0; i < order.size(); ++i) rank[static_cast<size_t>(order[i])] = static_cast<int32_t>(i);
+      size_t lowest_rank = SIZE_MAX, highest_rank = 0;
+      for (int draw = 0; draw < 200; ++draw) {
+        const double u = (draw + 0.5) / 200.0;
+        const SampledToken t = sampler.sample(logits.data(), n, p, draw == 0 ? 0.0 : draw == 199 ? 1 - 0x1p-53 : u);
+        REQUIRE(t.token >= 0);
+        REQUIRE(t.token < n);
+        const size_t r = static_cast<size_t>(rank[static_cast<size_t>(t.token)]);
+        lowest_rank = std::min(lowest_rank, r);
+        highest_rank = std::max(highest_rank, r);
+      }
+      INFO("top_k " << p.top_k << " top_p " << p.top_p << " spread " << spread << " kept " << kept);
+      CHECK(lowest_rank == 0);
+      CHECK(highest_rank == kept - 1);
+    }
+  }
+}
+
+TEST_CASE("shifted_exps gives the same bits as the plain build of the exp, summed in its documented order") {
+  // shifted_exps runs the AVX-512 or AVX2 copy where the CPU has one, exp_nonpositive the
+  // build's baseline (x86-64-v2 in a portable build); tests/kernels/check_portable.py also
+  // runs this case on emulated CPUs without AVX-512 and without AVX.
+  std::mt19937_64 rng(std::random_device{}());
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  for (int64_t n : {4099, 8, 3}) {
+    std::vector<float> logits(static_cast<size_t>(n));
+    for (float& l : logits) l = normal(rng);
+    const double scale = 1 / 0.7;
+    const double shift = static_cast<double>(sampler_rows::maximum(logits.data(), n).value) * scale;
+    std::vector<double> x(static_cast<size_t>(n)), plain(static_cast<size_t>(n)), fast(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = static_cast<double>(logits[static_cast<size_t>(i)]) * scale - shift;
+    sampler_rows::exp_nonpositive(x.data(), n, plain.data());
+    const double sum = sampler_rows::shifted_exps(logits.data(), n, scale, shift, fast.data());
+    double lanes[8] = {};
+    const int64_t whole = n / 8 * 8;
+    for (int64_t i = 0; i < whole; ++i) lanes[i % 8] += plain[static_cast<size_t>(i)];
+    double want = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    for (int64_t i = whole; i < n; ++i) want += plain[static_cast<size_t>(i)];
+    INFO("n " << n);
+    CHECK(std::memcmp(plain.data(), fast.data(), plain.size() * sizeof(double)) == 0);
+    CHECK(std::memcmp(&sum, &want, sizeof(double)) == 0);
+  }
 }

@@ -1,0 +1,137 @@
+#include "rollout/sampler_rows.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+// Built with -ffp-contract=off (rollout/meson.build): no multiply-add is fused in any of
+// the copies below, so AVX-512, AVX2 and baseline runs give the same bits.
+#define TANDEM_ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+namespace tandem::sampler_rows {
+
+namespace {
+
+typedef double Doubles8 __attribute__((vector_size(64)));
+typedef int64_t Int64s8 __attribute__((vector_size(64)));
+typedef float Floats8 __attribute__((vector_size(32)));
+typedef float Floats16 __attribute__((vector_size(64)));
+
+// exp(x) for x <= 0, lane by lane.
+//
+// x = k ln2 + r with k = round(x / ln2) and |r| <= ln2/2 (+ rounding): ln2 split in two
+// (fdlibm's ln2_hi has 32 significant bits, so k * ln2_hi is exact for |k| <= 1022 and
+// x - k * ln2_hi is exact by Sterbenz's lemma); exp(r) by its Taylor series to r^13/13!
+// (the first omitted term, 0.347^14/14!, is 4e-18 relative); times 2^k built in the
+// exponent bits. Error, with u = 2^-53: the reduced argument carries <= 0.35u absolute
+// error, Horner's rule on 14 terms without fused multiply-adds <= gamma_26 * e^|r| / e^r
+// <= 26u * e^0.7 = 52.4u relative, the final product by 2^k is exact (the result stays
+// normal: x >= -708): under 54u in all, kExpRelativeError. (Measured: 1.5u at most.)
+inline __attribute__((always_inline)) Doubles8 exp_nonpositive_lanes(Doubles8 x) {
+  constexpr double kLowest = -708.0;  // exp(-708) = 3.3e-308, still a normal float64
+  const Int64s8 underflow = x < kLowest;
+  const Doubles8 xc = underflow ? Doubles8{} + kLowest : x;  // also turns -inf into kLowest
+  constexpr double kShifter = 0x1.8p52;  // adding it rounds to an integer in the low bits
+  const Doubles8 shifted = xc * 1.4426950408889634 + kShifter;
+  const Doubles8 k = shifted - kShifter;
+  Doubles8 r = xc - k * 6.93147180369123816490e-01;  // ln2_hi
+  r = r - k * 1.90821492927058770002e-10;           // ln2_lo
+  Doubles8 p = r * (1.0 / 6227020800.0) + 1.0 / 479001600.0;
+  p = p * r + 1.0 / 39916800.0;
+  p = p * r + 1.0 / 3628800.0;
+  p = p * r + 1.0 / 362880.0;
+  p = p * r + 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  p = p * r + 1.0;
+  p = p * r + 1.0;
+  // The shifted value's low bits hold k + 2^51; 2^k's bits are (k + 1023) << 52.
+  const Int64s8 k_bits = (reinterpret_cast<const Int64s8&>(shifted) - 0x4338000000000000LL + 1023) << 52;
+  const Doubles8 result = p * reinterpret_cast<const Doubles8&>(k_bits);
+  return underflow ? Doubles8{} : result;
+}
+
+inline __attribute__((always_inline)) double sum_lanes(Doubles8 s) {
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+}  // namespace
+
+TANDEM_ROW_CLONES RowMaximum maximum(const float* logits, int64_t n) {
+  RowMaximum result;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  Floats16 best = Floats16{} + kNegInf;
+  typedef int32_t Int32s16 __attribute__((vector_size(64)));
+  Int32s16 nan_seen = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    Floats16 x;
+    std::memcpy(&x, logits + i, sizeof(x));
+    nan_seen |= x != x;
+    best = x > best ? x : best;
+  }
+  float value = kNegInf;
+  bool nan = false;
+  for (int lane = 0; lane < 16; ++lane) {
+    value = best[lane] > value ? best[lane] : value;
+    nan = nan || nan_seen[lane] != 0;
+  }
+  for (; i < n; ++i) {
+    nan = nan || std::isnan(logits[i]);
+    value = logits[i] > value ? logits[i] : value;
+  }
+  if (nan) {
+    for (int64_t j = 0; j < n; ++j)
+      if (std::isnan(logits[j])) {
+        result.first_nan = j;
+        break;
+      }
+    return result;
+  }
+  result.value = value;
+  for (int64_t j = 0; j < n; ++j)
+    if (logits[j] == value) {
+      result.index = j;
+      break;
+    }
+  return result;
+}
+
+TANDEM_ROW_CLONES double shifted_exps(const float* logits, int64_t n, double scale, double shift, double* out) {
+  Doubles8 sums = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    Floats8 l;
+    std::memcpy(&l, logits + i, sizeof(l));
+    const Doubles8 e = exp_nonpositive_lanes(__builtin_convertvector(l, Doubles8) * scale - shift);
+    std::memcpy(out + i, &e, sizeof(e));
+    sums += e;
+  }
+  double total = sum_lanes(sums);
+  if (i < n) {  // the tail through the same lanes, so every id's value is computed alike
+    Doubles8 x = {};
+    for (int64_t j = i; j < n; ++j) x[j - i] = static_cast<double>(logits[j]) * scale - shift;
+    const Doubles8 e = exp_nonpositive_lanes(x);
+    for (int64_t j = i; j < n; ++j) {
+      out[j] = e[j - i];
+      total += e[j - i];
+    }
+  }
+  return total;
+}
+
+void exp_nonpositive(const double* x, int64_t n, double* out) {
+  for (int64_t i = 0; i < n; i += 8) {
+    Doubles8 lanes = {};
+    const int64_t count = n - i < 8 ? n - i : 8;
+    for (int64_t j = 0; j < count; ++j) lanes[j] = x[i + j];
+    const Doubles8 e = exp_nonpositive_lanes(lanes);
+    for (int64_t j = 0; j < count; ++j) out[i + j] = e[j];
+  }
+}
+
+}  // namespace tandem::sampler_rows
