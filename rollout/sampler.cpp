@@ -47,28 +47,45 @@ SampledToken Sampler::sample(const float* logits, int64_t vocab, const SamplingP
 
   const bool top_k_on = params.top_k > 0 && params.top_k < vocab;
   if (!top_k_on && params.top_p >= 1) {
+    // The first id whose running sum of weights exceeds uniform * sum. Whole 8-id blocks
+    // are skipped while the running sum plus the block's stays at or below the target (one
+    // dependent addition per 8 ids instead of per id); the crossing block, and anything
+    // after it if rounding put the crossing elsewhere, is walked id by id.
     const double target = uniform * sum;
+    const double* w = weights_.data();
     double cumulative = 0;
-    int32_t last_possible = argmax;
-    for (int64_t i = 0; i < vocab; ++i) {
-      const double w = weights_[i];
-      if (w == 0) continue;
-      last_possible = static_cast<int32_t>(i);
-      cumulative += w;
-      if (cumulative > target) return {last_possible, full_logprob(last_possible), full_logprob(last_possible)};
+    int64_t i = 0;
+    for (; i + 8 <= vocab; i += 8) {
+      const double block = ((w[i] + w[i + 1]) + (w[i + 2] + w[i + 3])) + ((w[i + 4] + w[i + 5]) + (w[i + 6] + w[i + 7]));
+      if (cumulative + block > target) break;
+      cumulative += block;
     }
-    // Rounding left `target` just above the sum: the last token with any mass.
+    for (; i < vocab; ++i) {
+      if (w[i] == 0) continue;  // no mass: never drawn
+      cumulative += w[i];
+      if (cumulative > target) return {static_cast<int32_t>(i), full_logprob(static_cast<int32_t>(i)),
+                                        full_logprob(static_cast<int32_t>(i))};
+    }
+    // Rounding left `target` at or above the running sum: the last token with any mass.
+    int32_t last_possible = argmax;
+    for (int64_t j = vocab - 1; j >= 0; --j)
+      if (w[j] != 0) {
+        last_possible = static_cast<int32_t>(j);
+        break;
+      }
     return {last_possible, full_logprob(last_possible), full_logprob(last_possible)};
   }
 
   // Truncation looks at the tokens in order of decreasing probability (ties: lower id
   // first). Sorting a 151k-id row costs milliseconds, so only the tokens whose weight
   // reaches a cut are sorted: they are a prefix of that order (exp keeps the order), and
-  // when they hold the top-k and reach top_p of the mass the rest cannot matter. A cut
-  // that falls short is lowered, down to every token.
+  // when they hold the top-k (with top-k) or top_p of the mass (without) the rest cannot
+  // matter. If rounding leaves the sorted sums short of that, every token is sorted.
   auto by_probability = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   const size_t top_k = top_k_on ? static_cast<size_t>(params.top_k) : static_cast<size_t>(vocab);
-  for (const double cut : {0x1p-16, 0x1p-48, -1.0}) {
+  const double first_cut = sampler_rows::truncation_cut(weights_.data(), vocab, top_k_on ? params.top_k : 0,
+                                                         top_k_on ? 0.0 : params.top_p * sum);
+  for (const double cut : {first_cut, -1.0}) {
     candidates_.clear();
     for (int64_t i = 0; i < vocab; ++i)
       if (weights_[i] >= cut) candidates_.push_back(static_cast<int32_t>(i));

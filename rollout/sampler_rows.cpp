@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 // Built with -ffp-contract=off (rollout/meson.build): no multiply-add is fused in any of
 // the copies below, so AVX-512, AVX2 and baseline runs give the same bits.
@@ -50,8 +51,9 @@ inline __attribute__((always_inline)) Doubles8 exp_nonpositive_lanes(Doubles8 x)
   p = p * r + 1.0;
   p = p * r + 1.0;
   // The shifted value's low bits hold k + 2^51; 2^k's bits are (k + 1023) << 52.
-  const Int64s8 k_bits = (reinterpret_cast<const Int64s8&>(shifted) - 0x4338000000000000LL + 1023) << 52;
-  const Doubles8 result = p * reinterpret_cast<const Doubles8&>(k_bits);
+  // (A cast between GCC vector types of one size keeps the bits.)
+  const Int64s8 k_bits = ((Int64s8)shifted - 0x4338000000000000LL + 1023) << 52;
+  const Doubles8 result = p * (Doubles8)k_bits;
   return underflow ? Doubles8{} : result;
 }
 
@@ -64,25 +66,32 @@ inline __attribute__((always_inline)) double sum_lanes(Doubles8 s) {
 TANDEM_ROW_CLONES RowMaximum maximum(const float* logits, int64_t n) {
   RowMaximum result;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  Floats16 best = Floats16{} + kNegInf;
   typedef int32_t Int32s16 __attribute__((vector_size(64)));
-  Int32s16 nan_seen = {};
+  // Per lane: the largest value and the first 16-wide block holding it (strict >), so the
+  // lowest id of the maximum is the smallest block * 16 + lane among the lanes that hold it.
+  Floats16 best = Floats16{} + kNegInf;
+  Int32s16 best_block = {}, nan_seen = {};
+  int32_t block = 0;
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
+  for (; i + 16 <= n; i += 16, ++block) {
     Floats16 x;
     std::memcpy(&x, logits + i, sizeof(x));
     nan_seen |= x != x;
-    best = x > best ? x : best;
+    const Int32s16 greater = x > best;
+    best = greater ? x : best;
+    best_block = greater ? Int32s16{} + block : best_block;
   }
-  float value = kNegInf;
   bool nan = false;
+  float value = kNegInf;
+  int64_t index = -1;
   for (int lane = 0; lane < 16; ++lane) {
-    value = best[lane] > value ? best[lane] : value;
     nan = nan || nan_seen[lane] != 0;
+    const int64_t id = static_cast<int64_t>(best_block[lane]) * 16 + lane;
+    if (i > 0 && (index < 0 || best[lane] > value || (best[lane] == value && id < index))) value = best[lane], index = id;
   }
-  for (; i < n; ++i) {
+  for (; i < n; ++i) {  // the tail: ids above every block's, so only a strictly larger value wins
     nan = nan || std::isnan(logits[i]);
-    value = logits[i] > value ? logits[i] : value;
+    if (index < 0 || logits[i] > value) value = logits[i], index = i;
   }
   if (nan) {
     for (int64_t j = 0; j < n; ++j)
@@ -93,11 +102,7 @@ TANDEM_ROW_CLONES RowMaximum maximum(const float* logits, int64_t n) {
     return result;
   }
   result.value = value;
-  for (int64_t j = 0; j < n; ++j)
-    if (logits[j] == value) {
-      result.index = j;
-      break;
-    }
+  result.index = index;
   return result;
 }
 
@@ -122,6 +127,44 @@ TANDEM_ROW_CLONES double shifted_exps(const float* logits, int64_t n, double sca
     }
   }
   return total;
+}
+
+double truncation_cut(const double* weights, int64_t n, int64_t min_ids, double min_mass) {
+  // Ids and their mass per biased exponent (weights are normal numbers or 0, so the exponent
+  // is the binade); four tables in turn, so ids in one binade do not wait on each other's sums.
+  constexpr int kBinades = 1024;  // biased exponents 0 (zero) .. 1023 (1.0)
+  static thread_local std::vector<int32_t> counts;
+  static thread_local std::vector<double> masses;
+  counts.assign(4 * kBinades, 0);
+  masses.assign(4 * kBinades, 0.0);
+  auto slot = [&](int64_t i, int table) {
+    uint64_t bits;
+    std::memcpy(&bits, weights + i, sizeof(bits));
+    return table * kBinades + static_cast<int>((bits >> 52) & (kBinades - 1));
+  };
+  const bool need_mass = min_mass > 0;  // top-k alone needs only the counts
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int table = 0; table < 4; ++table) {
+      const int s = slot(i + table, table);
+      ++counts[s];
+      if (need_mass) masses[s] += weights[i + table];
+    }
+  for (; i < n; ++i) {
+    const int s = slot(i, 0);
+    ++counts[s];
+    masses[s] += weights[i];
+  }
+  int64_t ids = 0;
+  double mass = 0;
+  for (int binade = kBinades - 1; binade > 0; --binade) {
+    for (int table = 0; table < 4; ++table) {
+      ids += counts[table * kBinades + binade];
+      mass += masses[table * kBinades + binade];
+    }
+    if (ids > 0 && ids >= min_ids && mass >= min_mass) return std::ldexp(1.0, binade - 1023);
+  }
+  return -1;
 }
 
 void exp_nonpositive(const double* x, int64_t n, double* out) {

@@ -27,6 +27,13 @@ RowMaximum maximum(const float* logits, int64_t n);
 // in a fixed order: 8 running sums over ids i mod 8, then those 8 pairwise, then the tail.
 double shifted_exps(const float* logits, int64_t n, double scale, double shift, double* out);
 
+// For truncation (top-k, top-p) over weights in [0, 1]: the largest power of two `cut` such
+// that the ids with weight >= cut are at least `min_ids` and hold at least `min_mass` (one
+// pass counting ids and summing weights per float64 exponent; the mass is summed in another
+// order than the caller's, so a caller whose own sums fall short must widen). -1 when no
+// power of two does: every id is needed.
+double truncation_cut(const double* weights, int64_t n, int64_t min_ids, double min_mass);
+
 // The same exponential on plain float64 arguments x <= 0 (for its tests).
 void exp_nonpositive(const double* x, int64_t n, double* out);
 

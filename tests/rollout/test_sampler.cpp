@@ -363,3 +363,38 @@ TEST_CASE("shifted_exps gives the same bits as the plain build of the exp, summe
     CHECK(std::memcmp(&sum, &want, sizeof(double)) == 0);
   }
 }
+
+TEST_CASE("truncation_cut: the largest power of two whose ids suffice, against counting them directly") {
+  std::mt19937_64 rng(std::random_device{}());
+  for (int trial = 0; trial < 60; ++trial) {
+    const int64_t n = 1 + static_cast<int64_t>(rng() % 5000);
+    std::normal_distribution<float> normal(0.0f, 1.0f + static_cast<float>(rng() % 8));
+    std::vector<float> logits(static_cast<size_t>(n));
+    for (float& l : logits) l = normal(rng);
+    if (n > 10) logits[3] = -INFINITY;  // a zero weight
+    std::vector<double> w(static_cast<size_t>(n));
+    const double shift = static_cast<double>(sampler_rows::maximum(logits.data(), n).value);
+    const double sum = sampler_rows::shifted_exps(logits.data(), n, 1.0, shift, w.data());
+    const int64_t min_ids = trial % 2 ? static_cast<int64_t>(rng() % static_cast<uint64_t>(n + 2)) : 0;
+    const double min_mass = trial % 2 ? 0.0 : sum * static_cast<double>(rng() % 1000) / 1000.0;
+    // The rule written out: ids with weight >= c, their mass in long double (the cut sums
+    // in another order: a mass within rounding of min_mass may go either way, and the
+    // random draws below make that a 1e-13 chance).
+    auto suffices = [&](double c) {
+      int64_t ids = 0;
+      long double mass = 0;
+      for (double x : w)
+        if (x >= c && x > 0) ++ids, mass += x;
+      return ids > 0 && ids >= min_ids && mass >= min_mass;
+    };
+    const double cut = sampler_rows::truncation_cut(w.data(), n, min_ids, min_mass);
+    INFO("n " << n << " min_ids " << min_ids << " min_mass " << min_mass << " cut " << cut);
+    if (cut < 0) {
+      CHECK(!suffices(0x1p-1022));  // not even the smallest normal binade
+    } else {
+      CHECK(suffices(cut));
+      CHECK(!suffices(2 * cut));
+      CHECK(cut == std::ldexp(1.0, std::ilogb(cut)));
+    }
+  }
+}
