@@ -3,9 +3,11 @@
 #include "actor/onednn_matmul.h"
 
 #include "core/error.h"
+#include "learner/head_rows.h"
 #include "learner/tensor_parallel_ops.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -86,13 +88,46 @@ void combine_over_group(GroupTensorParallelOps& group, at::Tensor& top, at::Tens
   top = global_top;
 }
 
+// The CPU forward of one tile (learner/head_rows.h): z = logits * inverse_temperature is
+// folded into each row's running statistics in one pass, and the target's z picked.
+void fold_tile_cpu(const at::Tensor& logits, const at::Tensor& targets, int64_t r0, int64_t v0,
+                   double inverse_temperature, at::Tensor& top, at::Tensor& sum, at::Tensor& moment,
+                   at::Tensor& picked) {
+  const int64_t n = logits.size(0), m = logits.size(1);
+  const float inv_t = static_cast<float>(inverse_temperature);
+  const float* z = logits.data_ptr<float>();
+  const int64_t* target = targets.data_ptr<int64_t>() + r0;
+  float* tops = top.data_ptr<float>() + r0;
+  float* sums = sum.data_ptr<float>() + r0;
+  float* moments = moment.data_ptr<float>() + r0;
+  float* picks = picked.data_ptr<float>() + r0;
+  at::parallel_for(0, n, 8, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      head_rows::RowStatistics row{tops[i], sums[i], moments[i]};
+      head_rows::fold_tile_row(z + i * m, m, inv_t, row);
+      tops[i] = row.top;
+      sums[i] = row.sum;
+      moments[i] = row.moment;
+      const int64_t column = target[i] - v0;
+      if (column >= 0 && column < m) picks[i] = z[i * m + column] * inv_t;
+    }
+  });
+}
+
 HeadForward head_forward(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                          double temperature, const HeadTiles& tiles, GroupTensorParallelOps* group) {
   const int64_t rows = hidden.size(0), vocab = weight.size(0);
   const at::TensorOptions f32 = hidden.options().dtype(at::kFloat);
   at::Tensor top = at::full({rows}, -std::numeric_limits<float>::infinity(), f32);
   at::Tensor sum = at::zeros({rows}, f32), moment = at::zeros({rows}, f32), picked = at::zeros({rows}, f32);
+  const bool fused = hidden.device().is_cpu();
+  const at::Tensor targets_c = fused ? targets.contiguous() : targets;
   for_each_tile(rows, vocab, tiles, [&](int64_t r0, int64_t n, int64_t v0, int64_t m) {
+    if (fused) {
+      fold_tile_cpu(tile_logits(hidden, weight, r0, n, v0, m, 1.0), targets_c, r0, v0, 1.0 / temperature, top, sum,
+                    moment, picked);
+      return;
+    }
     at::Tensor z = tile_logits(hidden, weight, r0, n, v0, m, 1.0 / temperature);
     const TileTargets target = tile_targets(targets, r0, n, v0, m);
     at::Tensor picked_rows = picked.narrow(0, r0, n);
@@ -120,6 +155,28 @@ HeadForward head_forward(const at::Tensor& hidden, const at::Tensor& weight, con
   out.logprobs = picked - out.log_normaliser;
   out.entropy = log_sum - moment / sum;
   return out;
+}
+
+// A tile's share of the input gradients from its logits' gradient grad_z [n, m] (float32,
+// or already in `compute`):
+// grad_hidden rows += grad_z · w, and grad_w = (or, after the first block of rows, +=)
+// grad_zᵀ · h, the products in `compute`, the sums in float32.
+void accumulate_tile_products(const at::Tensor& grad_z, const at::Tensor& h, const at::Tensor& w,
+                              at::ScalarType compute, int64_t r0, at::Tensor grad_hidden_rows, at::Tensor grad_w) {
+  if (onednn_products(h)) {
+    const at::Tensor g = grad_z.to(compute);
+    onednn_matmul(g, w, grad_hidden_rows, /*accumulate=*/true);
+    onednn_matmul(g.t(), h, grad_w, /*accumulate=*/r0 > 0);
+  } else if (compute == at::kFloat) {
+    grad_hidden_rows.addmm_(grad_z, w);
+    if (r0 == 0) at::mm_out(grad_w, grad_z.t(), h);
+    else grad_w.addmm_(grad_z.t(), h);
+  } else {  // products in the compute dtype, sums in float32
+    const at::Tensor g = grad_z.to(compute);
+    grad_hidden_rows.add_(at::mm(g, w));
+    if (r0 == 0) grad_w.copy_(at::mm(g.t(), h));
+    else grad_w.add_(at::mm(g.t(), h));
+  }
 }
 
 // d logprob_i / d z_ij = [j = y_i] - p_ij and d entropy_i / d z_ij = -p_ij (log p_ij + H_i),
@@ -167,7 +224,41 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
     const at::TensorOptions f32 = hidden.options().dtype(at::kFloat);
     at::Tensor grad_hidden = at::zeros(hidden.sizes(), f32);
     at::Tensor grad_weight = rows > 0 ? at::empty(weight_c.sizes(), f32) : at::zeros(weight_c.sizes(), f32);
+    const bool fused = hidden_c.device().is_cpu();
+    // Per-row inputs of the fused gradient, float32 and contiguous (a missing gradient is 0).
+    auto per_row = [&](const at::Tensor& t) {
+      return t.defined() ? t.to(at::kFloat).contiguous() : at::zeros({rows}, hidden.options().dtype(at::kFloat));
+    };
+    const at::Tensor g_lp = fused ? per_row(grad_logprobs) : at::Tensor();
+    const at::Tensor g_h = fused ? per_row(grad_entropy) : at::Tensor();
+    const at::Tensor lse_f = fused ? lse.contiguous() : at::Tensor(), entropy_f = fused ? entropy.contiguous() : at::Tensor();
+    const at::Tensor targets_c = fused ? targets.contiguous() : at::Tensor();
     for_each_tile(rows, vocab, tiles, [&](int64_t r0, int64_t n, int64_t v0, int64_t m) {
+      const at::Tensor h = hidden_c.narrow(0, r0, n), w = weight_c.narrow(0, v0, m);
+      at::Tensor grad_w = grad_weight.narrow(0, v0, m);
+      if (fused) {
+        const at::Tensor logits = tile_logits(hidden_c, weight_c, r0, n, v0, m, 1.0);
+        // Written in the products' dtype when that is bf16 (rounded as a cast would).
+        const bool bf16 = compute == at::kBFloat16;
+        at::Tensor grad_z = at::empty({n, m}, f32.dtype(bf16 ? at::kBFloat16 : at::kFloat));
+        const float* z = logits.data_ptr<float>();
+        float* g = bf16 ? nullptr : grad_z.data_ptr<float>();
+        uint16_t* g_bf16 = bf16 ? reinterpret_cast<uint16_t*>(grad_z.data_ptr<at::BFloat16>()) : nullptr;
+        const int64_t* target = targets_c.data_ptr<int64_t>() + r0;
+        const float *lses = lse_f.data_ptr<float>() + r0, *hs = entropy_f.data_ptr<float>() + r0;
+        const float *glps = g_lp.data_ptr<float>() + r0, *ghs = g_h.data_ptr<float>() + r0;
+        const float inv_t = static_cast<float>(inverse_temperature);
+        at::parallel_for(0, n, 8, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) {
+            const int64_t column = target[i] - v0;
+            head_rows::tile_row_gradient(z + i * m, m, inv_t, lses[i], hs[i], ghs[i], glps[i],
+                                         column >= 0 && column < m ? column : -1, g ? g + i * m : nullptr,
+                                         g_bf16 ? g_bf16 + i * m : nullptr);
+          }
+        });
+        accumulate_tile_products(grad_z, h, w, compute, r0, grad_hidden.narrow(0, r0, n), grad_w);
+        return;
+      }
       at::Tensor log_p = tile_logits(hidden_c, weight_c, r0, n, v0, m, inverse_temperature)
                              .sub_(lse.narrow(0, r0, n).unsqueeze(1));
       at::Tensor grad_z = log_p.exp();  // p, then -p * (g_lp + g_H (log p + H)) in place
@@ -185,22 +276,7 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
                             grad_logprobs.narrow(0, r0, n).mul(target.inside.to(at::kFloat)).unsqueeze(1));
       }
       grad_z.mul_(inverse_temperature);
-      const at::Tensor h = hidden_c.narrow(0, r0, n), w = weight_c.narrow(0, v0, m);
-      at::Tensor grad_w = grad_weight.narrow(0, v0, m);
-      if (onednn_products(h)) {
-        const at::Tensor g = grad_z.to(compute);
-        onednn_matmul(g, w, grad_hidden.narrow(0, r0, n), /*accumulate=*/true);
-        onednn_matmul(g.t(), h, grad_w, /*accumulate=*/r0 > 0);
-      } else if (compute == at::kFloat) {
-        grad_hidden.narrow(0, r0, n).addmm_(grad_z, w);
-        if (r0 == 0) at::mm_out(grad_w, grad_z.t(), h);
-        else grad_w.addmm_(grad_z.t(), h);
-      } else {  // products in the compute dtype, sums in float32
-        const at::Tensor g = grad_z.to(compute);
-        grad_hidden.narrow(0, r0, n).add_(at::mm(g, w));
-        if (r0 == 0) grad_w.copy_(at::mm(g.t(), h));
-        else grad_w.add_(at::mm(g.t(), h));
-      }
+      accumulate_tile_products(grad_z, h, w, compute, r0, grad_hidden.narrow(0, r0, n), grad_w);
     });
     variable_list out = none;
     out[0] = grad_hidden.to(hidden.scalar_type());

@@ -3,14 +3,17 @@
 // both by central differences of that float64 forward (not by the formulas the fused
 // backward uses). Tiles are made small so that rows and the vocabulary straddle several.
 #include "learner/head_logprobs.h"
+#include "learner/head_rows.h"
 
 #include "core/error.h"
+#include "core/half.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -91,8 +94,8 @@ constexpr double kUnitRoundoff = 0x1p-24;  // float32
 //  - a logit z_v = W_v·h_i / T is a sum of H products and a division: within
 //    (H + 1)·u·S_i, S_i = max_v Σ_k |W_vk h_ik| / T;
 //  - log p_t = z_t - lse moves by at most 2·δz, plus the log-sum-exp's own rounding: its
-//    V-term sum (V·u), the exps and the log (a few u), the subtraction (u·(|z_t| + |lse|),
-//    both under S_i + log V);
+//    V-term sum (V·u), the exps (head_rows::kExpRelativeError, the CPU's vectorised exp:
+//    30u) and the log (a few u), the subtraction (u·(|z_t| + |lse|), both under S_i + log V);
 //  - each p_v then moves by at most p_v·δlp, so the entropy -Σ p log p moves by at most
 //    δlp·(1 + H) plus its own V-term sum's V·u·H (from the arithmetic: Intel and AMD alike);
 //  - with bf16 compute (learner.precision bf16) the logits are also rounded to bf16: each
@@ -128,7 +131,7 @@ RowBound row_bound(const Problem& p, int64_t i, double logit_roundoff = 0) {
   const double u = kUnitRoundoff, vocab = static_cast<double>(p.vocab);
   RowBound b;
   b.logits = (static_cast<double>(p.hidden_size) + 1) * u * spread + logit_roundoff * largest_logit;
-  b.logprob = 2 * b.logits + (vocab + 4 + 2 * (spread + std::log(vocab))) * u;
+  b.logprob = 2 * b.logits + head_rows::kExpRelativeError + (vocab + 4 + 2 * (spread + std::log(vocab))) * u;
   b.entropy = b.logprob * (1 + h) + vocab * u * h;
   b.entropy_value = h;
   b.largest_abs_logprob = largest;
@@ -153,7 +156,8 @@ void check_within(const at::Tensor& actual, const std::vector<double>& expected,
 // - b_i·p_v·(log p_v + H_i):
 //  - Σ_v |c_iv| <= 2|a_i| + 2|b_i|·H_i, and each |c_iv| <= 2|a_i| + |b_i|·(L_i + H_i),
 //    L_i = max_v |log p_v|: these bound each entry's Σ|terms|;
-//  - the terms carry the forward's relative errors (4·δlp·(1 + H_i) covers p, log p and H)
+//  - the terms carry the forward's relative errors (4·δlp·(1 + H_i) covers p, log p and H;
+//    p's own exp adds head_rows::kExpRelativeError)
 //    and the backward's own sums (R + V + H + 8 terms on any path): ε·Σ|terms|; with bf16
 //    compute the coefficients are rounded to bf16 before the products (3·logit_roundoff);
 //  - central differences in float64 with step s add 2^-52·Σ|loss terms|/s and s² times
@@ -169,7 +173,8 @@ GradientBounds gradient_bounds(const Problem& p, const std::vector<double>& a, c
   GradientBounds out{std::vector<double>(p.hidden.size()), std::vector<double>(p.weight.size(), 0.0)};
   for (int64_t i = 0; i < p.rows; ++i) {
     const RowBound r = row_bound(p, i, logit_roundoff);
-    const double epsilon = sums + 3 * logit_roundoff + 4 * r.logprob * (1 + r.entropy_value);
+    const double epsilon =
+        sums + head_rows::kExpRelativeError + 3 * logit_roundoff + 4 * r.logprob * (1 + r.entropy_value);
     const double total = 2 * std::abs(a[i]) + 2 * std::abs(b[i]) * r.entropy_value;
     const double each = 2 * std::abs(a[i]) + std::abs(b[i]) * (r.largest_abs_logprob + r.entropy_value);
     for (int64_t k = 0; k < p.hidden_size; ++k) {
@@ -310,6 +315,91 @@ TEST_CASE("bf16 compute over float32 weights (learner.precision bf16) stays with
       const std::vector<double> expected = central_differences(p, of_hidden ? p.hidden : p.weight, of_hidden, a, b);
       CAPTURE(of_hidden);
       check_within(of_hidden ? hidden.grad() : weight.grad(), expected, of_hidden ? bounds.hidden : bounds.weight);
+    }
+  }
+}
+
+TEST_CASE("head_rows: the vectorised float32 exp against float64, and the same bits from every copy") {
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<float> x = {0.0f, -0.0f, 1e-30f, -1e-30f, 0.34657359f, -0.34657359f, -1.0f, 1.0f, 88.0f, -87.0f, -86.9999f};
+  std::uniform_real_distribution<float> wide(-87.0f, 88.0f), narrow(-2.0f, 2.0f);
+  for (int i = 0; i < 200000; ++i) x.push_back(wide(rng));
+  for (int i = 0; i < 100000; ++i) x.push_back(narrow(rng));
+  std::vector<float> got(x.size()), baseline(x.size());
+  head_rows::exp_f32(x.data(), static_cast<int64_t>(x.size()), got.data());
+  head_rows::exp_f32_baseline(x.data(), static_cast<int64_t>(x.size()), baseline.data());
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp(static_cast<double>(x[i]));
+    const double e = std::abs(static_cast<double>(got[i]) - want) / want;
+    if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
+  }
+  INFO("worst relative error " << worst / 0x1p-24 << " u");
+  CHECK(worst <= head_rows::kExpRelativeError);
+  CHECK(std::memcmp(got.data(), baseline.data(), got.size() * sizeof(float)) == 0);
+  std::vector<float> low = {-87.0001f, -100.0f, -1e30f, -INFINITY}, zero(low.size(), 1.0f);
+  head_rows::exp_f32(low.data(), static_cast<int64_t>(low.size()), zero.data());
+  for (float z : zero) CHECK(z == 0.0f);
+}
+
+TEST_CASE("head_rows: a row folded tile by tile, and its gradient, against float64") {
+  std::mt19937_64 rng(std::random_device{}());
+  for (const double spread : {0.5, 4.0, 20.0}) {
+    std::normal_distribution<float> normal(0.0f, static_cast<float>(spread));
+    const int64_t vocab = 1000 + static_cast<int64_t>(rng() % 3000);
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    for (float& l : logits) l = normal(rng);
+    const float inv_t = 1.0f / 0.7f;
+    // float64 statistics of z = logits * inv_t, z formed in float32 as the kernel does.
+    std::vector<double> z(logits.size());
+    double top = -INFINITY;
+    for (size_t v = 0; v < z.size(); ++v) top = std::max(top, z[v] = static_cast<double>(logits[v] * inv_t));
+    double sum = 0, moment = 0;
+    for (double zv : z) sum += std::exp(zv - top), moment += std::exp(zv - top) * (zv - top);
+    const double lse = top + std::log(sum), entropy = std::log(sum) - moment / sum;
+    head_rows::RowStatistics row{-INFINITY, 0, 0};
+    for (int64_t v0 = 0; v0 < vocab; v0 += 333)  // tiles of 333 (a tail in every vector loop)
+      head_rows::fold_tile_row(logits.data() + v0, std::min<int64_t>(333, vocab - v0), inv_t, row);
+    const float got_lse = row.top + std::log(row.sum), got_entropy = std::log(row.sum) - row.moment / row.sum;
+    // The terms: each within the exp's error of its size, the differences z - top exact
+    // (Sterbenz: within a factor 2, or rounded once), float64 sums, then the rescaling across
+    // tiles (float32: 3 roundings per tile boundary: under 40u of the sum) and the float32
+    // log and division.
+    const double u = 0x1p-24, tiles = static_cast<double>((vocab + 332) / 333);
+    const double relative = head_rows::kExpRelativeError + (3 * tiles + 4) * u;
+    INFO("spread " << spread << " vocab " << vocab);
+    CHECK(std::abs(got_lse - lse) <= relative + std::abs(lse) * u);
+    CHECK(std::abs(got_entropy - entropy) <= relative * (1 + std::abs(entropy) + std::abs(std::log(sum))) +
+                                                  std::abs(entropy) * u);
+    // The gradient of a·log p_t + b·H at each raw logit, in float64.
+    const float g_lp = 0.75f, g_h = -1.25f;
+    const int64_t target = static_cast<int64_t>(rng() % static_cast<uint64_t>(vocab));
+    std::vector<float> grad(logits.size());
+    head_rows::tile_row_gradient(logits.data(), vocab, inv_t, static_cast<float>(lse), static_cast<float>(entropy),
+                                 g_h, g_lp, target, grad.data());
+    // The bf16 form is the float32 one rounded as core/half.h rounds (libtorch's cast too).
+    std::vector<uint16_t> grad_bf16(logits.size());
+    head_rows::tile_row_gradient(logits.data(), vocab, inv_t, static_cast<float>(lse), static_cast<float>(entropy),
+                                 g_h, g_lp, target, nullptr, grad_bf16.data());
+    int64_t rounded_differently = 0;
+    for (size_t v = 0; v < grad.size(); ++v) rounded_differently += grad_bf16[v] != float_to_bf16(grad[v]);
+    CHECK(rounded_differently == 0);
+    double worst = 0;
+    for (int64_t v = 0; v < vocab; ++v) {
+      const double log_p = z[static_cast<size_t>(v)] - lse, p = std::exp(log_p);
+      const double want = (-p * (g_h * (log_p + entropy) + g_lp) + (v == target ? g_lp : 0.0)) * inv_t;
+      // log p in float32 (|log p| u, twice), p by the exp, then 4 roundings of the product
+      // chain: relative to the terms' magnitudes.
+      const double scale = (p * (std::abs(g_h) * (std::abs(log_p) + entropy) + std::abs(g_lp)) +
+                            (v == target ? std::abs(g_lp) : 0.0)) * inv_t;
+      const double bound = scale * (head_rows::kExpRelativeError + 8 * u) +
+                           p * std::abs(g_h) * inv_t * 2 * u * (std::abs(log_p) + std::abs(lse) + entropy) +
+                           p * (std::abs(g_h * (log_p + entropy)) + std::abs(g_lp)) * inv_t * 2 * u * (std::abs(lse) + 1);
+      // exp_f32 flushes below e^-87 to 0 (documented): there the p term may be missing whole.
+      const double flushed = log_p < -86.9 ? p * (std::abs(g_h * (log_p + entropy)) + std::abs(g_lp)) * inv_t * 1.01 : 0;
+      const double error = std::abs(static_cast<double>(grad[static_cast<size_t>(v)]) - want) - flushed;
+      CHECK_MESSAGE(error <= bound, "id " << v << ": got " << grad[static_cast<size_t>(v)] << ", want " << want);
+      worst = std::max(worst, error);
     }
   }
 }
