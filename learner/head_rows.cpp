@@ -1,22 +1,18 @@
 #include "learner/head_rows.h"
 
+#include "core/row_lanes.h"
+
 #include <cmath>
 #include <cstring>
 #include <limits>
 
-// Built with -ffp-contract=off (learner/meson.build): no multiply-add is fused in any copy.
-#define TANDEM_ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+// Built with -ffp-contract=off (learner/meson.build), as core/row_lanes.h requires.
 
 namespace tandem::head_rows {
 
 namespace {
 
-typedef float Floats16 __attribute__((vector_size(64)));
-typedef float Floats8 __attribute__((vector_size(32)));
-typedef int32_t Int32s16 __attribute__((vector_size(64)));
-typedef double Doubles8 __attribute__((vector_size(64)));
-typedef uint32_t Uint32s16 __attribute__((vector_size(64)));
-typedef uint16_t Uint16s16 __attribute__((vector_size(32)));
+using namespace row_lanes;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -80,10 +76,6 @@ inline __attribute__((always_inline)) Uint16s16 to_bf16_lanes(Floats16 v) {
   const Uint32s16 rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
   const Uint32s16 nan = (bits & 0x7fffffffu) > 0x7f800000u;
   return __builtin_convertvector(nan ? (bits >> 16) | 0x40u : rounded, Uint16s16);
-}
-
-inline __attribute__((always_inline)) double sum_lanes(Doubles8 s) {
-  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 }  // namespace

@@ -1,22 +1,19 @@
 #include "rollout/sampler_rows.h"
 
+#include "core/row_lanes.h"
+
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
 
-// Built with -ffp-contract=off (rollout/meson.build): no multiply-add is fused in any of
-// the copies below, so AVX-512, AVX2 and baseline runs give the same bits.
-#define TANDEM_ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+// Built with -ffp-contract=off (rollout/meson.build), as core/row_lanes.h requires.
 
 namespace tandem::sampler_rows {
 
 namespace {
 
-typedef double Doubles8 __attribute__((vector_size(64)));
-typedef int64_t Int64s8 __attribute__((vector_size(64)));
-typedef float Floats8 __attribute__((vector_size(32)));
-typedef float Floats16 __attribute__((vector_size(64)));
+using namespace row_lanes;
 
 // exp(x) for x <= 0, lane by lane.
 //
@@ -57,16 +54,11 @@ inline __attribute__((always_inline)) Doubles8 exp_nonpositive_lanes(Doubles8 x)
   return underflow ? Doubles8{} : result;
 }
 
-inline __attribute__((always_inline)) double sum_lanes(Doubles8 s) {
-  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-}
-
 }  // namespace
 
 TANDEM_ROW_CLONES RowMaximum maximum(const float* logits, int64_t n) {
   RowMaximum result;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  typedef int32_t Int32s16 __attribute__((vector_size(64)));
   // Per lane: the largest value and the first 16-wide block holding it (strict >), so the
   // lowest id of the maximum is the smallest block * 16 + lane among the lanes that hold it.
   Floats16 best = Floats16{} + kNegInf;
