@@ -23,6 +23,7 @@
 #include "actor/presets.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/heap_reuse.h"
 #include "core/math_environment.h"
 #include "core/process.h"
 #include "core/text.h"
@@ -356,6 +357,7 @@ int main(int argc, char** argv) {
   // and its ranks. The PyTorch reference gets the same OpenBLAS kernels but libgomp's
   // default waiting.
   reexec_with_math_environment(argv);
+  keep_freed_memory_for_reuse();  // as in tandem's workers (core/heap_reuse.h)
   const Args a = parse(argc, argv);
   const std::string model_dir = resolve_model_path(a.model);
   if (a.rank >= 0) {

@@ -2,6 +2,7 @@
 // (controller/cli/subcommands.cpp), parses the command line, and runs the one named.
 #include "controller/cli/subcommands.h"
 #include "core/error.h"
+#include "core/heap_reuse.h"
 #include "core/math_environment.h"
 
 #include <CLI/CLI.hpp>
@@ -13,7 +14,10 @@
 
 int main(int argc, char** argv) {
   using namespace tandem;
-  if (argc > 1 && std::string_view(argv[1]) == "worker") reexec_with_math_environment(argv);
+  if (argc > 1 && std::string_view(argv[1]) == "worker") {
+    reexec_with_math_environment(argv);
+    keep_freed_memory_for_reuse();  // a worker repeats the same large allocations every step
+  }
   CLI::App app{"tandem: reinforcement learning for language-model policies"};
   app.require_subcommand(1);
   app.option_defaults()->always_capture_default();  // --help shows each option's default

@@ -252,6 +252,9 @@ struct LearnerConfig {
   int64_t mini_batches = 1;
   int64_t micro_batch_size = 8;  // samples per forward/backward
   int64_t threads = 0;           // intra-op threads per rank; 0: this host's cores / workers
+  // CPU: a micro-batch's float32 LM-head logits up to this size are kept from forward for
+  // backward instead of recomputed (learner/head_logprobs.h); 0: always recompute.
+  int64_t head_logits_memory_mb = 512;
   // memory | off: after every step each rank copies its state to host shared memory, so a
   // learner's death costs at most the step in progress (no replay from a checkpoint).
   std::string snapshot = "memory";

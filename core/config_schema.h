@@ -311,6 +311,10 @@ template <class V> void describe(V& v, LearnerConfig& c) {
   v.field("mini_batches", c.mini_batches, at_least(1), "optimizer steps per epoch");
   v.field("micro_batch_size", c.micro_batch_size, at_least(1), "samples per forward/backward on one rank");
   v.field("threads", c.threads, at_least(0), "intra-op CPU threads per rank; 0: this host's cores / workers");
+  v.field("head_logits_memory_mb", c.head_logits_memory_mb, at_least(0),
+          "CPU: a micro-batch's float32 LM-head logits (response tokens x vocabulary x 4 bytes) up to this size are "
+          "kept from forward for backward, which then skips recomputing them (a quarter of the head's products); "
+          "larger ones, and 0, recompute them tile by tile");
   v.field("snapshot", c.snapshot, one_of({"memory", "off"}),
           "memory: each rank copies its state (weights, optimizer, step) to snapshot_dir after every step, so a "
           "learner's death is recovered from the step before it, not from the last checkpoint");

@@ -40,15 +40,23 @@ bool onednn_products(const at::Tensor& t) {
 
 // The scaled logits of one tile, float32: hidden[r0 : r0+n] · weight[v0 : v0+m]ᵀ / T,
 // [n, m]. `hidden` is already in the compute dtype; the weight's tile is cast to it.
+// With oneDNN's products they are written into `out` when given ([n, m], contiguous).
 at::Tensor tile_logits(const at::Tensor& hidden, const at::Tensor& weight, int64_t r0, int64_t n, int64_t v0,
-                       int64_t m, double inverse_temperature) {
+                       int64_t m, double inverse_temperature, const at::Tensor& out = {}) {
   const at::Tensor w = weight.narrow(0, v0, m).to(hidden.scalar_type());
   if (onednn_products(hidden)) {  // float32 logits written directly, no cast pass
-    at::Tensor z = at::empty({n, m}, hidden.options().dtype(at::kFloat));
+    at::Tensor z = out.defined() ? out : at::empty({n, m}, hidden.options().dtype(at::kFloat));
     onednn_matmul(hidden.narrow(0, r0, n), w.t(), z);
     return z.mul_(inverse_temperature);
   }
   return at::mm(hidden.narrow(0, r0, n), w.t()).to(at::kFloat).mul_(inverse_temperature);
+}
+
+// The tile (r0, n, v0, m) of a call's kept logits (HeadTiles::kept_logits_bytes): every
+// tile is a contiguous [n, m] block, a block of rows' tiles one after another, so that the
+// products write them and the row passes read them as they do a tile of their own.
+at::Tensor kept_tile(const at::Tensor& kept, int64_t vocab, int64_t r0, int64_t n, int64_t v0, int64_t m) {
+  return kept.narrow(0, r0 * vocab + v0 * n, n * m).view({n, m});
 }
 
 // Per row: where the target falls in the tile's columns (clamped into it) and whether it does.
@@ -114,8 +122,10 @@ void fold_tile_cpu(const at::Tensor& logits, const at::Tensor& targets, int64_t 
   });
 }
 
+// `kept`: where the CPU path writes every tile's logits for backward (kept_tile), or undefined.
 HeadForward head_forward(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                         double temperature, const HeadTiles& tiles, GroupTensorParallelOps* group) {
+                         double temperature, const HeadTiles& tiles, GroupTensorParallelOps* group,
+                         const at::Tensor& kept = {}) {
   const int64_t rows = hidden.size(0), vocab = weight.size(0);
   const at::TensorOptions f32 = hidden.options().dtype(at::kFloat);
   at::Tensor top = at::full({rows}, -std::numeric_limits<float>::infinity(), f32);
@@ -124,8 +134,9 @@ HeadForward head_forward(const at::Tensor& hidden, const at::Tensor& weight, con
   const at::Tensor targets_c = fused ? targets.contiguous() : targets;
   for_each_tile(rows, vocab, tiles, [&](int64_t r0, int64_t n, int64_t v0, int64_t m) {
     if (fused) {
-      fold_tile_cpu(tile_logits(hidden, weight, r0, n, v0, m, 1.0), targets_c, r0, v0, 1.0 / temperature, top, sum,
-                    moment, picked);
+      const at::Tensor logits =
+          tile_logits(hidden, weight, r0, n, v0, m, 1.0, kept.defined() ? kept_tile(kept, vocab, r0, n, v0, m) : kept);
+      fold_tile_cpu(logits, targets_c, r0, v0, 1.0 / temperature, top, sum, moment, picked);
       return;
     }
     at::Tensor z = tile_logits(hidden, weight, r0, n, v0, m, 1.0 / temperature);
@@ -184,15 +195,21 @@ void accumulate_tile_products(const at::Tensor& grad_z, const at::Tensor& h, con
 struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                                const at::Tensor& targets, double temperature, int64_t tile_rows, int64_t tile_vocab,
-                               int64_t compute_dtype, int64_t group_handle) {
+                               int64_t kept_logits_bytes, int64_t compute_dtype, int64_t group_handle) {
     ctx->set_materialize_grads(false);
     const HeadTiles tiles{tile_rows, tile_vocab};
     const at::ScalarType compute = static_cast<at::ScalarType>(compute_dtype);
     // The weight in the compute dtype once per call (a no-op in float32), kept for backward.
     const at::Tensor weight_c = weight.to(compute);
+    at::Tensor kept;
+    const int64_t logits_count = hidden.size(0) * weight.size(0);
+    if (hidden.device().is_cpu() && onednn_products(weight_c) && logits_count > 0 &&
+        logits_count <= kept_logits_bytes / static_cast<int64_t>(sizeof(float))) {
+      kept = at::empty({logits_count}, hidden.options().dtype(at::kFloat));
+    }
     HeadForward f = head_forward(hidden.to(compute), weight_c, targets, temperature, tiles,
-                                 reinterpret_cast<GroupTensorParallelOps*>(group_handle));
-    ctx->save_for_backward({hidden, weight_c, targets, f.log_normaliser, f.entropy});
+                                 reinterpret_cast<GroupTensorParallelOps*>(group_handle), kept);
+    ctx->save_for_backward({hidden, weight_c, targets, f.log_normaliser, f.entropy, kept});
     ctx->saved_data["compute"] = compute_dtype;
     ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
     ctx->saved_data["temperature"] = temperature;
@@ -208,11 +225,12 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
     const at::Tensor& targets = saved[2];
     const at::Tensor& lse = saved[3];
     const at::Tensor& entropy = saved[4];
+    const at::Tensor& kept = saved[5];  // forward's logits, or undefined: recompute them
     const double inverse_temperature = 1.0 / ctx->saved_data["temperature"].toDouble();
     const HeadTiles tiles{ctx->saved_data["tile_rows"].toInt(), ctx->saved_data["tile_vocab"].toInt()};
     const at::Tensor& grad_logprobs = grads[0];
     const at::Tensor& grad_entropy = grads[1];
-    const variable_list none(8);
+    const variable_list none(9);
     if (!grad_logprobs.defined() && !grad_entropy.defined()) return none;
 
     const int64_t rows = hidden.size(0), vocab = weight_c.size(0);
@@ -237,7 +255,8 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
       const at::Tensor h = hidden_c.narrow(0, r0, n), w = weight_c.narrow(0, v0, m);
       at::Tensor grad_w = grad_weight.narrow(0, v0, m);
       if (fused) {
-        const at::Tensor logits = tile_logits(hidden_c, weight_c, r0, n, v0, m, 1.0);
+        const at::Tensor logits = kept.defined() ? kept_tile(kept, vocab, r0, n, v0, m)
+                                                 : tile_logits(hidden_c, weight_c, r0, n, v0, m, 1.0);
         // Written in the products' dtype when that is bf16 (rounded as a cast would).
         const bool bf16 = compute == at::kBFloat16;
         at::Tensor grad_z = at::empty({n, m}, f32.dtype(bf16 ? at::kBFloat16 : at::kFloat));
@@ -296,8 +315,9 @@ HeadLogProbs head_logprobs(const at::Tensor& hidden, const at::Tensor& weight, c
   TANDEM_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0) && targets.scalar_type() == at::kLong,
                "head_logprobs: targets must be [N] int64 with N = {}", hidden.size(0));
   TANDEM_CHECK(temperature > 0, "temperature must be positive, got {}", temperature);
-  TANDEM_CHECK(tiles.rows > 0 && tiles.vocab > 0, "head_logprobs: tiles must be positive, got {} x {}", tiles.rows,
-               tiles.vocab);
+  TANDEM_CHECK(tiles.rows > 0 && tiles.vocab > 0 && tiles.kept_logits_bytes >= 0,
+               "head_logprobs: tiles must be positive and the kept logits' bytes not negative, got {} x {}, {}",
+               tiles.rows, tiles.vocab, tiles.kept_logits_bytes);
   const at::ScalarType dtype = compute.value_or(hidden.scalar_type());
   // Ids of this rank's rows count from 0; a target on another rank falls outside every tile.
   const at::Tensor local_targets = vocab ? targets - vocab_offset : targets;
@@ -307,7 +327,7 @@ HeadLogProbs head_logprobs(const at::Tensor& hidden, const at::Tensor& weight, c
     return {f.logprobs, f.entropy};
   }
   variable_list out = FusedHeadLogProbs::apply(hidden, weight, local_targets, temperature, tiles.rows, tiles.vocab,
-                                               static_cast<int64_t>(dtype), reinterpret_cast<int64_t>(vocab));
+                                               tiles.kept_logits_bytes, static_cast<int64_t>(dtype), reinterpret_cast<int64_t>(vocab));
   return {out[0], out[1]};
 }
 

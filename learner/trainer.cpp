@@ -364,7 +364,9 @@ std::pair<at::Tensor, at::Tensor> Trainer::Impl::response_logprobs(const PolicyM
   const at::Tensor whole = policy.head_input(normed);  // all positions, on every tensor-parallel rank
   const at::Tensor hidden = whole.reshape({rows * length, normed.size(2)}).index_select(0, position - 1);
   const at::Tensor targets = batch.layout.input_ids.flatten().index_select(0, position);
-  HeadLogProbs head = head_logprobs(hidden, policy.head_weight(), targets, temperature, {}, policy.compute_dtype(),
+  HeadTiles tiles;
+  tiles.kept_logits_bytes = options.learner.head_logits_memory_mb << 20;
+  HeadLogProbs head = head_logprobs(hidden, policy.head_weight(), targets, temperature, tiles, policy.compute_dtype(),
                                     tensor_ops.get(), policy.vocab_offset());
   const at::Tensor zeros = at::zeros({rows * responses}, head.logprobs.options());
   return {zeros.index_copy(0, cells, head.logprobs).view({rows, responses}),

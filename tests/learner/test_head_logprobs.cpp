@@ -232,7 +232,10 @@ TEST_CASE("head_logprobs gradients match central differences of the float64 forw
   std::normal_distribution<double> normal(0.0, 1.0);
   // Which outputs the loss reads: both, only the log-probs (entropy unused, as with an
   // entropy coefficient of 0), only the entropy.
+  // Backward recomputes the logits (kept_logits_bytes 0) or reads the ones forward kept.
+  for (int64_t kept_bytes : {int64_t{0}, HeadTiles{}.kept_logits_bytes})
   for (int uses : {3, 1, 2}) {
+    CAPTURE(kept_bytes);
     CAPTURE(uses);
     std::vector<double> a(p.rows, 0.0), b(p.rows, 0.0);
     for (int64_t i = 0; i < p.rows; ++i) {
@@ -241,7 +244,8 @@ TEST_CASE("head_logprobs gradients match central differences of the float64 forw
     }
     at::Tensor hidden = float_tensor(p.hidden, {p.rows, p.hidden_size}).set_requires_grad(true);
     at::Tensor weight = float_tensor(p.weight, {p.vocab, p.hidden_size}).set_requires_grad(true);
-    HeadLogProbs out = head_logprobs(hidden, weight, at::tensor(p.targets, at::kLong), p.temperature, HeadTiles{4, 7});
+    HeadLogProbs out =
+        head_logprobs(hidden, weight, at::tensor(p.targets, at::kLong), p.temperature, HeadTiles{4, 7, kept_bytes});
     at::Tensor loss = at::zeros({}, at::kFloat);
     if (uses & 1) loss = loss + (out.logprobs * float_tensor(a, {p.rows})).sum();
     if (uses & 2) loss = loss + (out.entropy * float_tensor(b, {p.rows})).sum();
@@ -272,6 +276,8 @@ TEST_CASE("head_logprobs without autograd gives the same values, and bad shapes 
   CHECK_THROWS_WITH_AS(head_logprobs(hidden, weight, targets.narrow(0, 0, 2), 1.0), doctest::Contains("targets"),
                        Error);
   CHECK_THROWS_WITH_AS(head_logprobs(hidden, weight, targets, 0.0), doctest::Contains("temperature"), Error);
+  CHECK_THROWS_WITH_AS(head_logprobs(hidden, weight, targets, 1.0, HeadTiles{3, 5, -1}),
+                       doctest::Contains("kept logits' bytes"), Error);
 }
 
 TEST_CASE("bf16 compute over float32 weights (learner.precision bf16) stays within bf16 rounding of float64") {
@@ -316,6 +322,33 @@ TEST_CASE("bf16 compute over float32 weights (learner.precision bf16) stays with
       CAPTURE(of_hidden);
       check_within(of_hidden ? hidden.grad() : weight.grad(), expected, of_hidden ? bounds.hidden : bounds.weight);
     }
+  }
+}
+
+TEST_CASE("head_logprobs: logits kept from forward give the gradients a recompute gives, bit for bit") {
+  // Both read the same products of the same operands, so any difference is a kept tile
+  // read from the wrong place. Uneven tiles over both dimensions; float32 and bf16 products.
+  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = rng();
+  CAPTURE(seed);
+  const Problem p = random_problem(37, 24, 301, 0.9, 2.0, seed);
+  const at::Tensor grad_lp = at::randn({p.rows}), grad_h = at::randn({p.rows});
+  for (at::ScalarType compute : {at::kFloat, at::kBFloat16}) {
+    std::vector<at::Tensor> grads;
+    for (int64_t kept_bytes : {int64_t{0}, HeadTiles{}.kept_logits_bytes}) {
+      at::Tensor hidden = float_tensor(p.hidden, {p.rows, p.hidden_size}).set_requires_grad(true);
+      at::Tensor weight = float_tensor(p.weight, {p.vocab, p.hidden_size}).set_requires_grad(true);
+      HeadLogProbs out = head_logprobs(hidden, weight, at::tensor(p.targets, at::kLong), p.temperature,
+                                       HeadTiles{10, 64, kept_bytes}, compute);
+      ((out.logprobs * grad_lp).sum() + (out.entropy * grad_h).sum()).backward();
+      REQUIRE(hidden.grad().isfinite().all().item<bool>());
+      REQUIRE(weight.grad().isfinite().all().item<bool>());
+      grads.push_back(hidden.grad());
+      grads.push_back(weight.grad());
+    }
+    CAPTURE(c10::toString(compute));
+    CHECK(at::equal(grads[0], grads[2]));
+    CHECK(at::equal(grads[1], grads[3]));
   }
 }
 
