@@ -40,7 +40,7 @@ bool onednn_products(const at::Tensor& t) {
 
 // The scaled logits of one tile, float32: hidden[r0 : r0+n] · weight[v0 : v0+m]ᵀ / T,
 // [n, m]. `hidden` is already in the compute dtype; the weight's tile is cast to it.
-// With oneDNN's products they are written into `out` when given ([n, m], contiguous).
+// Written into `out` when given (float32 [n, m], contiguous), else into a new tensor.
 at::Tensor tile_logits(const at::Tensor& hidden, const at::Tensor& weight, int64_t r0, int64_t n, int64_t v0,
                        int64_t m, double inverse_temperature, const at::Tensor& out = {}) {
   const at::Tensor w = weight.narrow(0, v0, m).to(hidden.scalar_type());
@@ -49,7 +49,8 @@ at::Tensor tile_logits(const at::Tensor& hidden, const at::Tensor& weight, int64
     onednn_matmul(hidden.narrow(0, r0, n), w.t(), z);
     return z.mul_(inverse_temperature);
   }
-  return at::mm(hidden.narrow(0, r0, n), w.t()).to(at::kFloat).mul_(inverse_temperature);
+  at::Tensor z = at::mm(hidden.narrow(0, r0, n), w.t()).to(at::kFloat).mul_(inverse_temperature);
+  return out.defined() ? out.copy_(z) : z;
 }
 
 // The tile (r0, n, v0, m) of a call's kept logits (HeadTiles::kept_logits_bytes): every
@@ -203,7 +204,8 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
     const at::Tensor weight_c = weight.to(compute);
     at::Tensor kept;
     const int64_t logits_count = hidden.size(0) * weight.size(0);
-    if (hidden.device().is_cpu() && onednn_products(weight_c) && logits_count > 0 &&
+    // Only the CPU path (head_forward's fused tiles) writes them.
+    if (hidden.device().is_cpu() && logits_count > 0 &&
         logits_count <= kept_logits_bytes / static_cast<int64_t>(sizeof(float))) {
       kept = at::empty({logits_count}, hidden.options().dtype(at::kFloat));
     }

@@ -9,6 +9,7 @@
 #include "core/half.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
 #include <doctest/doctest.h>
 
@@ -326,13 +327,14 @@ TEST_CASE("bf16 compute over float32 weights (learner.precision bf16) stays with
 }
 
 TEST_CASE("head_logprobs: logits kept from forward give the gradients a recompute gives, bit for bit") {
-  // Both read the same products of the same operands, so any difference is a kept tile
-  // read from the wrong place. Uneven tiles over both dimensions; float32 and bf16 products.
+  // No tolerance: both read the same products of the same operands through the same
+  // kernel in this process, so any difference is a kept tile read from the wrong place. Uneven tiles over both dimensions; float32 and bf16 products.
   std::mt19937_64 rng(std::random_device{}());
   const uint64_t seed = rng();
   CAPTURE(seed);
   const Problem p = random_problem(37, 24, 301, 0.9, 2.0, seed);
-  const at::Tensor grad_lp = at::randn({p.rows}), grad_h = at::randn({p.rows});
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const at::Tensor grad_lp = at::randn({p.rows}, generator), grad_h = at::randn({p.rows}, generator);
   for (at::ScalarType compute : {at::kFloat, at::kBFloat16}) {
     std::vector<at::Tensor> grads;
     for (int64_t kept_bytes : {int64_t{0}, HeadTiles{}.kept_logits_bytes}) {
