@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
 
 #include <cmath>
 #include <limits>
@@ -144,10 +145,50 @@ at::Tensor PolicyModel::linear(const at::Tensor& x, const std::string& name, con
   return adapted.defined() ? y + adapted : y;
 }
 
+std::vector<at::Tensor> PolicyModel::linears(const at::Tensor& x, const std::vector<std::string>& names,
+                                             const std::vector<std::string>& bias_names) const {
+  std::vector<at::Tensor> weights, casts;
+  bool fused = true;
+  for (const std::string& name : names) {
+    weights.push_back(param(name));
+    casts.push_back(kept_cast_weight(weights.back()));
+    fused = fused && fused_linear_applies(x, weights.back(), compute_);
+  }
+  // One node over the shared input (actor/fused_linear.h), else one product each.
+  std::vector<at::Tensor> out;
+  if (fused) out = fused_linears(x, weights, compute_, casts);
+  else
+    for (const at::Tensor& w : weights) out.push_back(product(x, w));
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!bias_names[i].empty()) out[i] = out[i] + param(bias_names[i]).to(out[i].scalar_type());
+    const at::Tensor adapted = adapter_term(x, names[i]);
+    if (adapted.defined()) out[i] = out[i] + adapted;
+  }
+  return out;
+}
+
 at::Tensor PolicyModel::product(const at::Tensor& x, const at::Tensor& weight) const {
   // The CPU's float32 activations: one node, oneDNN products (actor/fused_linear.h).
-  if (fused_linear_applies(x, weight, compute_)) return fused_linear(x, weight, compute_);
+  if (fused_linear_applies(x, weight, compute_)) return fused_linear(x, weight, compute_, kept_cast_weight(weight));
   return at::linear(x.to(compute_), weight.to(compute_)).to(x.scalar_type());
+}
+
+void PolicyModel::set_keep_cast_weights(bool keep) const {
+  keep_cast_weights_ = keep;
+  if (!keep) cast_weights_.clear();
+}
+
+at::Tensor PolicyModel::kept_cast_weight(const at::Tensor& weight) const {
+  if (!keep_cast_weights_ || weight.scalar_type() == compute_) return at::Tensor();
+  at::Tensor& cast = cast_weights_[{weight.data_ptr(), weight.numel()}];
+  if (!cast.defined()) {
+    // A normal tensor even when first asked for under inference mode (the KL reference's
+    // forward): a later product that autograd records saves it for backward.
+    c10::InferenceMode normal_tensors(false);
+    at::NoGradGuard no_grad;
+    cast = weight.detach().to(compute_).contiguous();
+  }
+  return cast;
 }
 
 at::Tensor PolicyModel::adapter_term(const at::Tensor& x, const std::string& weight_name) const {
@@ -255,13 +296,16 @@ at::Tensor PolicyModel::attention(const at::Tensor& x, int64_t layer, const at::
   const ModelConfig& c = config_;
   const std::string p = "model.layers." + std::to_string(layer) + ".self_attn.";
   const int64_t batch = x.size(0), length = x.size(1);
-  auto project = [&](const std::string& name) {
-    return linear(x, p + name + ".weight", c.attention_bias ? p + name + ".bias" : "");
-  };
+  std::vector<std::string> weights, biases;
+  for (const char* name : {"q_proj", "k_proj", "v_proj"}) {
+    weights.push_back(p + name + ".weight");
+    biases.push_back(c.attention_bias ? p + name + ".bias" : "");
+  }
+  const std::vector<at::Tensor> qkv = linears(x, weights, biases);
   const int64_t heads = local_.heads, kv_heads = local_.kv_heads;  // this rank's (all of them on one rank)
-  at::Tensor q = project("q_proj").view({batch, length, heads, c.head_dim});
-  at::Tensor k = project("k_proj").view({batch, length, kv_heads, c.head_dim});
-  at::Tensor v = project("v_proj").view({batch, length, kv_heads, c.head_dim});
+  at::Tensor q = qkv[0].view({batch, length, heads, c.head_dim});
+  at::Tensor k = qkv[1].view({batch, length, kv_heads, c.head_dim});
+  at::Tensor v = qkv[2].view({batch, length, kv_heads, c.head_dim});
   if (c.qk_norm) {
     q = rms_norm(q, param(p + "q_norm.weight"), c.rms_norm_eps);
     k = rms_norm(k, param(p + "k_norm.weight"), c.rms_norm_eps);
@@ -378,7 +422,8 @@ at::Tensor PolicyModel::layer(int64_t layer, const at::Tensor& x, const LayerCon
   if (tensor_parallel_ && c.o_proj_bias()) attended = attended + param(p + "self_attn.o_proj.bias");
   at::Tensor y = x + attended;
   at::Tensor h = enter_split(rms_norm(y, param(p + "post_attention_layernorm.weight"), c.rms_norm_eps));
-  const at::Tensor gate = linear(h, p + "mlp.gate_proj.weight"), up = linear(h, p + "mlp.up_proj.weight");
+  const std::vector<at::Tensor> gate_up = linears(h, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, {"", ""});
+  const at::Tensor &gate = gate_up[0], &up = gate_up[1];
   const at::Tensor gated = fused_layer_ops_apply(gate, up) ? fused_swiglu(gate, up) : at::silu(gate) * up;
   return y + leave_split(linear(gated, p + "mlp.down_proj.weight"));
 }

@@ -120,6 +120,17 @@ class PolicyModel {
 
   const ModelConfig& config() const { return config_; }
   at::ScalarType compute_dtype() const { return compute_; }
+  // Casts of the weights to the compute dtype kept for reuse (learner.precision bf16 over
+  // float32 weights): while on, each weight a product reads is cast once and every later
+  // product of it, in any micro-batch, reads that copy, instead of casting it again each
+  // time (a pass over every weight per micro-batch: 48M parameters on the Qwen3-shaped
+  // model of bench/learner_cpu). The caller turns it on only around work that does not
+  // change the weights (the micro-batches of one optimizer step) and off again before they
+  // change: turning it off drops the copies. Nothing is kept while off.
+  void set_keep_cast_weights(bool keep) const;
+  // `weight` (a parameter or a view of one) in the compute dtype from those kept copies,
+  // cast now if it has none yet; undefined while off or when it is in that dtype already.
+  at::Tensor kept_cast_weight(const at::Tensor& weight) const;
   at::Device device() const { return device_; }
   void set_compute_dtype(at::ScalarType compute) { compute_ = compute; }
   // HF names, in expected_weights order (no lm_head when tied); this rank's shards under
@@ -139,6 +150,11 @@ class PolicyModel {
   // x · weight(name)ᵀ (+ bias(bias_name)): products in the compute dtype, returned in x's
   // dtype, the bias added there.
   at::Tensor linear(const at::Tensor& x, const std::string& name, const std::string& bias_name = "") const;
+  // linear() of one x with each of several weights (q, k, v; gate, up): one autograd node
+  // over the shared input where the products go through oneDNN (actor/fused_linear.h).
+  // bias_names: one per weight, "" for none.
+  std::vector<at::Tensor> linears(const at::Tensor& x, const std::vector<std::string>& names,
+                                  const std::vector<std::string>& bias_names) const;
   // x · weightᵀ, the product in the compute dtype, returned in x's dtype.
   at::Tensor product(const at::Tensor& x, const at::Tensor& weight) const;
   // a · b (batched) in the compute dtype, returned in a's dtype.
@@ -170,6 +186,28 @@ class PolicyModel {
   std::map<std::string, size_t> adapter_of_;
   bool adapters_enabled_ = true;
   mutable at::Generator dropout_generator_;
+  // set_keep_cast_weights: the copies by the weight's first element's address and size
+  // (the head's view of a tied embedding shares its address, not its size).
+  mutable bool keep_cast_weights_ = false;
+  mutable std::map<std::pair<const void*, int64_t>, at::Tensor> cast_weights_;
+};
+
+// PolicyModel::set_keep_cast_weights(true) for the guard's life when `keep` (off again at its
+// end, an exception's included). Models whose parameters are regathered between products
+// (FSDP's units) pass keep = false: an address could then hold other values.
+class KeepCastWeights {
+ public:
+  KeepCastWeights(const PolicyModel* model, bool keep) : model_(keep ? model : nullptr) {
+    if (model_) model_->set_keep_cast_weights(true);
+  }
+  ~KeepCastWeights() {
+    if (model_) model_->set_keep_cast_weights(false);
+  }
+  KeepCastWeights(const KeepCastWeights&) = delete;
+  KeepCastWeights& operator=(const KeepCastWeights&) = delete;
+
+ private:
+  const PolicyModel* model_;
 };
 
 struct TokenLogProbs {

@@ -47,9 +47,11 @@ at::Tensor tile_logits(const at::Tensor& hidden, const at::Tensor& weight, int64
   if (onednn_products(hidden)) {  // float32 logits written directly, no cast pass
     at::Tensor z = out.defined() ? out : at::empty({n, m}, hidden.options().dtype(at::kFloat));
     onednn_matmul(hidden.narrow(0, r0, n), w.t(), z);
-    return z.mul_(inverse_temperature);
+    // The CPU's row passes scale as they read (inverse_temperature 1 here): no pass for x · 1.
+    return inverse_temperature == 1.0 ? z : z.mul_(inverse_temperature);
   }
-  at::Tensor z = at::mm(hidden.narrow(0, r0, n), w.t()).to(at::kFloat).mul_(inverse_temperature);
+  at::Tensor z = at::mm(hidden.narrow(0, r0, n), w.t()).to(at::kFloat);
+  if (inverse_temperature != 1.0) z.mul_(inverse_temperature);
   return out.defined() ? out.copy_(z) : z;
 }
 
@@ -196,12 +198,17 @@ void accumulate_tile_products(const at::Tensor& grad_z, const at::Tensor& h, con
 struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                                const at::Tensor& targets, double temperature, int64_t tile_rows, int64_t tile_vocab,
-                               int64_t kept_logits_bytes, int64_t compute_dtype, int64_t group_handle) {
+                               int64_t kept_logits_bytes, int64_t compute_dtype, int64_t group_handle,
+                               const std::vector<at::Tensor>& weight_in_compute_opaque) {
+    // Passed in a vector, an argument libtorch does not look into: it takes no gradient,
+    // and libtorch 1.13 refuses an undefined tensor as an input.
+    const at::Tensor& weight_in_compute = weight_in_compute_opaque.at(0);
     ctx->set_materialize_grads(false);
     const HeadTiles tiles{tile_rows, tile_vocab};
     const at::ScalarType compute = static_cast<at::ScalarType>(compute_dtype);
-    // The weight in the compute dtype once per call (a no-op in float32), kept for backward.
-    const at::Tensor weight_c = weight.to(compute);
+    // The weight in the compute dtype once per call (a no-op in float32) unless the caller
+    // kept one, saved for backward.
+    const at::Tensor weight_c = weight_in_compute.defined() ? weight_in_compute : weight.to(compute);
     at::Tensor kept;
     const int64_t logits_count = hidden.size(0) * weight.size(0);
     // Only the CPU path (head_forward's fused tiles) writes them.
@@ -232,7 +239,7 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
     const HeadTiles tiles{ctx->saved_data["tile_rows"].toInt(), ctx->saved_data["tile_vocab"].toInt()};
     const at::Tensor& grad_logprobs = grads[0];
     const at::Tensor& grad_entropy = grads[1];
-    const variable_list none(9);
+    const variable_list none(10);
     if (!grad_logprobs.defined() && !grad_entropy.defined()) return none;
 
     const int64_t rows = hidden.size(0), vocab = weight_c.size(0);
@@ -310,7 +317,7 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
 
 HeadLogProbs head_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                            double temperature, HeadTiles tiles, std::optional<at::ScalarType> compute,
-                           GroupTensorParallelOps* vocab, int64_t vocab_offset) {
+                           GroupTensorParallelOps* vocab, int64_t vocab_offset, const at::Tensor& weight_in_compute) {
   TANDEM_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
                "head_logprobs: hidden [N, H] and weight [V, H], got {} and {}", c10::str(hidden.sizes()),
                c10::str(weight.sizes()));
@@ -321,15 +328,22 @@ HeadLogProbs head_logprobs(const at::Tensor& hidden, const at::Tensor& weight, c
                "head_logprobs: tiles must be positive and the kept logits' bytes not negative, got {} x {}, {}",
                tiles.rows, tiles.vocab, tiles.kept_logits_bytes);
   const at::ScalarType dtype = compute.value_or(hidden.scalar_type());
+  TANDEM_CHECK(!weight_in_compute.defined() ||
+                   (weight_in_compute.scalar_type() == dtype && weight_in_compute.sizes() == weight.sizes()),
+               "head_logprobs: the weight's kept cast must be {} {}, got {} {}", c10::toString(dtype),
+               c10::str(weight.sizes()), c10::toString(weight_in_compute.scalar_type()),
+               c10::str(weight_in_compute.sizes()));
   // Ids of this rank's rows count from 0; a target on another rank falls outside every tile.
   const at::Tensor local_targets = vocab ? targets - vocab_offset : targets;
   const bool needs_graph = at::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
   if (!needs_graph) {
-    HeadForward f = head_forward(hidden.to(dtype), weight, local_targets, temperature, tiles, vocab);
+    HeadForward f = head_forward(hidden.to(dtype), weight_in_compute.defined() ? weight_in_compute : weight,
+                                 local_targets, temperature, tiles, vocab);
     return {f.logprobs, f.entropy};
   }
   variable_list out = FusedHeadLogProbs::apply(hidden, weight, local_targets, temperature, tiles.rows, tiles.vocab,
-                                               tiles.kept_logits_bytes, static_cast<int64_t>(dtype), reinterpret_cast<int64_t>(vocab));
+                                               tiles.kept_logits_bytes, static_cast<int64_t>(dtype), reinterpret_cast<int64_t>(vocab),
+                                               std::vector<at::Tensor>{weight_in_compute});
   return {out[0], out[1]};
 }
 

@@ -52,9 +52,13 @@ struct HeadTiles {
 // the target's logit, found on exactly one rank), so logits are never gathered. Backward
 // then needs no collective: each rank's gradient of `hidden` is its rows' part, summed by
 // the caller's region entry (PolicyModel::head_input), and its weight gradient is its own rows'.
+//
+// `weight_in_compute`, when defined, is `weight` already cast to the compute dtype (a copy
+// kept across micro-batches, PolicyModel::kept_cast_weight): read instead of casting again.
 HeadLogProbs head_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                            double temperature, HeadTiles tiles = {},
                            std::optional<at::ScalarType> compute = std::nullopt,
-                           GroupTensorParallelOps* vocab = nullptr, int64_t vocab_offset = 0);
+                           GroupTensorParallelOps* vocab = nullptr, int64_t vocab_offset = 0,
+                           const at::Tensor& weight_in_compute = {});
 
 }  // namespace tandem

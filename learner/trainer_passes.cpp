@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <vector>
 
 namespace tandem {
@@ -32,6 +33,7 @@ UpdateMetrics Trainer::supervised_step(const std::vector<TrainingSample>& share,
   double loss = 0, tokens = 0;
   try {
     m.zero_gradients();
+    const KeepCastWeights keep_casts(&m.model, m.strategy != Strategy::fsdp);  // until the optimizer step
     const int64_t count = static_cast<int64_t>((share.size() + micro - 1) / micro);
     for (int64_t i = 0; i < m.micro_batches_to_run(count); ++i) {
       const size_t begin = static_cast<size_t>(i) * micro;
@@ -78,6 +80,8 @@ UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& min
       const AggregationScale scale = m.global_scale(share);
       m.zero_gradients();
       const int64_t count = static_cast<int64_t>((share.size() + micro - 1) / micro);
+      std::optional<KeepCastWeights> keep_casts;  // the weights' casts, until the optimizer step
+      keep_casts.emplace(&m.model, m.strategy != Strategy::fsdp);
       for (int64_t i = 0; i < m.micro_batches_to_run(count); ++i) {
         m.micro_index = i;
         const size_t begin = static_cast<size_t>(i) * micro;
@@ -87,6 +91,7 @@ UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& min
           m.micro_batch(m.idle_micro_batch(), scale);  // keeps the per-layer collectives in step
         }
       }
+      keep_casts.reset();
       const OptimizerConfig& opt = m.options.learner.optimizer;
       m.lr = scheduled_learning_rate(opt.lr, opt.schedule, opt.warmup_steps, m.steps, m.options.total_optimizer_steps);
       grad_norm_sum += m.synchronise_and_step(*m.adam, m.lr);
@@ -151,6 +156,7 @@ std::vector<std::vector<float>> Trainer::Impl::per_response_token(
   const size_t micro = static_cast<size_t>(options.learner.micro_batch_size);
   const int64_t count = static_cast<int64_t>((probes.size() + micro - 1) / micro);
   c10::NoGradGuard no_grad;
+  const KeepCastWeights keep_casts(&model, strategy != Strategy::fsdp);
   for (int64_t i = 0; i < micro_batches_to_run(count); ++i) {
     const size_t begin = static_cast<size_t>(i) * micro;
     const MicroBatch batch = begin < probes.size()
@@ -209,6 +215,9 @@ std::vector<std::vector<float>> Trainer::reference_logprobs(const std::vector<Tr
   std::vector<std::vector<float>> out;
   const size_t micro = static_cast<size_t>(m.options.learner.micro_batch_size);
   c10::InferenceMode guard;
+  // The reference is whole and frozen, the policy (LoRA's base) unchanged in this pass.
+  const KeepCastWeights keep_casts(m.reference ? m.reference.get() : &m.model,
+                                   m.reference || m.strategy != Strategy::fsdp);
   for (size_t begin = 0; begin < samples.size(); begin += micro) {
     std::vector<TrainingSample> probes;
     for (size_t i = begin; i < std::min(samples.size(), begin + micro); ++i) {

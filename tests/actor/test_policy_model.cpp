@@ -1,5 +1,6 @@
 // The libtorch training module against the float64 reference, per architecture feature;
 // packed and padded layouts against each sequence alone; token log-probs and entropy.
+#include "actor/onednn_matmul.h"
 #include "actor/policy_torch.h"
 #include "tests/support/forward_tolerance.h"
 #include "tests/support/reference_model.h"
@@ -135,6 +136,64 @@ TEST_CASE("bfloat16 parameters stay close to float32") {
   CHECK((bf16.scalar_type() == at::kFloat));
   // bf16 keeps 8 mantissa bits: ~0.4% per rounding, a few percent of the logit scale after 2 layers.
   CHECK((bf16 - f32).abs().max().item<float>() < 0.05 * f32.abs().max().item<float>() + 0.02);
+}
+
+TEST_CASE("kept casts of the weights give the values and gradients of a cast per product, until dropped") {
+  if (!onednn_available()) {  // products through at::linear cast as they go: nothing is kept
+    MESSAGE("skipped: this build has no oneDNN (actor/meson.build)");
+    return;
+  }
+  const TestModel m = test_models()[2];
+  ModelWeights weights = random_model_weights(m.config, 17, 0.15, true);
+  std::mt19937_64 rng(9);
+  const std::vector<TokenLayout> micro_batches = {
+      padded_layout({random_tokens(rng, 12, m.config.vocab_size), random_tokens(rng, 7, m.config.vocab_size)}),
+      padded_layout({random_tokens(rng, 9, m.config.vocab_size)})};
+  // Float32 weights, bf16 products (learner.precision bf16): two micro-batches' gradients
+  // summed, as an optimizer step's are. Same kernels, same operands: equal bit for bit.
+  auto step = [&](const PolicyModel& model) {
+    std::vector<at::Tensor> out;
+    for (const TokenLayout& layout : micro_batches) {
+      const at::Tensor logits = model.forward(layout);
+      token_logprobs(logits, layout).logprobs.sum().backward();
+      out.push_back(logits.detach());
+    }
+    for (const auto& [name, p] : model.named_parameters()) out.push_back(p.grad());
+    return out;
+  };
+  PolicyModel cast_each_time(m.config, weights, at::kFloat, at::kBFloat16);
+  PolicyModel kept(m.config, weights, at::kFloat, at::kBFloat16);
+  const std::vector<at::Tensor> want = step(cast_each_time);
+  std::vector<at::Tensor> got;
+  {
+    const KeepCastWeights keep(&kept, true);
+    got = step(kept);
+  }
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i);
+    CHECK(at::equal(got[i], want[i]));
+  }
+
+  // Projection weights that change (an optimizer step) while the copies are kept are not
+  // seen, which shows the copies are what the products read; once dropped, the next
+  // products read the new weights. (Norm weights, biases and embeddings are read as they
+  // are: left alone here.)
+  const TokenLayout& layout = micro_batches[0];
+  at::NoGradGuard no_grad;
+  const KeepCastWeights keep(&kept, true);
+  const at::Tensor before = kept.forward(layout);
+  for (const PolicyModel* model : {&cast_each_time, &kept}) {
+    for (const auto& [name, p] : model->named_parameters()) {
+      if (name.find("_proj.weight") != std::string::npos || name == "lm_head.weight") p.mul_(1.25);
+    }
+  }
+  CHECK(at::equal(kept.forward(layout), before));
+  kept.set_keep_cast_weights(false);
+  kept.set_keep_cast_weights(true);
+  const at::Tensor after = kept.forward(layout);
+  CHECK(at::equal(after, cast_each_time.forward(layout)));
+  CHECK_FALSE(at::equal(after, before));
 }
 
 TEST_CASE("to_weights round-trips the parameters") {

@@ -124,3 +124,74 @@ TEST_CASE("oneDNN matrix product reads transposed views in place and names bad s
   onednn_matmul(at::empty({4, 0}), at::empty({0, 5}), zeros);
   CHECK(zeros.abs().max().item<double>() == 0);
 }
+
+TEST_CASE("fused linear reading a kept cast of its weight gives the same values and gradients") {
+  if (!onednn_available()) return skip_without_onednn();
+  std::mt19937_64 rng = testing::kernel_test_rng(14);
+  at::manual_seed(static_cast<int64_t>(rng() >> 1));
+  const at::Tensor x32 = at::randn({2, 17, 96}), w32 = at::randn({40, 96}) * 0.4, dy32 = at::randn({2, 17, 40});
+  // Same kernel, same rounded operands, one process: equal bit for bit, no tolerance.
+  auto run = [&](bool kept) {
+    at::Tensor x = x32.clone().requires_grad_(true), w = w32.clone().requires_grad_(true);
+    const at::Tensor y = fused_linear(x, w, at::kBFloat16, kept ? w32.to(at::kBFloat16) : at::Tensor());
+    y.backward(dy32);
+    return std::vector<at::Tensor>{y.detach(), x.grad(), w.grad()};
+  };
+  const std::vector<at::Tensor> cast_each_call = run(false), kept = run(true);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    INFO("output " << i << " (y, dx, dw)");
+    CHECK(at::equal(kept[i], cast_each_call[i]));
+    CHECK(kept[i].abs().max().item<double>() > 0);
+  }
+  // A kept cast of the wrong dtype or shape is named, not multiplied.
+  try {
+    fused_linear(x32, w32, at::kBFloat16, w32.narrow(0, 0, 39).to(at::kBFloat16));
+    FAIL("a [39, 96] cast of a [40, 96] weight should not run");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("kept cast must be BFloat16 [40, 96], got BFloat16 [39, 96]") != std::string::npos);
+  }
+  CHECK_THROWS_AS(fused_linear(x32, w32, at::kBFloat16, w32), Error);
+}
+
+TEST_CASE("fused linears over one input: each output, each weight's gradient, and the input's summed gradient") {
+  if (!onednn_available()) return skip_without_onednn();
+  std::mt19937_64 rng = testing::kernel_test_rng(15);
+  for (const at::ScalarType compute : {at::kFloat, at::kBFloat16}) {
+    INFO("compute " << c10::toString(compute));
+    at::manual_seed(static_cast<int64_t>(rng() >> 1));
+    const int64_t k = 80;
+    const std::vector<int64_t> outs = {48, 16, 16};
+    const at::Tensor x32 = at::randn({3, 11, k}) * 2;
+    std::vector<at::Tensor> w32, dy32, weights;
+    for (const int64_t n : outs) {
+      w32.push_back(at::randn({n, k}) * 0.5);
+      dy32.push_back(at::randn({3, 11, n}));
+    }
+    at::Tensor x = x32.clone().requires_grad_(true);
+    for (size_t i = 0; i < outs.size(); ++i) weights.push_back(w32[i].clone().requires_grad_(i != 1));  // one frozen
+    const std::vector<at::Tensor> ys = fused_linears(x, weights, compute);
+    REQUIRE(ys.size() == outs.size());
+    // Output 2 does not reach the loss: its gradient is undefined, and the rest still flow.
+    ((ys[0] * dy32[0]).sum() + (ys[1] * dy32[1]).sum()).backward();
+
+    const at::Tensor xr = rounded(x32, compute).reshape({-1, k});
+    at::Tensor dx_want = at::zeros({xr.size(0), k}, at::kDouble), dx_bound = at::zeros_like(dx_want);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      CAPTURE(i);
+      const at::Tensor wr = rounded(w32[i], compute), gr = rounded(dy32[i], compute).reshape({-1, outs[i]});
+      CHECK(worst(ys[i].reshape({-1, outs[i]}), at::matmul(xr, wr.t()), product_bound(xr, wr.t())) <= 1);
+      if (i == 2) continue;
+      dx_want += at::matmul(gr, wr);
+      dx_bound += product_bound(gr, wr);
+      if (i == 0) CHECK(worst(weights[i].grad(), at::matmul(gr.t(), xr), product_bound(gr.t(), xr)) <= 1);
+    }
+    CHECK_FALSE(weights[1].grad().defined());
+    CHECK_FALSE(weights[2].grad().defined());
+    // The second product accumulates onto the first's float32 result: besides each product's
+    // own bound, its K + 1 roundings act on partial sums that include the first result, at
+    // most (K + 1)·u·|first| more, under the first's bound again (|first| <= Σ|a·b| plus its
+    // error). Twice the bounds' sum covers both.
+    dx_bound *= 2;
+    CHECK(worst(x.grad().reshape({-1, k}), dx_want, dx_bound) <= 1);
+  }
+}

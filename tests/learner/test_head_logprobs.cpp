@@ -326,9 +326,10 @@ TEST_CASE("bf16 compute over float32 weights (learner.precision bf16) stays with
   }
 }
 
-TEST_CASE("head_logprobs: logits kept from forward give the gradients a recompute gives, bit for bit") {
-  // No tolerance: both read the same products of the same operands through the same
-  // kernel in this process, so any difference is a kept tile read from the wrong place. Uneven tiles over both dimensions; float32 and bf16 products.
+TEST_CASE("head_logprobs: logits kept from forward, or a kept cast of the weight, give a recompute's gradients bit for bit") {
+  // No tolerance: all read the same products of the same operands through the same kernel
+  // in this process, so any difference is a kept tile read from the wrong place (or a kept
+  // cast that is not the weight's). Uneven tiles over both dimensions; float32 and bf16 products.
   std::mt19937_64 rng(std::random_device{}());
   const uint64_t seed = rng();
   CAPTURE(seed);
@@ -337,20 +338,38 @@ TEST_CASE("head_logprobs: logits kept from forward give the gradients a recomput
   const at::Tensor grad_lp = at::randn({p.rows}, generator), grad_h = at::randn({p.rows}, generator);
   for (at::ScalarType compute : {at::kFloat, at::kBFloat16}) {
     std::vector<at::Tensor> grads;
-    for (int64_t kept_bytes : {int64_t{0}, HeadTiles{}.kept_logits_bytes}) {
+    struct Variant {
+      int64_t kept_bytes;
+      bool kept_cast;
+    };
+    for (const Variant v : {Variant{0, false}, Variant{HeadTiles{}.kept_logits_bytes, false},
+                            Variant{HeadTiles{}.kept_logits_bytes, true}}) {
       at::Tensor hidden = float_tensor(p.hidden, {p.rows, p.hidden_size}).set_requires_grad(true);
       at::Tensor weight = float_tensor(p.weight, {p.vocab, p.hidden_size}).set_requires_grad(true);
+      const at::Tensor cast = v.kept_cast ? weight.detach().to(compute) : at::Tensor();
       HeadLogProbs out = head_logprobs(hidden, weight, at::tensor(p.targets, at::kLong), p.temperature,
-                                       HeadTiles{10, 64, kept_bytes}, compute);
+                                       HeadTiles{10, 64, v.kept_bytes}, compute, nullptr, 0, cast);
       ((out.logprobs * grad_lp).sum() + (out.entropy * grad_h).sum()).backward();
       REQUIRE(hidden.grad().isfinite().all().item<bool>());
       REQUIRE(weight.grad().isfinite().all().item<bool>());
+      grads.push_back(out.logprobs.detach());
       grads.push_back(hidden.grad());
       grads.push_back(weight.grad());
     }
     CAPTURE(c10::toString(compute));
-    CHECK(at::equal(grads[0], grads[2]));
-    CHECK(at::equal(grads[1], grads[3]));
+    for (size_t i = 3; i < grads.size(); ++i) {
+      CAPTURE(i);
+      CHECK(at::equal(grads[i % 3], grads[i]));
+    }
+  }
+  // A cast of another shape is named.
+  const at::Tensor weight = at::randn({8, 4});
+  try {
+    head_logprobs(at::randn({3, 4}), weight, at::zeros({3}, at::kLong), 1.0, HeadTiles{}, at::kBFloat16, nullptr, 0,
+                  weight.narrow(0, 0, 7).to(at::kBFloat16));
+    FAIL("a [7, 4] cast of an [8, 4] weight should not run");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("kept cast must be BFloat16 [8, 4], got BFloat16 [7, 4]") != std::string::npos);
   }
 }
 
