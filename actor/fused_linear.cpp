@@ -7,6 +7,8 @@
 #include <fmt/ranges.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <string>
+
 namespace tandem {
 
 namespace {
@@ -22,7 +24,8 @@ class FusedLinears : public torch::autograd::Function<FusedLinears> {
   // (gradient edges). The kept casts go in as a std::vector, an opaque argument: they take no
   // gradient, and libtorch 1.13 refuses an undefined tensor as an input.
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weights,
-                               const std::vector<at::Tensor>& kept_casts, at::ScalarType compute) {
+                               const std::vector<at::Tensor>& kept_casts,
+                               const std::vector<at::Tensor>& gradient_buffers, at::ScalarType compute) {
     ctx->set_materialize_grads(false);  // an output that reaches no loss costs no products
     const int64_t k = x.size(-1);
     const at::Tensor rows = x.reshape({-1, k}).to(compute);
@@ -38,6 +41,11 @@ class FusedLinears : public torch::autograd::Function<FusedLinears> {
       out.push_back(y.view(sizes));
     }
     ctx->save_for_backward(saved);
+    // Not saved_for_backward: other gradients added into the same buffer before this
+    // backward runs would fail its version check. Only the defined ones, one entry each.
+    for (size_t i = 0; i < gradient_buffers.size(); ++i) {
+      if (gradient_buffers[i].defined()) ctx->saved_data["gradient_buffer_" + std::to_string(i)] = gradient_buffers[i];
+    }
     return out;
   }
 
@@ -46,8 +54,8 @@ class FusedLinears : public torch::autograd::Function<FusedLinears> {
     const at::Tensor& rows = saved[0];
     const size_t count = saved.size() - 1;
     const int64_t k = rows.size(1);
-    // Inputs: x, the weights, then two that are not tensors (the kept casts, compute).
-    variable_list grads(3 + count);
+    // Inputs: x, the weights, then three that are not tensors (casts, buffers, compute).
+    variable_list grads(4 + count);
     at::Tensor dx;
     std::vector<int64_t> x_sizes;
     for (size_t i = 0; i < count; ++i) {
@@ -66,6 +74,11 @@ class FusedLinears : public torch::autograd::Function<FusedLinears> {
         }
       }
       if (ctx->needs_input_grad(1 + i)) {
+        const auto buffer = ctx->saved_data.find("gradient_buffer_" + std::to_string(i));
+        if (buffer != ctx->saved_data.end()) {  // added in place: autograd gets nothing to add
+          onednn_matmul(grad.t(), rows, buffer->second.toTensor(), /*accumulate=*/true);
+          continue;
+        }
         at::Tensor dweight = at::empty({n, k}, grad_outputs[i].options().dtype(at::kFloat));
         onednn_matmul(grad.t(), rows, dweight);
         grads[1 + i] = dweight;
@@ -84,11 +97,30 @@ bool fused_linear_applies(const at::Tensor& x, const at::Tensor& weight, at::Sca
          weight_type && (compute == at::kFloat || compute == at::kBFloat16);
 }
 
+at::Tensor gradient_buffer_of(const at::Tensor& parameter) {
+  if (!parameter.defined() || !parameter.is_leaf() || !parameter.requires_grad()) return at::Tensor();
+  const at::Tensor& grad = parameter.grad();
+  const bool usable = grad.defined() && !grad.is_sparse() && grad.device().is_cpu() &&
+                      grad.scalar_type() == at::kFloat && grad.sizes() == parameter.sizes() &&
+                      grad.stride(-1) == 1;
+  return usable ? grad : at::Tensor();
+}
+
 std::vector<at::Tensor> fused_linears(const at::Tensor& x, const std::vector<at::Tensor>& weights,
-                                      at::ScalarType compute, const std::vector<at::Tensor>& weights_in_compute) {
+                                      at::ScalarType compute, const std::vector<at::Tensor>& weights_in_compute,
+                                      const std::vector<at::Tensor>& gradient_buffers) {
   TANDEM_CHECK(!weights.empty(), "fused_linears: no weights");
   TANDEM_CHECK(weights_in_compute.empty() || weights_in_compute.size() == weights.size(),
                "fused_linears: {} weights but {} kept casts", weights.size(), weights_in_compute.size());
+  TANDEM_CHECK(gradient_buffers.empty() || gradient_buffers.size() == weights.size(),
+               "fused_linears: {} weights but {} gradient buffers", weights.size(), gradient_buffers.size());
+  for (size_t i = 0; i < gradient_buffers.size(); ++i) {
+    const at::Tensor& buffer = gradient_buffers[i];
+    TANDEM_CHECK(!buffer.defined() || (buffer.scalar_type() == at::kFloat && buffer.device().is_cpu() &&
+                                       buffer.sizes() == weights[i].sizes() && buffer.stride(-1) == 1),
+                 "fused_linear: a gradient buffer must be float32 [{}] on the CPU with contiguous rows",
+                 fmt::join(weights[i].sizes(), ", "));
+  }
   for (size_t i = 0; i < weights.size(); ++i) {
     const at::Tensor& weight = weights[i];
     TANDEM_CHECK(fused_linear_applies(x, weight, compute),
@@ -105,7 +137,8 @@ std::vector<at::Tensor> fused_linears(const at::Tensor& x, const std::vector<at:
                  fmt::join(weight.sizes(), ", "), c10::toString(cast.scalar_type()), fmt::join(cast.sizes(), ", "));
   }
   const std::vector<at::Tensor> casts = weights_in_compute.empty() ? variable_list(weights.size()) : weights_in_compute;
-  return FusedLinears::apply(x, at::TensorList(weights), casts, compute);
+  const std::vector<at::Tensor> buffers = gradient_buffers.empty() ? variable_list(weights.size()) : gradient_buffers;
+  return FusedLinears::apply(x, at::TensorList(weights), casts, buffers, compute);
 }
 
 at::Tensor fused_linear(const at::Tensor& x, const at::Tensor& weight, at::ScalarType compute,

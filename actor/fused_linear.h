@@ -37,8 +37,18 @@ at::Tensor fused_linear(const at::Tensor& x, const at::Tensor& weight, at::Scala
 // fused_linear of one x with each of `weights` ([N_i, K] each), as one node: returns
 // [..., N_i] per weight; dx = Σ_i G_i · W_i summed in float32 in weight order.
 // `weights_in_compute`: empty, or one entry per weight (each undefined or that weight's cast).
+// `gradient_buffers`: empty, or one entry per weight: undefined, or a float32 tensor of the
+// weight's shape (gradient_buffer_of) into which backward adds that weight's gradient in
+// place, in its product, instead of returning it for autograd to add (a pass over the
+// gradient, per weight and micro-batch).
 std::vector<at::Tensor> fused_linears(const at::Tensor& x, const std::vector<at::Tensor>& weights,
-                                      at::ScalarType compute, const std::vector<at::Tensor>& weights_in_compute = {});
+                                      at::ScalarType compute, const std::vector<at::Tensor>& weights_in_compute = {},
+                                      const std::vector<at::Tensor>& gradient_buffers = {});
+
+// The dense float32 gradient a parameter already has on the CPU (the trainer's flat
+// gradient buffer, a view per parameter), which a backward may add into in place; undefined
+// for anything else (no gradient yet, a sparse one, a tensor that takes no gradient).
+at::Tensor gradient_buffer_of(const at::Tensor& parameter);
 
 // Whether fused_linear takes these tensors; callers use at::linear otherwise (CUDA
 // learners, float64 reference models).

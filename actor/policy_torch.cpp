@@ -147,16 +147,17 @@ at::Tensor PolicyModel::linear(const at::Tensor& x, const std::string& name, con
 
 std::vector<at::Tensor> PolicyModel::linears(const at::Tensor& x, const std::vector<std::string>& names,
                                              const std::vector<std::string>& bias_names) const {
-  std::vector<at::Tensor> weights, casts;
+  std::vector<at::Tensor> weights, casts, gradient_buffers;
   bool fused = true;
   for (const std::string& name : names) {
     weights.push_back(param(name));
     casts.push_back(kept_cast_weight(weights.back()));
+    gradient_buffers.push_back(gradient_buffer_of(weights.back()));
     fused = fused && fused_linear_applies(x, weights.back(), compute_);
   }
   // One node over the shared input (actor/fused_linear.h), else one product each.
   std::vector<at::Tensor> out;
-  if (fused) out = fused_linears(x, weights, compute_, casts);
+  if (fused) out = fused_linears(x, weights, compute_, casts, gradient_buffers);
   else
     for (const at::Tensor& w : weights) out.push_back(product(x, w));
   for (size_t i = 0; i < names.size(); ++i) {
@@ -169,7 +170,9 @@ std::vector<at::Tensor> PolicyModel::linears(const at::Tensor& x, const std::vec
 
 at::Tensor PolicyModel::product(const at::Tensor& x, const at::Tensor& weight) const {
   // The CPU's float32 activations: one node, oneDNN products (actor/fused_linear.h).
-  if (fused_linear_applies(x, weight, compute_)) return fused_linear(x, weight, compute_, kept_cast_weight(weight));
+  if (fused_linear_applies(x, weight, compute_)) {
+    return fused_linears(x, {weight}, compute_, {kept_cast_weight(weight)}, {gradient_buffer_of(weight)})[0];
+  }
   return at::linear(x.to(compute_), weight.to(compute_)).to(x.scalar_type());
 }
 
@@ -444,6 +447,14 @@ at::Tensor PolicyModel::head_weight() const {
   // rollout engine can draw, so both compute the same distribution.
   if (config_.sampled_vocab() == config_.vocab_size) return weight;
   return weight.narrow(0, 0, config_.sampled_vocab());
+}
+
+at::Tensor PolicyModel::head_gradient_buffer() const {
+  const at::Tensor& weight =
+      config_.tie_word_embeddings ? param("model.embed_tokens.weight") : param("lm_head.weight");
+  const at::Tensor buffer = gradient_buffer_of(weight);
+  // head_weight() is the parameter's first rows (all of them, or the sampled / local ones).
+  return buffer.defined() ? buffer.narrow(0, 0, head_weight().size(0)) : buffer;
 }
 
 at::Tensor PolicyModel::lm_head(const at::Tensor& normed) const {

@@ -93,6 +93,9 @@ class PolicyModel {
   // embeddings); under tensor parallelism this rank's rows of it, the first being id vocab_offset().
   at::Tensor head_weight() const;
   int64_t vocab_offset() const { return local_.vocab_begin; }
+  // The gradient buffer (actor/fused_linear.h, gradient_buffer_of) of head_weight()'s rows:
+  // where a backward may add the head's gradient in place; undefined where there is none.
+  at::Tensor head_gradient_buffer() const;
   // The tensor-parallel ops (null without) and how each parameter is split (one rank: whole).
   TensorParallelOps* tensor_parallel() const { return tensor_parallel_.get(); }
   const std::vector<ParameterShard>& shards() const { return shards_; }

@@ -175,20 +175,21 @@ HeadForward head_forward(const at::Tensor& hidden, const at::Tensor& weight, con
 // or already in `compute`):
 // grad_hidden rows += grad_z · w, and grad_w = (or, after the first block of rows, +=)
 // grad_zᵀ · h, the products in `compute`, the sums in float32.
+// `overwrite`: grad_w is written (the first block of rows into a fresh gradient), else added to.
 void accumulate_tile_products(const at::Tensor& grad_z, const at::Tensor& h, const at::Tensor& w,
-                              at::ScalarType compute, int64_t r0, at::Tensor grad_hidden_rows, at::Tensor grad_w) {
+                              at::ScalarType compute, bool overwrite, at::Tensor grad_hidden_rows, at::Tensor grad_w) {
   if (onednn_products(h)) {
     const at::Tensor g = grad_z.to(compute);
     onednn_matmul(g, w, grad_hidden_rows, /*accumulate=*/true);
-    onednn_matmul(g.t(), h, grad_w, /*accumulate=*/r0 > 0);
+    onednn_matmul(g.t(), h, grad_w, /*accumulate=*/!overwrite);
   } else if (compute == at::kFloat) {
     grad_hidden_rows.addmm_(grad_z, w);
-    if (r0 == 0) at::mm_out(grad_w, grad_z.t(), h);
+    if (overwrite) at::mm_out(grad_w, grad_z.t(), h);
     else grad_w.addmm_(grad_z.t(), h);
   } else {  // products in the compute dtype, sums in float32
     const at::Tensor g = grad_z.to(compute);
     grad_hidden_rows.add_(at::mm(g, w));
-    if (r0 == 0) grad_w.copy_(at::mm(g.t(), h));
+    if (overwrite) grad_w.copy_(at::mm(g.t(), h));
     else grad_w.add_(at::mm(g.t(), h));
   }
 }
@@ -199,10 +200,14 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                                const at::Tensor& targets, double temperature, int64_t tile_rows, int64_t tile_vocab,
                                int64_t kept_logits_bytes, int64_t compute_dtype, int64_t group_handle,
-                               const std::vector<at::Tensor>& weight_in_compute_opaque) {
-    // Passed in a vector, an argument libtorch does not look into: it takes no gradient,
-    // and libtorch 1.13 refuses an undefined tensor as an input.
-    const at::Tensor& weight_in_compute = weight_in_compute_opaque.at(0);
+                               const std::vector<at::Tensor>& cast_and_buffer) {
+    // The weight's kept cast and its gradient buffer, each possibly undefined: passed in a
+    // vector, an argument libtorch does not look into (neither takes a gradient, and
+    // libtorch 1.13 refuses an undefined tensor as an input).
+    const at::Tensor& weight_in_compute = cast_and_buffer.at(0);
+    // Not saved for backward: other gradients added into the same buffer first would fail
+    // its version check.
+    if (cast_and_buffer.at(1).defined()) ctx->saved_data["gradient_buffer"] = cast_and_buffer[1];
     ctx->set_materialize_grads(false);
     const HeadTiles tiles{tile_rows, tile_vocab};
     const at::ScalarType compute = static_cast<at::ScalarType>(compute_dtype);
@@ -250,7 +255,12 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
     // (600 MB for a 151k x 1024 head).
     const at::TensorOptions f32 = hidden.options().dtype(at::kFloat);
     at::Tensor grad_hidden = at::zeros(hidden.sizes(), f32);
-    at::Tensor grad_weight = rows > 0 ? at::empty(weight_c.sizes(), f32) : at::zeros(weight_c.sizes(), f32);
+    // The weight's gradient is added into the caller's buffer in place when it gave one.
+    const auto buffer = ctx->saved_data.find("gradient_buffer");
+    const bool into_buffer = buffer != ctx->saved_data.end();
+    at::Tensor grad_weight = into_buffer ? buffer->second.toTensor()
+                             : rows > 0  ? at::empty(weight_c.sizes(), f32)
+                                         : at::zeros(weight_c.sizes(), f32);
     const bool fused = hidden_c.device().is_cpu();
     // Per-row inputs of the fused gradient, float32 and contiguous (a missing gradient is 0).
     auto per_row = [&](const at::Tensor& t) {
@@ -284,7 +294,7 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
                                          g_bf16 ? g_bf16 + i * m : nullptr);
           }
         });
-        accumulate_tile_products(grad_z, h, w, compute, r0, grad_hidden.narrow(0, r0, n), grad_w);
+        accumulate_tile_products(grad_z, h, w, compute, r0 == 0 && !into_buffer, grad_hidden.narrow(0, r0, n), grad_w);
         return;
       }
       at::Tensor log_p = tile_logits(hidden_c, weight_c, r0, n, v0, m, inverse_temperature)
@@ -304,11 +314,11 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
                             grad_logprobs.narrow(0, r0, n).mul(target.inside.to(at::kFloat)).unsqueeze(1));
       }
       grad_z.mul_(inverse_temperature);
-      accumulate_tile_products(grad_z, h, w, compute, r0, grad_hidden.narrow(0, r0, n), grad_w);
+      accumulate_tile_products(grad_z, h, w, compute, r0 == 0 && !into_buffer, grad_hidden.narrow(0, r0, n), grad_w);
     });
     variable_list out = none;
     out[0] = grad_hidden.to(hidden.scalar_type());
-    out[1] = grad_weight.to(static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt()));
+    if (!into_buffer) out[1] = grad_weight.to(static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt()));
     return out;
   }
 };
@@ -317,7 +327,8 @@ struct FusedHeadLogProbs : public torch::autograd::Function<FusedHeadLogProbs> {
 
 HeadLogProbs head_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                            double temperature, HeadTiles tiles, std::optional<at::ScalarType> compute,
-                           GroupTensorParallelOps* vocab, int64_t vocab_offset, const at::Tensor& weight_in_compute) {
+                           GroupTensorParallelOps* vocab, int64_t vocab_offset, const at::Tensor& weight_in_compute,
+                           const at::Tensor& gradient_buffer) {
   TANDEM_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
                "head_logprobs: hidden [N, H] and weight [V, H], got {} and {}", c10::str(hidden.sizes()),
                c10::str(weight.sizes()));
@@ -333,6 +344,11 @@ HeadLogProbs head_logprobs(const at::Tensor& hidden, const at::Tensor& weight, c
                "head_logprobs: the weight's kept cast must be {} {}, got {} {}", c10::toString(dtype),
                c10::str(weight.sizes()), c10::toString(weight_in_compute.scalar_type()),
                c10::str(weight_in_compute.sizes()));
+  TANDEM_CHECK(!gradient_buffer.defined() ||
+                   (gradient_buffer.scalar_type() == at::kFloat && gradient_buffer.sizes() == weight.sizes() &&
+                    gradient_buffer.device() == weight.device() && gradient_buffer.stride(-1) == 1),
+               "head_logprobs: the weight's gradient buffer must be float32 {} with contiguous rows, got {} {}",
+               c10::str(weight.sizes()), c10::toString(gradient_buffer.scalar_type()), c10::str(gradient_buffer.sizes()));
   // Ids of this rank's rows count from 0; a target on another rank falls outside every tile.
   const at::Tensor local_targets = vocab ? targets - vocab_offset : targets;
   const bool needs_graph = at::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
@@ -343,7 +359,7 @@ HeadLogProbs head_logprobs(const at::Tensor& hidden, const at::Tensor& weight, c
   }
   variable_list out = FusedHeadLogProbs::apply(hidden, weight, local_targets, temperature, tiles.rows, tiles.vocab,
                                                tiles.kept_logits_bytes, static_cast<int64_t>(dtype), reinterpret_cast<int64_t>(vocab),
-                                               std::vector<at::Tensor>{weight_in_compute});
+                                               std::vector<at::Tensor>{weight_in_compute, gradient_buffer});
   return {out[0], out[1]};
 }
 

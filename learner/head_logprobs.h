@@ -55,10 +55,14 @@ struct HeadTiles {
 //
 // `weight_in_compute`, when defined, is `weight` already cast to the compute dtype (a copy
 // kept across micro-batches, PolicyModel::kept_cast_weight): read instead of casting again.
+// `gradient_buffer`, when defined (float32, weight's shape: the trainer's flat gradients,
+// PolicyModel::head_gradient_buffer), takes the weight's gradient added in place by
+// backward's products, and autograd gets none for `weight` (no [V, H] gradient to
+// allocate and then add, per micro-batch).
 HeadLogProbs head_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                            double temperature, HeadTiles tiles = {},
                            std::optional<at::ScalarType> compute = std::nullopt,
                            GroupTensorParallelOps* vocab = nullptr, int64_t vocab_offset = 0,
-                           const at::Tensor& weight_in_compute = {});
+                           const at::Tensor& weight_in_compute = {}, const at::Tensor& gradient_buffer = {});
 
 }  // namespace tandem

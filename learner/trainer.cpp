@@ -368,7 +368,8 @@ std::pair<at::Tensor, at::Tensor> Trainer::Impl::response_logprobs(const PolicyM
   tiles.kept_logits_bytes = options.learner.head_logits_memory_mb << 20;
   const at::Tensor head_weight = policy.head_weight();
   HeadLogProbs head = head_logprobs(hidden, head_weight, targets, temperature, tiles, policy.compute_dtype(),
-                                    tensor_ops.get(), policy.vocab_offset(), policy.kept_cast_weight(head_weight));
+                                    tensor_ops.get(), policy.vocab_offset(), policy.kept_cast_weight(head_weight),
+                                    policy.head_gradient_buffer());
   const at::Tensor zeros = at::zeros({rows * responses}, head.logprobs.options());
   return {zeros.index_copy(0, cells, head.logprobs).view({rows, responses}),
           zeros.index_copy(0, cells, head.entropy).view({rows, responses})};

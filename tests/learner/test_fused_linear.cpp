@@ -195,3 +195,37 @@ TEST_CASE("fused linears over one input: each output, each weight's gradient, an
     CHECK(worst(x.grad().reshape({-1, k}), dx_want, dx_bound) <= 1);
   }
 }
+
+TEST_CASE("fused linears add into a weight's gradient buffer in place, as autograd would") {
+  if (!onednn_available()) return skip_without_onednn();
+  std::mt19937_64 rng = testing::kernel_test_rng(16);
+  at::manual_seed(static_cast<int64_t>(rng() >> 1));
+  const at::Tensor x32 = at::randn({2, 13, 64}), w32 = at::randn({24, 64}) * 0.4, previous = at::randn({24, 64});
+  const at::Tensor dy = at::randn({2, 13, 24});
+  for (const at::ScalarType compute : {at::kFloat, at::kBFloat16}) {
+    INFO("compute " << c10::toString(compute));
+    // Autograd's way: the product's gradient returned, then added to the existing .grad.
+    at::Tensor w_autograd = w32.clone().requires_grad_(true);
+    w_autograd.mutable_grad() = previous.clone();
+    fused_linears(x32, {w_autograd}, compute)[0].backward(dy);
+    // In place: the same .grad handed over as the buffer.
+    at::Tensor w = w32.clone().requires_grad_(true);
+    w.mutable_grad() = previous.clone();
+    const at::Tensor buffer = gradient_buffer_of(w);
+    REQUIRE(buffer.defined());
+    fused_linears(x32, {w}, compute, {}, {buffer})[0].backward(dy);
+    CHECK(w.grad().data_ptr() == buffer.data_ptr());
+    // previous + G·X once each way: the product's K roundings happen on top of `previous`
+    // in place, so the bound is twice the product's (as for the summed input gradient),
+    // plus the one rounding of the sum autograd makes.
+    const at::Tensor xr = rounded(x32, compute).reshape({-1, 64}), gr = rounded(dy, compute).reshape({-1, 24});
+    const at::Tensor want = previous.to(at::kDouble) + at::matmul(gr.t(), xr);
+    const at::Tensor bound = 2 * (product_bound(gr.t(), xr) + u * previous.to(at::kDouble).abs()) + u * want.abs();
+    CHECK(worst(w.grad(), want, bound) <= 1);
+    CHECK(worst(w_autograd.grad(), want, bound) <= 1);
+  }
+  // What is not a dense float32 gradient of the parameter's shape is no buffer.
+  CHECK_FALSE(gradient_buffer_of(w32).defined());  // takes no gradient
+  at::Tensor no_grad_yet = w32.clone().requires_grad_(true);
+  CHECK_FALSE(gradient_buffer_of(no_grad_yet).defined());
+}

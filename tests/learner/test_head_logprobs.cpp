@@ -329,7 +329,9 @@ TEST_CASE("bf16 compute over float32 weights (learner.precision bf16) stays with
 TEST_CASE("head_logprobs: logits kept from forward, or a kept cast of the weight, give a recompute's gradients bit for bit") {
   // No tolerance: all read the same products of the same operands through the same kernel
   // in this process, so any difference is a kept tile read from the wrong place (or a kept
-  // cast that is not the weight's). Uneven tiles over both dimensions; float32 and bf16 products.
+  // cast that is not the weight's). A gradient buffer starts at zero, and a product added
+  // to zero is the product (the 24-deep products are never split along their depth).
+  // Uneven tiles over both dimensions; float32 and bf16 products.
   std::mt19937_64 rng(std::random_device{}());
   const uint64_t seed = rng();
   CAPTURE(seed);
@@ -340,18 +342,23 @@ TEST_CASE("head_logprobs: logits kept from forward, or a kept cast of the weight
     std::vector<at::Tensor> grads;
     struct Variant {
       int64_t kept_bytes;
-      bool kept_cast;
+      bool kept_cast, gradient_buffer;
     };
-    for (const Variant v : {Variant{0, false}, Variant{HeadTiles{}.kept_logits_bytes, false},
-                            Variant{HeadTiles{}.kept_logits_bytes, true}}) {
+    const int64_t kept = HeadTiles{}.kept_logits_bytes;
+    for (const Variant v : {Variant{0, false, false}, Variant{kept, false, false}, Variant{kept, true, false},
+                            Variant{0, true, true}, Variant{kept, true, true}}) {
       at::Tensor hidden = float_tensor(p.hidden, {p.rows, p.hidden_size}).set_requires_grad(true);
       at::Tensor weight = float_tensor(p.weight, {p.vocab, p.hidden_size}).set_requires_grad(true);
       const at::Tensor cast = v.kept_cast ? weight.detach().to(compute) : at::Tensor();
+      // A buffer as the trainer's: the weight's gradient exists (zeros) before backward.
+      if (v.gradient_buffer) weight.mutable_grad() = at::zeros_like(weight);
+      const at::Tensor buffer = v.gradient_buffer ? weight.grad() : at::Tensor();
       HeadLogProbs out = head_logprobs(hidden, weight, at::tensor(p.targets, at::kLong), p.temperature,
-                                       HeadTiles{10, 64, v.kept_bytes}, compute, nullptr, 0, cast);
+                                       HeadTiles{10, 64, v.kept_bytes}, compute, nullptr, 0, cast, buffer);
       ((out.logprobs * grad_lp).sum() + (out.entropy * grad_h).sum()).backward();
       REQUIRE(hidden.grad().isfinite().all().item<bool>());
       REQUIRE(weight.grad().isfinite().all().item<bool>());
+      if (v.gradient_buffer) CHECK(weight.grad().data_ptr() == buffer.data_ptr());  // added in place
       grads.push_back(out.logprobs.detach());
       grads.push_back(hidden.grad());
       grads.push_back(weight.grad());
