@@ -16,8 +16,7 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The operands rounded to the compute dtype once and saved: backward reuses them. Inputs:
-// x, then the n weights, then their n kept casts (undefined where none).
+// The operands rounded to the compute dtype once and saved: backward reuses them.
 class FusedLinears : public torch::autograd::Function<FusedLinears> {
  public:
   // The weights go in as an at::TensorList: libtorch's Function takes its tensors as inputs
@@ -106,6 +105,18 @@ at::Tensor gradient_buffer_of(const at::Tensor& parameter) {
   return usable ? grad : at::Tensor();
 }
 
+void check_kept_cast_and_buffer(const char* what, const at::Tensor& weight, at::ScalarType compute,
+                                const at::Tensor& cast, const at::Tensor& buffer) {
+  TANDEM_CHECK(!cast.defined() || (cast.scalar_type() == compute && cast.sizes() == weight.sizes()),
+               "{}: the weight's kept cast must be {} [{}], got {} [{}]", what, c10::toString(compute),
+               fmt::join(weight.sizes(), ", "), c10::toString(cast.scalar_type()), fmt::join(cast.sizes(), ", "));
+  TANDEM_CHECK(!buffer.defined() || (buffer.scalar_type() == at::kFloat && buffer.sizes() == weight.sizes() &&
+                                     buffer.device() == weight.device() && buffer.stride(-1) == 1),
+               "{}: the weight's gradient buffer must be float32 [{}] on the weight's device with contiguous rows, "
+               "got {} [{}]",
+               what, fmt::join(weight.sizes(), ", "), c10::toString(buffer.scalar_type()), fmt::join(buffer.sizes(), ", "));
+}
+
 std::vector<at::Tensor> fused_linears(const at::Tensor& x, const std::vector<at::Tensor>& weights,
                                       at::ScalarType compute, const std::vector<at::Tensor>& weights_in_compute,
                                       const std::vector<at::Tensor>& gradient_buffers) {
@@ -114,13 +125,6 @@ std::vector<at::Tensor> fused_linears(const at::Tensor& x, const std::vector<at:
                "fused_linears: {} weights but {} kept casts", weights.size(), weights_in_compute.size());
   TANDEM_CHECK(gradient_buffers.empty() || gradient_buffers.size() == weights.size(),
                "fused_linears: {} weights but {} gradient buffers", weights.size(), gradient_buffers.size());
-  for (size_t i = 0; i < gradient_buffers.size(); ++i) {
-    const at::Tensor& buffer = gradient_buffers[i];
-    TANDEM_CHECK(!buffer.defined() || (buffer.scalar_type() == at::kFloat && buffer.device().is_cpu() &&
-                                       buffer.sizes() == weights[i].sizes() && buffer.stride(-1) == 1),
-                 "fused_linear: a gradient buffer must be float32 [{}] on the CPU with contiguous rows",
-                 fmt::join(weights[i].sizes(), ", "));
-  }
   for (size_t i = 0; i < weights.size(); ++i) {
     const at::Tensor& weight = weights[i];
     TANDEM_CHECK(fused_linear_applies(x, weight, compute),
@@ -130,11 +134,9 @@ std::vector<at::Tensor> fused_linears(const at::Tensor& x, const std::vector<at:
     TANDEM_CHECK(x.dim() >= 1 && weight.dim() == 2 && weight.size(1) == x.size(-1),
                  "fused_linear: weight [{}] does not match the last dimension of x [{}]", fmt::join(weight.sizes(), ", "),
                  fmt::join(x.sizes(), ", "));
-    if (weights_in_compute.empty()) continue;
-    const at::Tensor& cast = weights_in_compute[i];
-    TANDEM_CHECK(!cast.defined() || (cast.scalar_type() == compute && cast.sizes() == weight.sizes()),
-                 "fused_linear: the weight's kept cast must be {} [{}], got {} [{}]", c10::toString(compute),
-                 fmt::join(weight.sizes(), ", "), c10::toString(cast.scalar_type()), fmt::join(cast.sizes(), ", "));
+    check_kept_cast_and_buffer("fused_linear", weight, compute,
+                               weights_in_compute.empty() ? at::Tensor() : weights_in_compute[i],
+                               gradient_buffers.empty() ? at::Tensor() : gradient_buffers[i]);
   }
   const std::vector<at::Tensor> casts = weights_in_compute.empty() ? variable_list(weights.size()) : weights_in_compute;
   const std::vector<at::Tensor> buffers = gradient_buffers.empty() ? variable_list(weights.size()) : gradient_buffers;

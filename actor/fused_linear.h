@@ -50,6 +50,12 @@ std::vector<at::Tensor> fused_linears(const at::Tensor& x, const std::vector<at:
 // for anything else (no gradient yet, a sparse one, a tensor that takes no gradient).
 at::Tensor gradient_buffer_of(const at::Tensor& parameter);
 
+// Checks what a caller hands over with a weight, each part possibly undefined: its kept
+// cast (`compute`, the weight's shape) and its gradient buffer (float32, the weight's shape
+// and device, contiguous rows). `what` names the caller in the error.
+void check_kept_cast_and_buffer(const char* what, const at::Tensor& weight, at::ScalarType compute,
+                                const at::Tensor& cast, const at::Tensor& buffer);
+
 // Whether fused_linear takes these tensors; callers use at::linear otherwise (CUDA
 // learners, float64 reference models).
 bool fused_linear_applies(const at::Tensor& x, const at::Tensor& weight, at::ScalarType compute);

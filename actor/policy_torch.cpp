@@ -139,27 +139,14 @@ const at::Tensor& PolicyModel::param(const std::string& name) const {
 }
 
 at::Tensor PolicyModel::linear(const at::Tensor& x, const std::string& name, const std::string& bias_name) const {
-  at::Tensor y = product(x, param(name));
-  if (!bias_name.empty()) y = y + param(bias_name).to(y.scalar_type());
-  const at::Tensor adapted = adapter_term(x, name);
-  return adapted.defined() ? y + adapted : y;
+  return linears(x, {name}, {bias_name})[0];
 }
 
 std::vector<at::Tensor> PolicyModel::linears(const at::Tensor& x, const std::vector<std::string>& names,
                                              const std::vector<std::string>& bias_names) const {
-  std::vector<at::Tensor> weights, casts, gradient_buffers;
-  bool fused = true;
-  for (const std::string& name : names) {
-    weights.push_back(param(name));
-    casts.push_back(kept_cast_weight(weights.back()));
-    gradient_buffers.push_back(gradient_buffer_of(weights.back()));
-    fused = fused && fused_linear_applies(x, weights.back(), compute_);
-  }
-  // One node over the shared input (actor/fused_linear.h), else one product each.
-  std::vector<at::Tensor> out;
-  if (fused) out = fused_linears(x, weights, compute_, casts, gradient_buffers);
-  else
-    for (const at::Tensor& w : weights) out.push_back(product(x, w));
+  std::vector<at::Tensor> weights;
+  for (const std::string& name : names) weights.push_back(param(name));
+  std::vector<at::Tensor> out = products(x, weights);
   for (size_t i = 0; i < names.size(); ++i) {
     if (!bias_names[i].empty()) out[i] = out[i] + param(bias_names[i]).to(out[i].scalar_type());
     const at::Tensor adapted = adapter_term(x, names[i]);
@@ -168,12 +155,24 @@ std::vector<at::Tensor> PolicyModel::linears(const at::Tensor& x, const std::vec
   return out;
 }
 
-at::Tensor PolicyModel::product(const at::Tensor& x, const at::Tensor& weight) const {
-  // The CPU's float32 activations: one node, oneDNN products (actor/fused_linear.h).
-  if (fused_linear_applies(x, weight, compute_)) {
-    return fused_linears(x, {weight}, compute_, {kept_cast_weight(weight)}, {gradient_buffer_of(weight)})[0];
+at::Tensor PolicyModel::product(const at::Tensor& x, const at::Tensor& weight) const { return products(x, {weight})[0]; }
+
+std::vector<at::Tensor> PolicyModel::products(const at::Tensor& x, const std::vector<at::Tensor>& weights) const {
+  bool fused = true;
+  for (const at::Tensor& w : weights) fused = fused && fused_linear_applies(x, w, compute_);
+  std::vector<at::Tensor> out;
+  if (!fused) {  // CUDA learners, float64 reference models: libtorch's products, one each
+    for (const at::Tensor& w : weights) out.push_back(at::linear(x.to(compute_), w.to(compute_)).to(x.scalar_type()));
+    return out;
   }
-  return at::linear(x.to(compute_), weight.to(compute_)).to(x.scalar_type());
+  // The CPU's float32 activations: one node over the shared input, oneDNN products
+  // (actor/fused_linear.h), reading kept casts and adding into gradient buffers where there are.
+  std::vector<at::Tensor> casts, gradient_buffers;
+  for (const at::Tensor& w : weights) {
+    casts.push_back(kept_cast_weight(w));
+    gradient_buffers.push_back(gradient_buffer_of(w));
+  }
+  return fused_linears(x, weights, compute_, casts, gradient_buffers);
 }
 
 void PolicyModel::set_keep_cast_weights(bool keep) const {

@@ -160,6 +160,8 @@ class PolicyModel {
                                   const std::vector<std::string>& bias_names) const;
   // x · weightᵀ, the product in the compute dtype, returned in x's dtype.
   at::Tensor product(const at::Tensor& x, const at::Tensor& weight) const;
+  // product() of one x with each of `weights`, as one node where oneDNN's products apply.
+  std::vector<at::Tensor> products(const at::Tensor& x, const std::vector<at::Tensor>& weights) const;
   // a · b (batched) in the compute dtype, returned in a's dtype.
   at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) const;
   // Self-attention over the heads this rank holds, o_proj applied: under tensor

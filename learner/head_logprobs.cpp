@@ -1,5 +1,6 @@
 #include "learner/head_logprobs.h"
 
+#include "actor/fused_linear.h"
 #include "actor/onednn_matmul.h"
 
 #include "core/error.h"
@@ -339,16 +340,7 @@ HeadLogProbs head_logprobs(const at::Tensor& hidden, const at::Tensor& weight, c
                "head_logprobs: tiles must be positive and the kept logits' bytes not negative, got {} x {}, {}",
                tiles.rows, tiles.vocab, tiles.kept_logits_bytes);
   const at::ScalarType dtype = compute.value_or(hidden.scalar_type());
-  TANDEM_CHECK(!weight_in_compute.defined() ||
-                   (weight_in_compute.scalar_type() == dtype && weight_in_compute.sizes() == weight.sizes()),
-               "head_logprobs: the weight's kept cast must be {} {}, got {} {}", c10::toString(dtype),
-               c10::str(weight.sizes()), c10::toString(weight_in_compute.scalar_type()),
-               c10::str(weight_in_compute.sizes()));
-  TANDEM_CHECK(!gradient_buffer.defined() ||
-                   (gradient_buffer.scalar_type() == at::kFloat && gradient_buffer.sizes() == weight.sizes() &&
-                    gradient_buffer.device() == weight.device() && gradient_buffer.stride(-1) == 1),
-               "head_logprobs: the weight's gradient buffer must be float32 {} with contiguous rows, got {} {}",
-               c10::str(weight.sizes()), c10::toString(gradient_buffer.scalar_type()), c10::str(gradient_buffer.sizes()));
+  check_kept_cast_and_buffer("head_logprobs", weight, dtype, weight_in_compute, gradient_buffer);
   // Ids of this rank's rows count from 0; a target on another rank falls outside every tile.
   const at::Tensor local_targets = vocab ? targets - vocab_offset : targets;
   const bool needs_graph = at::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());

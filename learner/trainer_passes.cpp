@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <optional>
 #include <vector>
 
 namespace tandem {
@@ -80,18 +79,18 @@ UpdateMetrics Trainer::train(const std::vector<std::vector<TrainingSample>>& min
       const AggregationScale scale = m.global_scale(share);
       m.zero_gradients();
       const int64_t count = static_cast<int64_t>((share.size() + micro - 1) / micro);
-      std::optional<KeepCastWeights> keep_casts;  // the weights' casts, until the optimizer step
-      keep_casts.emplace(&m.model, m.strategy != Strategy::fsdp);
-      for (int64_t i = 0; i < m.micro_batches_to_run(count); ++i) {
-        m.micro_index = i;
-        const size_t begin = static_cast<size_t>(i) * micro;
-        if (begin < share.size()) {
-          accumulate(total, m.micro_batch(m.micro_batch_of(share, begin, std::min(share.size(), begin + micro)), scale));
-        } else {
-          m.micro_batch(m.idle_micro_batch(), scale);  // keeps the per-layer collectives in step
+      {
+        const KeepCastWeights keep_casts(&m.model, m.strategy != Strategy::fsdp);  // until the optimizer step
+        for (int64_t i = 0; i < m.micro_batches_to_run(count); ++i) {
+          m.micro_index = i;
+          const size_t begin = static_cast<size_t>(i) * micro;
+          if (begin < share.size()) {
+            accumulate(total, m.micro_batch(m.micro_batch_of(share, begin, std::min(share.size(), begin + micro)), scale));
+          } else {
+            m.micro_batch(m.idle_micro_batch(), scale);  // keeps the per-layer collectives in step
+          }
         }
       }
-      keep_casts.reset();
       const OptimizerConfig& opt = m.options.learner.optimizer;
       m.lr = scheduled_learning_rate(opt.lr, opt.schedule, opt.warmup_steps, m.steps, m.options.total_optimizer_steps);
       grad_norm_sum += m.synchronise_and_step(*m.adam, m.lr);

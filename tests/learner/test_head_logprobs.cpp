@@ -330,7 +330,8 @@ TEST_CASE("head_logprobs: logits kept from forward, or a kept cast of the weight
   // No tolerance: all read the same products of the same operands through the same kernel
   // in this process, so any difference is a kept tile read from the wrong place (or a kept
   // cast that is not the weight's). A gradient buffer starts at zero, and a product added
-  // to zero is the product (the 24-deep products are never split along their depth).
+  // to zero is the product: each tile's weight-gradient product is at most 10 deep (the
+  // tile's rows), too short for any kernel to split along its depth.
   // Uneven tiles over both dimensions; float32 and bf16 products.
   std::mt19937_64 rng(std::random_device{}());
   const uint64_t seed = rng();
