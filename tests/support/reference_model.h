@@ -5,6 +5,7 @@
 
 #include "actor/model_config.h"
 #include "actor/model_weights.h"
+#include "core/half.h"
 
 #include <cmath>
 #include <random>
@@ -69,7 +70,23 @@ inline void ref_rope(double* head, int64_t head_dim, int64_t pos, const ModelCon
 
 // Logits [tokens][vocab] of one sequence starting at position 0 (a classifier's, config
 // num_labels > 0: [tokens][labels] through score.weight).
-inline Matrix reference_logits(const ModelConfig& c, const ModelWeights& w, const std::vector<int32_t>& tokens) {
+// Which values the forward rounds to bfloat16 on the way (as a backend does that
+// multiplies bf16 pairs): none by default, the exact float64 forward.
+struct ReferenceRounding {
+  // Every matrix product's input row (the q/k/v input, the attention output, the gate/up
+  // input, the down input, the head's input) rounded to the nearest bfloat16 first.
+  bool bf16_product_inputs = false;
+};
+
+// Rounds `x` to the nearest bfloat16 when `on` (through float32, as a float32 backend would).
+inline void ref_round_bf16(std::vector<double>& x, bool on) {
+  if (!on) return;
+  for (double& v : x) v = bf16_to_float(float_to_bf16(static_cast<float>(v)));
+}
+
+inline Matrix reference_logits(const ModelConfig& c, const ModelWeights& w, const std::vector<int32_t>& tokens,
+                               ReferenceRounding rounding = {}) {
+  const bool round_inputs = rounding.bf16_product_inputs;
   const int64_t n = static_cast<int64_t>(tokens.size()), hd = c.head_dim, hidden = c.hidden_size;
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
   const WeightTensor& embed = w.get("model.embed_tokens.weight");
@@ -84,6 +101,7 @@ inline Matrix reference_logits(const ModelConfig& c, const ModelWeights& w, cons
     for (int64_t t = 0; t < n; ++t) {
       std::vector<double> h = x[t];
       ref_rms_norm(h.data(), hidden, w.get(p + "input_layernorm.weight"), 0, c.rms_norm_eps);
+      ref_round_bf16(h, round_inputs);
       q[t] = ref_linear(w.get(p + "self_attn.q_proj.weight"), h, opt(p + "self_attn.q_proj.bias"));
       k[t] = ref_linear(w.get(p + "self_attn.k_proj.weight"), h, opt(p + "self_attn.k_proj.bias"));
       v[t] = ref_linear(w.get(p + "self_attn.v_proj.weight"), h, opt(p + "self_attn.v_proj.bias"));
@@ -113,13 +131,16 @@ inline Matrix reference_logits(const ModelConfig& c, const ModelWeights& w, cons
         for (int64_t j = 0; j <= t; ++j)
           for (int64_t d = 0; d < hd; ++d) attn[hh * hd + d] += score[j] / total * v[j][g * hd + d];
       }
+      ref_round_bf16(attn, round_inputs);
       std::vector<double> o = ref_linear(w.get(p + "self_attn.o_proj.weight"), attn, opt(p + "self_attn.o_proj.bias"));
       for (int64_t i = 0; i < hidden; ++i) x[t][i] += o[i];
       std::vector<double> h = x[t];
       ref_rms_norm(h.data(), hidden, w.get(p + "post_attention_layernorm.weight"), 0, c.rms_norm_eps);
+      ref_round_bf16(h, round_inputs);
       std::vector<double> gate = ref_linear(w.get(p + "mlp.gate_proj.weight"), h, nullptr);
       std::vector<double> up = ref_linear(w.get(p + "mlp.up_proj.weight"), h, nullptr);
       for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
+      ref_round_bf16(gate, round_inputs);
       std::vector<double> down = ref_linear(w.get(p + "mlp.down_proj.weight"), gate, nullptr);
       for (int64_t i = 0; i < hidden; ++i) x[t][i] += down[i];
     }
@@ -130,6 +151,7 @@ inline Matrix reference_logits(const ModelConfig& c, const ModelWeights& w, cons
   Matrix logits(n);
   for (int64_t t = 0; t < n; ++t) {
     ref_rms_norm(x[t].data(), hidden, w.get("model.norm.weight"), 0, c.rms_norm_eps);
+    ref_round_bf16(x[t], round_inputs);
     logits[t] = ref_linear(head, x[t], nullptr);
   }
   return logits;
