@@ -41,6 +41,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <optional>
 #include <cstdio>
 #include <random>
 #include <sstream>
@@ -353,10 +354,10 @@ std::vector<nlohmann::json> run_ranks(const char* self, const Args& a, const std
 }  // namespace
 
 int main(int argc, char** argv) {
-  // The environment tandem's workers run with (core/math_environment.h), for this process
-  // and its ranks. The PyTorch reference gets the same OpenBLAS kernels but libgomp's
-  // default waiting.
-  reexec_with_math_environment(argv);
+  // The environment tandem's learner workers run with on a synchronous run
+  // (core/math_environment.h: they compute alone), for this process and its ranks. The
+  // PyTorch reference gets the same OpenBLAS kernels but libgomp's default waiting.
+  reexec_with_math_environment(argv, /*computes_alone=*/true);
   keep_freed_memory_for_reuse();  // as in tandem's workers (core/heap_reuse.h)
   const Args a = parse(argc, argv);
   const std::string model_dir = resolve_model_path(a.model);
@@ -376,9 +377,17 @@ int main(int argc, char** argv) {
   tandem["mfu_goal"] = goal_mfu;
   print(tandem);
   if (a.torch) {
-    ::unsetenv("OMP_WAIT_POLICY");
+    const std::vector<std::string> ours = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"};
+    std::vector<std::optional<std::string>> saved;
+    for (const std::string& name : ours) {
+      const char* value = std::getenv(name.c_str());
+      saved.push_back(value ? std::optional<std::string>(value) : std::nullopt);
+      ::unsetenv(name.c_str());
+    }
     nlohmann::json reference = torch_reference(a, model_dir);
-    ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    for (size_t i = 0; i < ours.size(); ++i) {
+      if (saved[i]) ::setenv(ours[i].c_str(), saved[i]->c_str(), 1);
+    }
     reference["bench"] = "learner_cpu";
     reference["impl"] = "pytorch_eager";
     // The same model FLOPs per train token as tandem's step.

@@ -41,9 +41,15 @@ bool uses_wide_vectors(const std::string& core) {
 
 }  // namespace
 
-std::vector<std::string> missing_math_environment() {
+std::vector<std::string> missing_math_environment(bool computes_alone) {
   std::vector<std::string> missing;
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr) missing.push_back("OMP_WAIT_POLICY=PASSIVE");
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
+    missing.push_back("OMP_WAIT_POLICY=PASSIVE");
+    // Only with our passive policy: a wait policy the user chose is theirs.
+    if (computes_alone && std::getenv("GOMP_SPINCOUNT") == nullptr) {
+      missing.push_back("GOMP_SPINCOUNT=" + std::to_string(kOpenMpSpins));
+    }
+  }
   if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
     const std::string loaded = loaded_openblas_core(), best = best_openblas_core();
     if (!loaded.empty() && !best.empty() && !uses_wide_vectors(loaded)) missing.push_back("OPENBLAS_CORETYPE=" + best);
@@ -51,8 +57,8 @@ std::vector<std::string> missing_math_environment() {
   return missing;
 }
 
-void reexec_with_math_environment(char** argv) {
-  const std::vector<std::string> missing = missing_math_environment();
+void reexec_with_math_environment(char** argv, bool computes_alone) {
+  const std::vector<std::string> missing = missing_math_environment(computes_alone);
   if (missing.empty()) return;
   for (const std::string& setting : missing) {
     const size_t equals = setting.find('=');

@@ -23,11 +23,20 @@ namespace tandem {
 // Sets the variables above that are missing (one the user set is never changed) and
 // re-executes this program with the same arguments; returns, doing nothing more, when
 // none is missing or the re-exec fails.
-void reexec_with_math_environment(char** argv);
+// `computes_alone`: see missing_math_environment.
+void reexec_with_math_environment(char** argv, bool computes_alone = false);
 
 // The variables (NAME=VALUE) this process should have had at start and does not. A
 // launcher gives them to the workers it starts (the same program, the same libraries):
 // those then start once, without the re-execution, which costs a whole start-up (~0.6 s).
-std::vector<std::string> missing_math_environment();
+// `computes_alone`: while this process computes, nothing else busy shares its cores (a
+// learner of a synchronous run: the rollout workers wait while it trains; a benchmark).
+// Its OpenMP threads then wait for the next parallel region by spinning briefly before
+// they sleep (kOpenMpSpins), instead of sleeping at once.
+std::vector<std::string> missing_math_environment(bool computes_alone = false);
+
+// libgomp's spin count (GOMP_SPINCOUNT) for a process that computes alone: ~0.3 ms at
+// libgomp's own estimate of 100,000 spins a millisecond.
+constexpr long kOpenMpSpins = 30000;
 
 }  // namespace tandem

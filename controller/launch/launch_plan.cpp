@@ -7,6 +7,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <thread>
+
 namespace tandem {
 namespace {
 
@@ -16,6 +19,17 @@ std::string tcp_endpoint(const std::string& host, int64_t port) {
 }
 
 }  // namespace
+
+std::set<std::string> roles_computing_alone(const Config& c) {
+  // Asynchronous: rollout generates while the learners train, on the same cores when local.
+  // Elsewhere (Slurm, external): other jobs' processes may share the cores.
+  if (c.launcher.kind != "local" || c.algorithm.async.max_staleness > 0) return {};
+  const int64_t cores = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+  const int64_t workers = std::max<int64_t>(1, c.learner.workers);
+  const int64_t threads = c.learner.threads > 0 ? c.learner.threads : std::max<int64_t>(1, cores / workers);
+  if (threads * workers > cores) return {};  // the ranks' own threads outnumber the cores
+  return {"learner", "colocated"};
+}
 
 bool curve_wanted(const std::string& auth, const std::string& bind_address) {
   // Any tcp endpoint, loopback included: another user of the host can reach 127.0.0.1
@@ -28,6 +42,7 @@ LaunchPlan plan_launch(const Config& c, const std::string& run_dir, const std::s
   const LauncherConfig& l = c.launcher;
   LaunchPlan plan;
   plan.pool = pool_options_from_config(l, run_dir + "/logs", socket_dir);
+  plan.pool.roles_computing_alone = roles_computing_alone(c);
   if (l.kind == "local") {
     if (!l.host.empty()) plan.pool.bind_address = tcp_endpoint(l.host, l.port);
     plan.launcher = make_local_launcher(current_executable());

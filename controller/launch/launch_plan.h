@@ -6,6 +6,7 @@
 #include "controller/workers/worker_pool.h"
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,11 @@ struct LaunchPlan {
 // on. Throws UsageError when the kind cannot run here (slurm outside an allocation).
 LaunchPlan plan_launch(const Config& config, const std::string& run_dir, const std::string& socket_dir,
                        const std::vector<WorkerId>& workers);
+
+// The worker roles that have their cores to themselves while they compute: the learner's
+// (and colocated workers') on a synchronous run this host's launcher starts, when its
+// ranks' threads fit the host's cores. Empty otherwise.
+std::set<std::string> roles_computing_alone(const Config& config);
 
 // Whether launcher.auth asks for CURVE on a control plane bound at `bind_address`.
 bool curve_wanted(const std::string& auth, const std::string& bind_address);

@@ -23,6 +23,9 @@ struct LaunchRequest {
   double controller_timeout_s = 10.0;
   size_t max_message_bytes = 64u << 20;
   std::string keys_path;  // the worker's CURVE key file; empty: no CURVE
+  // Nothing else busy shares the worker's cores while it computes (missing_math_environment
+  // in core/math_environment.h): its OpenMP threads may spin briefly between regions.
+  bool computes_alone = false;
 };
 
 // `tandem worker ...` for a request (no key material: the key file's path goes in the

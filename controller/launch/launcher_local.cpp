@@ -27,7 +27,9 @@ class LocalLauncher : public Launcher {
     SpawnOptions options;
     options.output_path = r.log_path;
     options.environment = worker_environment(r);
-    for (const std::string& setting : math_environment_) options.environment.push_back(setting);
+    for (const std::string& setting : r.computes_alone ? alone_math_environment_ : math_environment_) {
+      options.environment.push_back(setting);
+    }
     ChildProcess child = ChildProcess::spawn(worker_argv(binary_, r), options);
     int pid = child.pid();
     log::debug("launched {} as pid {}", r.id.name(), pid);
@@ -67,6 +69,7 @@ class LocalLauncher : public Launcher {
   std::string binary_;
   std::map<WorkerId, ChildProcess> children_;
   const std::vector<std::string> math_environment_ = missing_math_environment();
+  const std::vector<std::string> alone_math_environment_ = missing_math_environment(true);
 };
 
 // Workers started by someone else: their command lines go to a file, and their ends show

@@ -96,7 +96,8 @@ LaunchRequest WorkerPool::launch_request(const WorkerId& id) const {
                        // Workers outlive a slow controller event loop by a wide margin.
                        std::max(options_.heartbeat_timeout_s, 5.0 * options_.heartbeat_interval_s),
                        options_.max_message_bytes,
-                       options_.keys ? options_.keys->worker_key_path(id.name()) : std::string()};
+                       options_.keys ? options_.keys->worker_key_path(id.name()) : std::string(),
+                       options_.roles_computing_alone.count(id.role) > 0};
 }
 
 void WorkerPool::start(const std::vector<WorkerId>& ids) {

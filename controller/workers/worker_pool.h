@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,6 +54,9 @@ struct PoolOptions {
   // CURVE on the control channel: only these keys' workers get in, and each registers
   // only as the worker its key belongs to. Empty: no authentication (loopback, ipc).
   std::optional<RunKeys> keys;
+  // The roles whose workers have their cores to themselves while they compute
+  // (LaunchRequest::computes_alone).
+  std::set<std::string> roles_computing_alone;
 };
 
 // Options from the `launcher:` config section; ipc sockets live under `socket_dir`.

@@ -6,11 +6,20 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/net_address.h"
+#include "core/files.h"
+#include "core/math_environment.h"
 #include "core/process.h"
 
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <thread>
 
 using namespace tandem;
 
@@ -134,4 +143,105 @@ TEST_CASE("sbatch --parsable output gives the job id") {
   CHECK(parse_sbatch_job_id("77;cluster1\n") == "77");
   CHECK_THROWS_WITH_AS(parse_sbatch_job_id("sbatch: error: Batch job submission failed\n"),
                        doctest::Contains("did not print a job id"), Error);
+}
+
+TEST_CASE("a synchronous local run's learners compute alone; asynchronous, Slurm or oversubscribed ones do not") {
+  const auto config = [](const std::string& yaml) { return load_config_text(yaml, "<test>").config; };
+  const std::set<std::string> learners = {"learner", "colocated"};
+  CHECK(roles_computing_alone(config("experiment: {name: r}\n")) == learners);
+  CHECK(roles_computing_alone(config("experiment: {name: r}\nplacement: disaggregated\n")) == learners);
+  CHECK(roles_computing_alone(config("experiment: {name: r}\nplacement: disaggregated\nalgorithm: {async: {max_staleness: 1}}\n"))
+            .empty());
+  CHECK(roles_computing_alone(slurm_config()).empty());
+  const int64_t cores = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+  Config c = config("experiment: {name: r}\n");
+  c.learner.threads = cores;
+  CHECK(roles_computing_alone(c) == learners);
+  c.learner.threads = cores + 1;  // one rank's threads outnumber the cores
+  CHECK(roles_computing_alone(c).empty());
+  c.learner.threads = 0;          // 0: the cores shared out between the ranks
+  c.learner.workers = 2;
+  CHECK(roles_computing_alone(c) == learners);
+  c.learner.threads = cores;      // two ranks with every core each
+  CHECK(roles_computing_alone(c).empty());
+}
+
+namespace {
+
+// Sets (or, with nullptr, unsets) an environment variable for one scope.
+class ScopedVariable {
+ public:
+  ScopedVariable(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    value ? ::setenv(name, value, 1) : ::unsetenv(name);
+  }
+  ~ScopedVariable() { old_ ? ::setenv(name_.c_str(), old_->c_str(), 1) : ::unsetenv(name_.c_str()); }
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+bool contains(const std::vector<std::string>& settings, const std::string& setting) {
+  return std::find(settings.begin(), settings.end(), setting) != settings.end();
+}
+
+bool names(const std::vector<std::string>& settings, const std::string& name) {
+  return std::any_of(settings.begin(), settings.end(),
+                     [&](const std::string& s) { return s.rfind(name + "=", 0) == 0; });
+}
+
+}  // namespace
+
+TEST_CASE("the math environment: passive OpenMP waits, a brief spin for a process computing alone, the user's choice kept") {
+  const std::string spin = "GOMP_SPINCOUNT=" + std::to_string(kOpenMpSpins);
+  {
+    ScopedVariable policy("OMP_WAIT_POLICY", nullptr), count("GOMP_SPINCOUNT", nullptr);
+    CHECK(contains(missing_math_environment(), "OMP_WAIT_POLICY=PASSIVE"));
+    CHECK_FALSE(names(missing_math_environment(), "GOMP_SPINCOUNT"));
+    CHECK(contains(missing_math_environment(true), "OMP_WAIT_POLICY=PASSIVE"));
+    CHECK(contains(missing_math_environment(true), spin));
+  }
+  {  // a wait policy the user set: neither variable is added
+    ScopedVariable policy("OMP_WAIT_POLICY", "ACTIVE"), count("GOMP_SPINCOUNT", nullptr);
+    CHECK_FALSE(names(missing_math_environment(true), "OMP_WAIT_POLICY"));
+    CHECK_FALSE(names(missing_math_environment(true), "GOMP_SPINCOUNT"));
+  }
+  {  // a spin count the user set is not replaced
+    ScopedVariable policy("OMP_WAIT_POLICY", nullptr), count("GOMP_SPINCOUNT", "5");
+    CHECK(contains(missing_math_environment(true), "OMP_WAIT_POLICY=PASSIVE"));
+    CHECK_FALSE(names(missing_math_environment(true), "GOMP_SPINCOUNT"));
+  }
+}
+
+TEST_CASE("the local launcher gives a worker computing alone the spin count, and others only the passive policy") {
+  ScopedVariable policy("OMP_WAIT_POLICY", nullptr), count("GOMP_SPINCOUNT", nullptr);
+  TempDir dir("tandem-launch-env-");
+  // A stand-in for the tandem binary: prints the OpenMP variables it was started with.
+  const std::string binary = dir.path() + "/fake-tandem";
+  {
+    std::ofstream script(binary);
+    script << "#!/bin/sh\necho \"policy=${OMP_WAIT_POLICY-unset} spins=${GOMP_SPINCOUNT-unset}\"\n";
+  }
+  REQUIRE(::chmod(binary.c_str(), 0755) == 0);
+  std::unique_ptr<Launcher> launcher = make_local_launcher(binary);
+  const auto started_with = [&](bool computes_alone, uint32_t rank) {
+    LaunchRequest request;
+    request.id = {"learner", rank};
+    request.controller_address = "ipc:///nonexistent";
+    request.log_path = dir.path() + "/worker-" + std::to_string(rank) + ".log";
+    request.computes_alone = computes_alone;
+    REQUIRE(launcher->launch(request) > 0);
+    for (int waited_ms = 0; waited_ms < 10000; waited_ms += 10) {
+      const auto ended = launcher->reap();
+      if (!ended.empty()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::ifstream log(request.log_path);
+    std::string line;
+    std::getline(log, line);
+    return line;
+  };
+  CHECK(started_with(true, 0) == "policy=PASSIVE spins=" + std::to_string(kOpenMpSpins));
+  CHECK(started_with(false, 1) == "policy=PASSIVE spins=unset");
 }
