@@ -6,6 +6,14 @@
 //   engine's pool, reward workers, a second rank) a spinning thread burns the timeslice
 //   that the thread it waits for needs: a learner step took 5-6.5 s instead of 0.8 s that
 //   way (issue 15).
+// - GOMP_SPINCOUNT, for a process that computes alone (below): sleeping at once costs
+//   every parallel region a wake-up, 63-104 us on this project's 2-core VMs against 2-8
+//   us for a thread still spinning, and a small model's learner step runs hundreds of
+//   regions: bench/learner_cpu's small bf16 step took 0.33-0.43 s passive against
+//   0.26-0.30 s with 30,000 spins (alternating runs). With PASSIVE and an explicit count
+//   libgomp spins that long, and not at all when its own threads outnumber the cores.
+//   Alone only: two such processes sharing two cores took 3.4 times as long per step
+//   with 20,000 spins.
 // - OPENBLAS_CORETYPE: OpenBLAS 0.3.21 (Debian 12) does not know newer CPUs and falls back
 //   to its SSE3 "Prescott" kernels on them (this project's Xeon VMs with AVX-512: a
 //   learner step 2.0 s instead of 0.56 s). When the kernels it picked are older than the
