@@ -19,7 +19,7 @@
 //   learner step 2.0 s instead of 0.56 s). When the kernels it picked are older than the
 //   CPU's vector units allow, the best kernels the CPU can run are named instead.
 //
-// Both are read at library load, so they must be in the environment before the process
+// All are read at library load, so they must be in the environment before the process
 // starts: the process re-executes itself with them.
 #pragma once
 
