@@ -20,14 +20,23 @@ std::string tcp_endpoint(const std::string& host, int64_t port) {
 
 }  // namespace
 
+namespace {
+
+int64_t this_host_cores() { return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())); }
+
+}  // namespace
+
+int64_t learner_threads_per_rank(const Config& c) {
+  return c.learner.threads > 0 ? c.learner.threads
+                               : std::max<int64_t>(1, this_host_cores() / std::max<int64_t>(1, c.learner.workers));
+}
+
 std::set<std::string> roles_computing_alone(const Config& c) {
   // Asynchronous: rollout generates while the learners train, on the same cores when local.
   // Elsewhere (Slurm, external): other jobs' processes may share the cores.
   if (c.launcher.kind != "local" || c.algorithm.async.max_staleness > 0) return {};
-  const int64_t cores = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
-  const int64_t workers = std::max<int64_t>(1, c.learner.workers);
-  const int64_t threads = c.learner.threads > 0 ? c.learner.threads : std::max<int64_t>(1, cores / workers);
-  if (threads * workers > cores) return {};  // the ranks' own threads outnumber the cores
+  // The ranks' own threads must not outnumber the cores.
+  if (learner_threads_per_rank(c) * std::max<int64_t>(1, c.learner.workers) > this_host_cores()) return {};
   return {"learner", "colocated"};
 }
 

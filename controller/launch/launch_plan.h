@@ -25,6 +25,10 @@ struct LaunchPlan {
 LaunchPlan plan_launch(const Config& config, const std::string& run_dir, const std::string& socket_dir,
                        const std::vector<WorkerId>& workers);
 
+// Intra-op threads of each learner rank: learner.threads, or 0: this host's cores shared
+// out between the ranks (one each at least).
+int64_t learner_threads_per_rank(const Config& config);
+
 // The worker roles that have their cores to themselves while they compute: the learner's
 // (and colocated workers') on a synchronous run this host's launcher starts, when its
 // ranks' threads fit the host's cores. Empty otherwise.

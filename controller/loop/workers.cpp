@@ -2,6 +2,7 @@
 // that survive a worker's death (collect), checkpoints, restore, recovery.
 #include "controller/loop/training_loop_impl.h"
 
+#include "controller/launch/launch_plan.h"
 #include "controller/workers/learner_client.h"
 #include "controller/workers/rollout_client.h"
 #include "core/files.h"
@@ -87,8 +88,7 @@ void TrainingLoop::init_learners(const std::vector<WorkerId>& workers) {
     args.rendezvous = c_.learner.workers > 1 ? rendezvous : std::string();
     args.total_optimizer_steps = optimizer_steps;
     args.reward_model = reward_model();
-    args.threads = static_cast<int>(c_.learner.threads > 0 ? c_.learner.threads
-                                                           : std::max<int64_t>(1, host_cores() / c_.learner.workers));
+    args.threads = static_cast<int>(learner_threads_per_rank(c_));
     pending.push_back(pool_.send(workers[static_cast<size_t>(r)], "learner_init", learner_client::init_body(args)));
   }
   pool_.wait(pending);

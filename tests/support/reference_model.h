@@ -68,8 +68,6 @@ inline void ref_rope(double* head, int64_t head_dim, int64_t pos, const ModelCon
   }
 }
 
-// Logits [tokens][vocab] of one sequence starting at position 0 (a classifier's, config
-// num_labels > 0: [tokens][labels] through score.weight).
 // Which values the forward rounds to bfloat16 on the way (as a backend does that
 // multiplies bf16 pairs): none by default, the exact float64 forward.
 struct ReferenceRounding {
@@ -84,6 +82,9 @@ inline void ref_round_bf16(std::vector<double>& x, bool on) {
   for (double& v : x) v = bf16_to_float(float_to_bf16(static_cast<float>(v)));
 }
 
+// Logits [tokens][vocab] of one sequence starting at position 0 (a classifier's, config
+// num_labels > 0: [tokens][labels] through score.weight).
+// `rounding`: which values it rounds to bfloat16 on the way.
 inline Matrix reference_logits(const ModelConfig& c, const ModelWeights& w, const std::vector<int32_t>& tokens,
                                ReferenceRounding rounding = {}) {
   const bool round_inputs = rounding.bf16_product_inputs;
