@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 
-#include <ATen/Parallel.h>
+#include "actor/aten_parallel.h"
 #include <Eigen/Core>
 #include <torch/csrc/autograd/custom_function.h>
 

@@ -8,7 +8,7 @@
 #include "learner/tensor_parallel_ops.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
+#include "actor/aten_parallel.h"
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>

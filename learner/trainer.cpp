@@ -13,7 +13,7 @@
 #include "learner/trainer_impl.h"
 #include "core/trace.h"
 
-#include <ATen/Parallel.h>
+#include "actor/aten_parallel.h"
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/util/accumulate.h>
