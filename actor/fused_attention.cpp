@@ -1,8 +1,8 @@
 #include "actor/fused_attention.h"
 
+#include "actor/aten_parallel.h"
 #include "core/error.h"
 
-#include "actor/aten_parallel.h"
 #include <Eigen/Core>
 #include <torch/csrc/autograd/custom_function.h>
 

@@ -1,8 +1,8 @@
 #include "actor/fused_layer_ops.h"
 
+#include "actor/aten_parallel.h"
 #include "core/error.h"
 
-#include "actor/aten_parallel.h"
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>

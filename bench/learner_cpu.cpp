@@ -39,13 +39,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <functional>
 #include <map>
 #include <optional>
 #include <cstdio>
 #include <random>
 #include <sstream>
+#include <thread>
 
 using namespace tandem;
 using Clock = std::chrono::steady_clock;

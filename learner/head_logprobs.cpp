@@ -1,5 +1,6 @@
 #include "learner/head_logprobs.h"
 
+#include "actor/aten_parallel.h"
 #include "actor/fused_linear.h"
 #include "actor/onednn_matmul.h"
 
@@ -8,7 +9,6 @@
 #include "learner/tensor_parallel_ops.h"
 
 #include <ATen/ATen.h>
-#include "actor/aten_parallel.h"
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>

@@ -5,6 +5,7 @@
 // micro-batch in trainer_fsdp.cpp, checkpoints in trainer_checkpoint.cpp.
 #include "learner/trainer.h"
 
+#include "actor/aten_parallel.h"
 #include "actor/fused_layer_ops.h"
 #include "actor/lora.h"
 #include "learner/head_logprobs.h"
@@ -13,7 +14,6 @@
 #include "learner/trainer_impl.h"
 #include "core/trace.h"
 
-#include "actor/aten_parallel.h"
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/util/accumulate.h>

@@ -20,15 +20,11 @@ std::string tcp_endpoint(const std::string& host, int64_t port) {
 
 }  // namespace
 
-namespace {
-
-int64_t this_host_cores() { return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())); }
-
-}  // namespace
+int64_t host_cores() { return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())); }
 
 int64_t learner_threads_per_rank(const Config& c) {
   return c.learner.threads > 0 ? c.learner.threads
-                               : std::max<int64_t>(1, this_host_cores() / std::max<int64_t>(1, c.learner.workers));
+                               : std::max<int64_t>(1, host_cores() / std::max<int64_t>(1, c.learner.workers));
 }
 
 std::set<std::string> roles_computing_alone(const Config& c) {
@@ -36,7 +32,7 @@ std::set<std::string> roles_computing_alone(const Config& c) {
   // Elsewhere (Slurm, external): other jobs' processes may share the cores.
   if (c.launcher.kind != "local" || c.algorithm.async.max_staleness > 0) return {};
   // The ranks' own threads must not outnumber the cores.
-  if (learner_threads_per_rank(c) * std::max<int64_t>(1, c.learner.workers) > this_host_cores()) return {};
+  if (learner_threads_per_rank(c) * std::max<int64_t>(1, c.learner.workers) > host_cores()) return {};
   return {"learner", "colocated"};
 }
 

@@ -25,6 +25,9 @@ struct LaunchPlan {
 LaunchPlan plan_launch(const Config& config, const std::string& run_dir, const std::string& socket_dir,
                        const std::vector<WorkerId>& workers);
 
+// This host's logical cores (1 when the system cannot tell).
+int64_t host_cores();
+
 // Intra-op threads of each learner rank: learner.threads, or 0: this host's cores shared
 // out between the ranks (one each at least).
 int64_t learner_threads_per_rank(const Config& config);

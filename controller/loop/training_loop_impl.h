@@ -419,6 +419,4 @@ class TrainingLoop {
 // learner snapshots in learner.snapshot_dir.
 std::string snapshot_prefix();
 
-inline int64_t host_cores() { return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())); }
-
 }  // namespace tandem::training
