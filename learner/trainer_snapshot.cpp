@@ -6,7 +6,7 @@
 // arrays, written with pwrite: after the first use of a slot its pages stay allocated, so
 // a snapshot costs one copy of the rank's state. (Through a fresh shared mapping every
 // page faulted on each write: 110 ms for a 3.2M-parameter model's 38 MB on a 2-core VM,
-// taken from the rollout it overlaps, against ~5 ms with pwrite.) Its space is reserved
+// taken from the rollout it overlaps, against 7-10 ms with pwrite.) Its space is reserved
 // with fallocate first, so that a full tmpfs is an error here. The header's step is
 // written last; a file cut short never claims a step.
 #include "actor/model_weights.h"
