@@ -373,11 +373,9 @@ void CpuModel::attention(const ForwardBatch& batch, int64_t layer, const Rank& r
       scores[j] = Eigen::Map<const Eigen::VectorXf>(q, head_dim).dot(Eigen::Map<const Eigen::VectorXf>(k, head_dim)) * scale;
       max_score = std::max(max_score, scores[j]);
     }
+    cpu::exp_shifted(scores.data(), context, -max_score, scores.data());
     float sum = 0;
-    for (int64_t j = 0; j < context; ++j) {
-      scores[j] = std::exp(scores[j] - max_score);
-      sum += scores[j];
-    }
+    for (int64_t j = 0; j < context; ++j) sum += scores[j];
     float* out = &attn_[(token * heads + head) * head_dim];
     std::fill(out, out + head_dim, 0.0f);
     for (int64_t j = 0; j < context; ++j) {

@@ -21,6 +21,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -88,6 +90,43 @@ TEST_CASE("rms_norm, fused_add_rms_norm and silu_mul references agree with the C
     ref::silu_mul(gate_up.data(), rows, dim, silu_want.data());
     cpu::silu_mul(pool, gate.data(), up.data(), rows * dim, cpu.data());
     check_close("silu_mul", to_double(cpu), silu_want, kFloatOp);
+  }
+}
+
+TEST_CASE("the CPU backend's vector exp agrees with float64 exp, through underflow, overflow, infinities and NaN") {
+  auto rng = kernel_test_rng(16);
+  std::vector<float> x = {0.0f, -0.0f, 1.0f, -1.0f, 1e-30f, -1e-30f, 88.72f, 88.73f, 89.5f, 1e30f, -87.3f, -100.0f,
+                          -103.9f, -104.5f, -1e30f, INFINITY, -INFINITY, std::nanf("")};
+  std::uniform_real_distribution<float> wide(-110.0f, 95.0f);
+  std::normal_distribution<float> narrow(0.0f, 2.0f);
+  for (int i = 0; i < 4000; ++i) x.push_back(i % 2 ? wide(rng) : narrow(rng));
+  // Shifted by zero and by -1.5 (attention's softmax subtracts its maximum the same way).
+  for (const float shift : {0.0f, -1.5f}) {
+    std::vector<float> got(x.size());
+    cpu::exp_shifted(x.data(), static_cast<int64_t>(x.size()), shift, got.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float in = x[i] + shift, out = got[i];
+      INFO("exp(" << in << ") = " << out);
+      if (std::isnan(in)) {
+        CHECK(std::isnan(out));
+        continue;
+      }
+      const double want = std::exp(static_cast<double>(in));
+      if (want > std::numeric_limits<float>::max()) {
+        CHECK(out == INFINITY);
+        continue;
+      }
+      // About 8 float roundings of half an ulp (rollout/cpu_exp.h), plus half the smallest
+      // subnormal where the result underflows.
+      const double limit = 8 * 0.5 * std::numeric_limits<float>::epsilon() * want +
+                           0.5 * std::numeric_limits<float>::denorm_min();
+      CHECK(std::isfinite(out));
+      CHECK(std::abs(out - want) <= limit);
+    }
+    // A value's result does not depend on its lane or on the call's length.
+    std::vector<float> moved(x.size() - 3);
+    cpu::exp_shifted(x.data() + 3, static_cast<int64_t>(moved.size()), shift, moved.data());
+    CHECK(std::memcmp(moved.data(), got.data() + 3, moved.size() * sizeof(float)) == 0);
   }
 }
 
