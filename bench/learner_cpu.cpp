@@ -19,6 +19,9 @@
 // processed token (prompt and response) costs 6 x the parameters that multiply it (the layer
 // projections and the LM head; embeddings are lookups) plus 12 x layers x heads x head_dim x
 // its sequence length for attention (forward and backward, causality not discounted).
+// `products_alone_mfu`: the same FLOPs over the time the step's matrix products take timed
+// alone (products_alone_seconds): the MFU the products' own efficiency at these shapes
+// allows; the gap to `mfu` is the rest of the step.
 #include "actor/model_config.h"
 #include "actor/model_weights.h"
 #include "actor/onednn_matmul.h"
@@ -41,6 +44,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <optional>
@@ -168,6 +172,48 @@ double measured_peak_gflops(const std::string& precision) {
     }
   }
   return best;
+}
+
+// Seconds one optimizer step's matrix products take alone: every linear layer's forward,
+// input-gradient and weight-gradient products of one micro-batch, with the learner's
+// operand layouts (actor/fused_linear.cpp) and precision, each timed back to back through
+// onednn_matmul on operands of its own (the best of 3 rounds of 5), summed over the layers
+// and micro-batches; the LM head as one product each way over the response positions (the
+// learner tiles it). Model FLOPs over this time is the MFU of a step that did nothing but
+// these products: what the products' own efficiency at these shapes allows, against what
+// the rest of the step costs. 0 without oneDNN.
+double products_alone_seconds(const ModelConfig& c, const Args& a) {
+  if (!onednn_available()) return 0;
+  const at::ScalarType dtype = a.precision == "bf16" ? at::kBFloat16 : at::kFloat;
+  const int64_t micro = std::min(a.micro_batch, a.samples);
+  const int64_t rows = micro * (a.prompt_tokens + a.response_tokens), head_rows = micro * a.response_tokens;
+  auto timed = [&](int64_t m, int64_t k, int64_t n, bool accumulate_dx) {
+    const at::Tensor x = at::randn({m, k}).to(dtype), w = at::randn({n, k}).to(dtype), dy = at::randn({m, n}).to(dtype);
+    const at::Tensor y = at::empty({m, n}), dx = at::zeros({m, k}), dw = at::zeros({n, k});
+    const std::vector<std::function<void()>> products{[&] { onednn_matmul(x, w.t(), y); },
+                                                      [&] { onednn_matmul(dy, w, dx, accumulate_dx); },
+                                                      [&] { onednn_matmul(dy.t(), x, dw, /*accumulate=*/true); }};
+    double total = 0;
+    for (const auto& product : products) {
+      product();  // the primitive's JIT compile
+      double best = INFINITY;
+      for (int round = 0; round < 3; ++round) {
+        const auto start = Clock::now();
+        for (int rep = 0; rep < 5; ++rep) product();
+        best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count() / 5);
+      }
+      total += best;
+    }
+    return total;
+  };
+  const int64_t hidden = c.hidden_size, q = c.q_size(), kv = c.kv_size(), inter = c.intermediate_size;
+  // q, k, v share their input (k's and v's input gradients add into q's), as gate and up do.
+  const double layer = timed(rows, hidden, q, false) + 2 * timed(rows, hidden, kv, true) + timed(rows, q, hidden, false) +
+                       timed(rows, hidden, inter, false) + timed(rows, hidden, inter, true) +
+                       timed(rows, inter, hidden, false);
+  const double head = timed(head_rows, hidden, c.sampled_vocab(), true);
+  const double micro_batches = std::ceil(static_cast<double>(a.samples) / static_cast<double>(micro));
+  return micro_batches * (static_cast<double>(c.num_hidden_layers) * layer + head);
 }
 
 // Model FLOPs of one optimizer step (see the top of this file).
@@ -393,6 +439,11 @@ int main(int argc, char** argv) {
   tandem["peak_gflops"] = peak;
   tandem["mfu"] = tandem.at("achieved_gflops").get<double>() / peak;
   tandem["mfu_goal"] = goal_mfu;
+  const double alone = products_alone_seconds(read_model_config(model_dir + "/config.json"), a);
+  if (alone > 0) {
+    tandem["products_alone_s"] = alone;
+    tandem["products_alone_mfu"] = tandem.at("model_gflops_per_step").get<double>() / alone / peak;
+  }
   print(tandem);
   if (a.torch) {
     const std::vector<std::string> ours = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"};
