@@ -15,7 +15,10 @@
 // over its time, over the machine's matrix-product peak measured in the same run with the
 // same threads and precision (`peak_gflops`: the best of 20 2048 x 2048 products each
 // through at::mm, libtorch's own path (OpenBLAS for fp32, oneDNN for bf16), and through
-// oneDNN directly, as the learner multiplies). Model FLOPs per step, PaLM's count: every
+// oneDNN directly, as the learner multiplies; raised to the fastest of the step's own
+// products timed alone where one of those is faster, as small float32 products that stay in
+// cache were on a Zen 5 EPYC: a peak below what the machine does would overstate the MFU).
+// Model FLOPs per step, PaLM's count: every
 // processed token (prompt and response) costs 6 x the parameters that multiply it (the layer
 // projections and the LM head; embeddings are lookups) plus 12 x layers x heads x head_dim x
 // its sequence length for attention (forward and backward, causality not discounted).
@@ -174,16 +177,22 @@ double measured_peak_gflops(const std::string& precision) {
   return best;
 }
 
-// Seconds one optimizer step's matrix products take alone: every linear layer's forward,
+struct ProductsAlone {
+  double seconds = 0;       // 0 without oneDNN
+  double best_gflops = 0;   // the fastest single product's rate
+};
+
+// How long one optimizer step's matrix products take alone: every linear layer's forward,
 // input-gradient and weight-gradient products of one micro-batch, with the learner's
 // operand layouts (actor/fused_linear.cpp) and precision, each timed back to back through
 // onednn_matmul on operands of its own (the best of 3 rounds of 5), summed over the layers
 // and micro-batches; the LM head as one product each way over the response positions (the
 // learner tiles it). Model FLOPs over this time is the MFU of a step that did nothing but
 // these products: what the products' own efficiency at these shapes allows, against what
-// the rest of the step costs. 0 without oneDNN.
-double products_alone_seconds(const ModelConfig& c, const Args& a) {
-  if (!onednn_available()) return 0;
+// the rest of the step costs.
+ProductsAlone products_alone(const ModelConfig& c, const Args& a) {
+  ProductsAlone result;
+  if (!onednn_available()) return result;
   const at::ScalarType dtype = a.precision == "bf16" ? at::kBFloat16 : at::kFloat;
   const int64_t micro = std::min(a.micro_batch, a.samples);
   const int64_t rows = micro * (a.prompt_tokens + a.response_tokens), head_rows = micro * a.response_tokens;
@@ -203,6 +212,8 @@ double products_alone_seconds(const ModelConfig& c, const Args& a) {
         best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count() / 5);
       }
       total += best;
+      const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
+      result.best_gflops = std::max(result.best_gflops, flops / best / 1e9);
     }
     return total;
   };
@@ -213,7 +224,8 @@ double products_alone_seconds(const ModelConfig& c, const Args& a) {
                        timed(rows, inter, hidden, false);
   const double head = timed(head_rows, hidden, c.sampled_vocab(), true);
   const double micro_batches = std::ceil(static_cast<double>(a.samples) / static_cast<double>(micro));
-  return micro_batches * (static_cast<double>(c.num_hidden_layers) * layer + head);
+  result.seconds = micro_batches * (static_cast<double>(c.num_hidden_layers) * layer + head);
+  return result;
 }
 
 // Model FLOPs of one optimizer step (see the top of this file).
@@ -434,15 +446,18 @@ int main(int argc, char** argv) {
   one_rank.tensor_parallel = 1;
   one_rank.lora_rank = 0;
   nlohmann::json tandem = run_rank(one_rank, model_dir);  // one rank, in this process
-  const double peak = measured_peak_gflops(a.precision);  // same threads (run_rank set them), same precision
+  // Same threads (run_rank set them), same precision.
+  const double square_peak = measured_peak_gflops(a.precision);
+  const ProductsAlone alone = products_alone(read_model_config(model_dir + "/config.json"), a);
+  const double peak = std::max(square_peak, alone.best_gflops);
   const double goal_mfu = 0.6;
+  tandem["square_peak_gflops"] = square_peak;
   tandem["peak_gflops"] = peak;
   tandem["mfu"] = tandem.at("achieved_gflops").get<double>() / peak;
   tandem["mfu_goal"] = goal_mfu;
-  const double alone = products_alone_seconds(read_model_config(model_dir + "/config.json"), a);
-  if (alone > 0) {
-    tandem["products_alone_s"] = alone;
-    tandem["products_alone_mfu"] = tandem.at("model_gflops_per_step").get<double>() / alone / peak;
+  if (alone.seconds > 0) {
+    tandem["products_alone_s"] = alone.seconds;
+    tandem["products_alone_mfu"] = tandem.at("model_gflops_per_step").get<double>() / alone.seconds / peak;
   }
   print(tandem);
   if (a.torch) {
