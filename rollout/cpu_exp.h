@@ -1,7 +1,8 @@
 // e^x on 16 floats at a time, for the CPU backend's elementwise passes (SwiGLU's sigmoid,
-// attention's softmax). std::exp is a scalar library call the compiler cannot vectorise;
-// it was ~11% of a small-preset decode step (SwiGLU) plus most of attention's softmax
-// (perf of bench/rollout_cpu, bench/RESULTS.md, issue 32 tenth part).
+// attention's softmax). std::exp is a scalar library call the compiler cannot vectorise:
+// SwiGLU's calls were ~11% of the engine's time in a small-preset decode (perf of
+// bench/rollout_cpu); with this, that decode ran 7-10% faster and the Qwen3-0.6B shape's
+// 6-9% at batch 8-32 (bench/RESULTS.md, issue 32 tenth part).
 //
 // Written with GCC's vector types, so the build's cpu_arch picks the instructions: one
 // AVX-512 register per Floats16 with -march=native on an AVX-512 CPU, four SSE registers
