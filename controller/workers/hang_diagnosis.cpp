@@ -143,10 +143,14 @@ void WorkerPool::fail_hung(const std::vector<Hang>& hangs) {
   // Wait for the dumps' end lines in the logs (or their StacksDumped messages, for logs
   // this host cannot read), keeping the other workers' heartbeats going.
   const auto deadline = started + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  // A worker that exits meanwhile (one that gave up on a stalled controller, say) is
+  // reaped and reported by how it ended, not as hung.
+  auto ended = [](const Collection& c) { return c.worker->status.state == WorkerState::failed; };
   while (true) {
+    reap_ended_workers();
     bool all_written = true;
     for (Collection& c : collections) {
-      if (!c.stacks.empty()) continue;
+      if (!c.stacks.empty() || ended(c)) continue;
       if (c.worker->stacks_dumped >= c.dump_id ||
           appended_since(c.log, c.log_offset, stack_dump_end_line_start(c.worker->status.id.name(), c.dump_id))) {
         c.stacks = fmt::format("the stacks of its threads are in its log (written by the worker in {:.1f} s)",
@@ -166,8 +170,9 @@ void WorkerPool::fail_hung(const std::vector<Hang>& hangs) {
     return c.stopped ? std::string("it is stopped (SIGSTOP, or held by a debugger)")
                      : fmt::format("it wrote none within {} s", timeout_s);
   };
+  reap_ended_workers();
   for (Collection& c : collections) {
-    if (!c.stacks.empty()) continue;
+    if (!c.stacks.empty() || ended(c)) continue;
     const std::string none = "no stacks of its threads: " + why_not_its_own(c);
     if (!c.local) {
       c.stacks = fmt::format("{}, and gdb cannot reach its host {}", none, c.worker->status.hostname);
@@ -211,7 +216,13 @@ void WorkerPool::fail_hung(const std::vector<Hang>& hangs) {
                           : fmt::format("no stacks of its threads: {}, and gdb did not finish within {} s",
                                         why_not_its_own(c), kGdbTimeoutS);
   }
+  reap_ended_workers();
   for (Collection& c : collections) {
+    if (ended(c)) {
+      append_to_log(c.log, fmt::format("==== tandem controller: {} {} meanwhile ====\n", c.worker->status.id.name(),
+                                       c.worker->status.failure));
+      continue;
+    }
     append_to_log(c.log, fmt::format("==== tandem controller: {}: {}; killing it ====\n", c.worker->status.id.name(),
                                      c.stacks));
     fail(*c.worker, c.reason + "; " + c.stacks);

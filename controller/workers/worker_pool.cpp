@@ -443,8 +443,26 @@ void WorkerPool::send_heartbeats_if_due() {
                               std::chrono::duration<double>(options_.heartbeat_interval_s));
 }
 
+void WorkerPool::excuse_own_stall() {
+  const auto now = Clock::now();
+  const bool stalled = last_pump_ != Clock::time_point{} &&
+                       std::chrono::duration<double>(now - last_pump_).count() > options_.heartbeat_timeout_s;
+  if (stalled) {
+    // While it was stopped the workers' heartbeats waited in their queues (some may not
+    // have reached this socket yet), and workers that gave up on it are exiting with
+    // kExitLostController: neither is a hang. A worker really hung is still found one
+    // timeout from now, and one that exited is reaped with its exit status.
+    log::warn("the controller did not listen to its workers for {:.1f} s (stopped or starved): their heartbeat "
+              "clocks restart now",
+              std::chrono::duration<double>(now - last_pump_).count());
+    for (Worker& w : workers_) w.last_seen = std::max(w.last_seen, now);
+  }
+  last_pump_ = now;
+}
+
 void WorkerPool::pump(int timeout_ms) {
   if (int signal = pending_interrupt()) throw Interrupted(signal);
+  excuse_own_stall();
   int wait_ms = std::min(timeout_ms, std::max(1, static_cast<int>(options_.heartbeat_interval_s * 1000 / 2)));
   receive_messages(wait_ms);
   send_heartbeats_if_due();

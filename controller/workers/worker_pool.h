@@ -206,6 +206,9 @@ class WorkerPool {
   // The parts of pump() that go on while hung workers' stacks are collected.
   void receive_messages(int timeout_ms);
   void send_heartbeats_if_due();
+  // After a stall of the controller itself (stopped, starved) longer than the heartbeat
+  // timeout, restarts every worker's silence clock at now: the silence was not theirs.
+  void excuse_own_stall();
   // Collects the hung workers' stacks into their logs (all at once, bounded), then fails them.
   void fail_hung(const std::vector<Hang>& hangs);
   // `, with command "X" (request N) unanswered for T s` for the worker's oldest open request; empty: none.
@@ -244,6 +247,7 @@ class WorkerPool {
   RateLimitedWarning rejections_{"control channel: rejected messages"};
   std::chrono::steady_clock::time_point next_heartbeat_;
   std::chrono::steady_clock::time_point next_health_check_;
+  std::chrono::steady_clock::time_point last_pump_;  // zero before the first pump
   bool shut_down_ = false;
 };
 
