@@ -2,6 +2,7 @@
 
 #include "actor/aten_parallel.h"
 #include "core/error.h"
+#include "core/vector_exp.h"
 
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -110,16 +111,25 @@ struct FusedRmsNorm : public torch::autograd::Function<FusedRmsNorm> {
   }
 };
 
-// The sigmoid comes from libtorch's vectorised kernel (one pass, kept for backward); the
-// rest is one vectorisable loop each way.
+// One pass each way. Forward reads gate and up and writes the output and the sigmoid (kept
+// for backward), the sigmoid by core/vector_exp.h: libtorch's sigmoid pass followed by the
+// product pass took 0.68 ms a layer against 0.40 (small preset, fp32).
 struct FusedSwiglu : public torch::autograd::Function<FusedSwiglu> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {
-    const at::Tensor gc = gate.contiguous(), uc = up.contiguous(), sig = at::sigmoid(gc);
-    at::Tensor y = at::empty_like(gc);
-    const float *a = gc.data_ptr<float>(), *b = uc.data_ptr<float>(), *s = sig.data_ptr<float>();
-    float* out = y.data_ptr<float>();
+    const at::Tensor gc = gate.contiguous(), uc = up.contiguous();
+    at::Tensor y = at::empty_like(gc), sig = at::empty_like(gc);
+    const float *a = gc.data_ptr<float>(), *b = uc.data_ptr<float>();
+    float *out = y.data_ptr<float>(), *s = sig.data_ptr<float>();
     at::parallel_for(0, gc.numel(), 16384, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) out[i] = a[i] * s[i] * b[i];
+      auto block = [&](int64_t i, int64_t n) {
+        const cpu::Floats16 g = cpu::load_floats16(a + i, n);
+        const cpu::Floats16 sg = 1.0f / (1.0f + cpu::exp_floats16(-g));
+        cpu::store_floats16(s + i, sg, n);
+        cpu::store_floats16(out + i, g * sg * cpu::load_floats16(b + i, n), n);
+      };
+      int64_t i = begin;
+      for (; i + 16 <= end; i += 16) block(i, 16);
+      if (i < end) block(i, end - i);
     });
     ctx->save_for_backward({gc, uc, sig});
     return y;

@@ -1,6 +1,6 @@
 #include "rollout/cpu_ops.h"
 
-#include "rollout/cpu_exp.h"
+#include "core/vector_exp.h"
 #include "rollout/cpu_gemm.h"
 #include "rollout/thread_pool.h"
 

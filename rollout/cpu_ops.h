@@ -37,7 +37,7 @@ void rope(ThreadPool& pool, float* x, int64_t tokens, int64_t heads, int64_t hea
 void silu_mul(ThreadPool& pool, const float* gate, const float* up, int64_t count, float* out);
 
 // y[i] = e^(x[i] + shift) for i < count (in place allowed), 16 values at a time
-// (rollout/cpu_exp.h), each by the same chain wherever it sits.
+// (core/vector_exp.h), each by the same chain wherever it sits.
 void exp_shifted(const float* x, int64_t count, float shift, float* y);
 
 }  // namespace tandem::cpu

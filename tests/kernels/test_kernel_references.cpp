@@ -116,7 +116,7 @@ TEST_CASE("the CPU backend's vector exp agrees with float64 exp, through underfl
         CHECK(out == INFINITY);
         continue;
       }
-      // About 8 float roundings of half an ulp (rollout/cpu_exp.h), plus half the smallest
+      // About 8 float roundings of half an ulp (core/vector_exp.h), plus half the smallest
       // subnormal where the result underflows.
       const double limit = 8 * 0.5 * std::numeric_limits<float>::epsilon() * want +
                            0.5 * std::numeric_limits<float>::denorm_min();
