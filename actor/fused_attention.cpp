@@ -2,7 +2,6 @@
 
 #include "actor/aten_parallel.h"
 #include "core/error.h"
-#include "core/vector_exp.h"
 
 #include <Eigen/Core>
 #include <torch/csrc/autograd/custom_function.h>
@@ -56,12 +55,11 @@ void attention_forward(const Shape& s, const float* q, const float* k, const flo
             row[j] = row[j] * scale + row_mask[j];
             top = std::max(top, row[j]);
           }
-          // A masked key (-inf) gives exactly 0.
-          int64_t j = 0;
-          for (; j + 16 <= L; j += 16) cpu::store_floats16(row + j, cpu::exp_floats16(cpu::load_floats16(row + j) - top));
-          if (j < L) cpu::store_floats16(row + j, cpu::exp_floats16(cpu::load_floats16(row + j, L - j) - top), L - j);
           float sum = 0;
-          for (j = 0; j < L; ++j) sum += row[j];
+          for (int64_t j = 0; j < L; ++j) {
+            row[j] = std::exp(row[j] - top);  // a masked key (-inf) gives exactly 0
+            sum += row[j];
+          }
           const float inverse = 1.0f / sum;
           for (int64_t j = 0; j < L; ++j) row[j] *= inverse;
         }
