@@ -1,5 +1,5 @@
 // e^x on 16 floats at a time, for the elementwise passes of the CPU rollout backend and the
-// CPU learner (SwiGLU's sigmoid, attention's softmax). std::exp is a scalar library call the
+// CPU learner (SwiGLU's sigmoid; the engine's attention softmax). std::exp is a scalar library call the
 // compiler cannot vectorise: SwiGLU's calls were ~11% of the engine's time in a small-preset
 // decode (perf of bench/rollout_cpu); with this, that decode ran 7-10% faster and the
 // Qwen3-0.6B shape's 6-9% at batch 8-32 (bench/RESULTS.md, issue 32 tenth part), and the
