@@ -121,15 +121,12 @@ struct FusedSwiglu : public torch::autograd::Function<FusedSwiglu> {
     const float *a = gc.data_ptr<float>(), *b = uc.data_ptr<float>();
     float *out = y.data_ptr<float>(), *s = sig.data_ptr<float>();
     at::parallel_for(0, gc.numel(), 16384, [&](int64_t begin, int64_t end) {
-      auto block = [&](int64_t i, int64_t n) {
+      cpu::for_each_block16(begin, end, [&](int64_t i, int64_t n) {
         const cpu::Floats16 g = cpu::load_floats16(a + i, n);
         const cpu::Floats16 sg = 1.0f / (1.0f + cpu::exp_floats16(-g));
         cpu::store_floats16(s + i, sg, n);
         cpu::store_floats16(out + i, g * sg * cpu::load_floats16(b + i, n), n);
-      };
-      int64_t i = begin;
-      for (; i + 16 <= end; i += 16) block(i, 16);
-      if (i < end) block(i, end - i);
+      });
     });
     ctx->save_for_backward({gc, uc, sig});
     return y;

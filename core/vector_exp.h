@@ -1,6 +1,6 @@
 // e^x on 16 floats at a time, for the elementwise passes of the CPU rollout backend and the
-// CPU learner (SwiGLU's sigmoid; the engine's attention softmax). std::exp is a scalar library call the
-// compiler cannot vectorise: SwiGLU's calls were ~11% of the engine's time in a small-preset
+// CPU learner (SwiGLU's sigmoid; the engine's attention softmax). std::exp is a scalar
+// library call the compiler cannot vectorise: SwiGLU's calls were ~11% of the engine's time in a small-preset
 // decode (perf of bench/rollout_cpu); with this, that decode ran 7-10% faster and the
 // Qwen3-0.6B shape's 6-9% at batch 8-32 (bench/RESULTS.md, issue 32 tenth part), and the
 // learner's SwiGLU forward, one pass instead of libtorch's sigmoid and a product pass, took
@@ -34,9 +34,8 @@ namespace {
 typedef float Floats16 __attribute__((vector_size(64)));
 typedef int32_t Ints16 __attribute__((vector_size(64)));
 
-// p[0..n) and zeros after, n <= 16; reads nothing past p + n. Pass the constant 16 in main
-// loops (one register move) and a variable n only for a tail: a variable n is a memcpy call,
-// which made a whole-array loop 2.6x slower than the libtorch passes it replaced.
+// p[0..n) and zeros after, n <= 16; reads nothing past p + n. A constant 16 is one register
+// move; a variable n is a memcpy call, so loops go through for_each_block16.
 inline Floats16 load_floats16(const float* p, int64_t n = 16) {
   Floats16 v = {};
   std::memcpy(&v, p, static_cast<size_t>(n) * sizeof(float));
@@ -88,6 +87,17 @@ inline Floats16 exp_floats16(Floats16 x) {
   std::memcpy(&first, &first_bits, sizeof(first));
   std::memcpy(&second, &second_bits, sizeof(second));
   return e * first * second;
+}
+
+// block(i, n) for the 16-float blocks of [begin, end) and one shorter tail. The main loop's n
+// is the constant 16, so the block's loads and stores are register moves once inlined: a
+// loop that passed a variable n everywhere (a memcpy call per block) ran 2.6x slower than
+// the libtorch passes it replaced.
+template <class Block>
+inline void for_each_block16(int64_t begin, int64_t end, Block&& block) {
+  int64_t i = begin;
+  for (; i + 16 <= end; i += 16) block(i, int64_t{16});
+  if (i < end) block(i, end - i);
 }
 
 }  // namespace

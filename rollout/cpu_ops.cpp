@@ -76,21 +76,17 @@ void rope(ThreadPool& pool, float* x, int64_t tokens, int64_t heads, int64_t hea
 
 void silu_mul(ThreadPool& pool, const float* gate, const float* up, int64_t count, float* out) {
   parallel_ranges(pool, count, 1024, count >= kParallelElements, [&](int64_t begin, int64_t end) {
-    // Values [i, i + n), n <= 16 (a constant 16 in the main loop: whole-register moves).
-    auto values = [&](int64_t i, int64_t n) {
+    for_each_block16(begin, end, [&](int64_t i, int64_t n) {
       const Floats16 g = load_floats16(gate + i, n);
       store_floats16(out + i, g / (1.0f + exp_floats16(-g)) * load_floats16(up + i, n), n);
-    };
-    int64_t i = begin;
-    for (; i + 16 <= end; i += 16) values(i, 16);
-    if (i < end) values(i, end - i);
+    });
   });
 }
 
 void exp_shifted(const float* x, int64_t count, float shift, float* y) {
-  int64_t i = 0;
-  for (; i + 16 <= count; i += 16) store_floats16(y + i, exp_floats16(load_floats16(x + i) + shift));
-  if (i < count) store_floats16(y + i, exp_floats16(load_floats16(x + i, count - i) + shift), count - i);
+  for_each_block16(0, count, [&](int64_t i, int64_t n) {
+    store_floats16(y + i, exp_floats16(load_floats16(x + i, n) + shift), n);
+  });
 }
 
 }  // namespace tandem::cpu

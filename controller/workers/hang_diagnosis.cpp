@@ -170,7 +170,6 @@ void WorkerPool::fail_hung(const std::vector<Hang>& hangs) {
     return c.stopped ? std::string("it is stopped (SIGSTOP, or held by a debugger)")
                      : fmt::format("it wrote none within {} s", timeout_s);
   };
-  reap_ended_workers();
   for (Collection& c : collections) {
     if (!c.stacks.empty() || ended(c)) continue;
     const std::string none = "no stacks of its threads: " + why_not_its_own(c);

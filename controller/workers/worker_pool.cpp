@@ -445,17 +445,16 @@ void WorkerPool::send_heartbeats_if_due() {
 
 void WorkerPool::excuse_own_stall() {
   const auto now = Clock::now();
-  const bool stalled = last_pump_ != Clock::time_point{} &&
-                       std::chrono::duration<double>(now - last_pump_).count() > options_.heartbeat_timeout_s;
-  if (stalled) {
+  const double deaf_s =
+      last_pump_ == Clock::time_point{} ? 0.0 : std::chrono::duration<double>(now - last_pump_).count();
+  if (deaf_s > options_.heartbeat_timeout_s) {
     // While it was stopped the workers' heartbeats waited in their queues (some may not
     // have reached this socket yet), and workers that gave up on it are exiting with
     // kExitLostController: neither is a hang. A worker really hung is still found one
     // timeout from now, and one that exited is reaped with its exit status.
     log::warn("the controller did not listen to its workers for {:.1f} s (stopped or starved): their heartbeat "
-              "clocks restart now",
-              std::chrono::duration<double>(now - last_pump_).count());
-    for (Worker& w : workers_) w.last_seen = std::max(w.last_seen, now);
+              "clocks restart now", deaf_s);
+    for (Worker& w : workers_) w.last_seen = now;
   }
   last_pump_ = now;
 }
